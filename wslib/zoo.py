@@ -31,7 +31,12 @@ from wslib import data as wdata
 from wslib.models import build_model
 from wslib.train import Recipe, evaluate, fit, pick_device, seed_everything
 
-SPLITS = ("full", "iid", "dirichlet", "shards")
+SPLITS = {  # split kind -> required keys
+    "full": (),
+    "iid": ("n_parts", "part"),
+    "dirichlet": ("n_parts", "part", "alpha"),
+    "shards": ("n_parts", "part"),
+}
 CONFIG_KEYS = ("data", "split", "model", "recipe", "seed")
 
 
@@ -43,21 +48,29 @@ def config_hash(config: dict[str, Any]) -> str:
 
 def split_indices(y: torch.Tensor, split: dict[str, Any]) -> np.ndarray | None:
     """Training indices of one part of a split (``None`` for the full training set)."""
-    kind = split.get("kind", "full")
+    kind = split["kind"]
     if kind == "full":
         return None
-    y_np = y.numpy()
-    seed = split.get("seed", 0)
-    n_parts = split["n_parts"]
+    y_np, n_parts, seed = y.numpy(), split["n_parts"], split.get("seed", 0)
     if kind == "iid":
         parts = wdata.iid_split(y_np, n_parts, seed)
     elif kind == "dirichlet":
         parts = wdata.dirichlet_split(y_np, n_parts, split["alpha"], seed)
-    elif kind == "shards":
-        parts = wdata.shard_split(y_np, n_parts, seed)
     else:
-        raise ValueError(f"unknown split kind {kind!r}; valid: {SPLITS}")
+        parts = wdata.shard_split(y_np, n_parts, seed)
     return parts[split["part"]]
+
+
+def check_split(split: dict[str, Any]) -> None:
+    """Raise a clear error for an unknown split kind or missing split keys."""
+    kind = split.get("kind")
+    if kind not in SPLITS:
+        raise ValueError(f"unknown split kind {kind!r}; valid: {list(SPLITS)}")
+    missing = [k for k in SPLITS[kind] if k not in split]
+    if missing:
+        raise ValueError(f"split {kind!r} needs keys {missing} (and optionally 'seed')")
+    if kind != "full" and not 0 <= split["part"] < split["n_parts"]:
+        raise ValueError(f"split part {split['part']} is not in range(n_parts={split['n_parts']})")
 
 
 class Zoo:
@@ -152,5 +165,6 @@ def normalise_config(config: dict[str, Any]) -> dict[str, Any]:
         )
     out = copy.deepcopy(config)
     out.setdefault("split", {"kind": "full"})
+    check_split(out["split"])
     out["recipe"] = Recipe.from_dict(out.get("recipe", {})).to_dict()
     return out

@@ -1,0 +1,52 @@
+# Run the notebooks, build the study book and test it.
+#   make book [PROFILE=cpu] [SEED=N]        run every notebook, then build book/_build/html
+#   make notebook NB=01_symmetries [SEED=N] [PROFILE=cpu]
+#   make test | make clean | make clean-data
+PROFILE ?= cpu
+SEED ?=
+NB ?=
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PROFILES := $(sort $(basename $(notdir $(wildcard notebooks/params/*.yaml))))
+NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.ipynb))))
+SEED_ARG := $(if $(SEED),--seed $(SEED))
+EXECUTED := build/$(PROFILE)$(if $(SEED),/seed-$(SEED))
+
+# Check the arguments while the makefile is read, before anything is built:
+# $(call check,NAME,value,valid values) stops make unless value is one valid word.
+check = $(if $(and $(filter 1,$(words $(2))),$(filter $(2),$(3))),,$(error unknown $(1) '$(2)'; valid: $(3)))
+GOALS := $(or $(MAKECMDGOALS),book)
+ifneq ($(filter book notebook,$(GOALS)),)
+  $(call check,PROFILE,$(PROFILE),$(PROFILES))
+endif
+ifneq ($(filter notebook,$(GOALS)),)
+  $(call check,NB,$(NB),$(NOTEBOOKS))
+endif
+
+.PHONY: book notebook test clean clean-data
+
+book: $(STAMP)
+	@start=$$(date +%s) && \
+	$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG) && \
+	$(PY) book/build.py $(EXECUTED) && \
+	echo "Book built: open $(CURDIR)/book/_build/html/index.html" && \
+	echo "Wall time of the whole build: $$(( $$(date +%s) - start )) s"
+
+notebook: $(STAMP)
+	$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG) $(NB)
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -e ".[book,test]"
+	touch $@
+
+clean:
+	rm -rf build results book/_build book/chapters
+
+clean-data:
+	find data -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

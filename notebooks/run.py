@@ -1,0 +1,204 @@
+"""Execute the book's notebooks with papermill in one parameter profile.
+
+Usage::
+
+    python notebooks/run.py --profile cpu [--seed N] [NB ...]
+
+Each notebook ``notebooks/<nb>.ipynb`` runs with the repository root as working
+directory and the parameters of ``notebooks/params/<profile>.yaml`` (plus
+``profile``, ``results_path`` and, with ``--seed``, ``seed``). The executed copy
+goes to ``build/<profile>/<nb>.ipynb`` and the results file to
+``results/<profile>/<nb>.json`` (under ``seed-<N>/`` with ``--seed``). A "Run
+info" box is inserted under the title of each executed copy, and the wall times
+are merged into ``run_times.json`` next to the executed copies.
+
+Exit status: 0 on success, 1 when a notebook fails, 2 for an unknown profile or
+notebook.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import papermill
+import yaml
+from papermill.exceptions import PapermillExecutionError
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+PARAMS = NOTEBOOKS / "params"
+
+
+class MissingResults(RuntimeError):
+    """A notebook ran without writing its results file."""
+
+
+def available_profiles() -> list[str]:
+    """Profiles are the YAML files in ``notebooks/params``."""
+    return sorted(p.stem for p in PARAMS.glob("*.yaml"))
+
+
+def available_notebooks() -> list[str]:
+    """Notebooks are the stems of ``notebooks/*.ipynb``."""
+    return sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+
+
+def fail_usage(kind: str, name: str, valid: list[str]) -> None:
+    """Print one error line naming the valid choices and exit with status 2."""
+    print(f"error: unknown {kind} '{name}'; valid: {' '.join(valid)}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and validate the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="cpu", help="parameter profile (default: cpu)")
+    parser.add_argument("--seed", type=int, help="seed passed to every notebook")
+    parser.add_argument("notebooks", nargs="*", metavar="NB", help="notebook stems (default: all)")
+    args = parser.parse_args(argv)
+    if args.profile not in available_profiles():
+        fail_usage("profile", args.profile, available_profiles())
+    for nb in args.notebooks:
+        if nb not in available_notebooks():
+            fail_usage("notebook", nb, available_notebooks())
+    args.notebooks = args.notebooks or available_notebooks()
+    return args
+
+
+def run_dir(top: str, profile: str, seed: int | None) -> Path:
+    """``<top>/<profile>`` or, for a given seed, ``<top>/<profile>/seed-<seed>``."""
+    path = Path(top) / profile
+    return path if seed is None else path / f"seed-{seed}"
+
+
+def notebook_parameters(nb: str, profile: str, seed: int | None) -> dict[str, Any]:
+    """The profile's parameters for ``nb`` plus those set by this script."""
+    params = yaml.safe_load((PARAMS / f"{profile}.yaml").read_text()) or {}
+    params = dict(params.get(nb) or {})
+    params["profile"] = profile
+    params["results_path"] = str(run_dir("results", profile, seed) / f"{nb}.json")
+    if seed is not None:
+        params["seed"] = seed
+    return params
+
+
+def describe_seeds(params: dict[str, Any]) -> str:
+    """The seed(s) recorded in a results file's ``params``."""
+    seeds = params.get("seeds", params.get("seed"))
+    if seeds is None:
+        return "not recorded"
+    return ", ".join(map(str, seeds)) if isinstance(seeds, list) else str(seeds)
+
+
+def run_info_markdown(results: dict[str, Any], nb: str, seed: int | None, seconds: float) -> str:
+    """The "Run info" admonition for an executed notebook."""
+    env = results["env"]
+    versions = ", ".join(
+        f"{name} {value}"
+        for name, value in env.items()
+        if name not in {"device", "threads", "hardware"}
+    )
+    rerun = f"make notebook NB={nb} PROFILE={results['profile']}"
+    rerun += "" if seed is None else f" SEED={seed}"
+    return "\n".join(
+        [
+            "```{admonition} Run info",
+            ":class: note",
+            "",
+            f"- **Profile:** `{results['profile']}`",
+            f"- **Seed(s):** {describe_seeds(results['params'])}",
+            f"- **Hardware:** {env.get('hardware', env.get('device'))}",
+            f"- **Versions:** {versions}",
+            f"- **Wall time:** {seconds:.1f} s",
+            f"- **Date:** {datetime.now().astimezone():%Y-%m-%d %H:%M %Z}",
+            f"- **Rerun:** `{rerun}`",
+            "```",
+        ]
+    )
+
+
+def insert_run_info(executed: Path, markdown: str) -> None:
+    """Insert a markdown cell right after the first (title) markdown cell."""
+    notebook = nbformat.read(executed, as_version=4)
+    title = next((i for i, c in enumerate(notebook.cells) if c.cell_type == "markdown"), -1)
+    cell = nbformat.v4.new_markdown_cell(markdown, metadata={"tags": ["run-info"]})
+    notebook.cells.insert(title + 1, cell)
+    nbformat.write(notebook, executed)
+
+
+def record_time(out_dir: Path, nb: str, seconds: float) -> None:
+    """Merge one notebook's wall time into ``<out_dir>/run_times.json``."""
+    path = out_dir / "run_times.json"
+    times = json.loads(path.read_text()) if path.exists() else {}
+    times[nb] = round(seconds, 2)
+    path.write_text(json.dumps(dict(sorted(times.items())), indent=2) + "\n")
+
+
+def run_notebook(nb: str, profile: str, seed: int | None) -> float:
+    """Execute one notebook, add its run info and return its wall time in seconds."""
+    out_dir = ROOT / run_dir("build", profile, seed)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    executed = out_dir / f"{nb}.ipynb"
+    params = notebook_parameters(nb, profile, seed)
+    results_file = ROOT / params["results_path"]
+    results_file.unlink(missing_ok=True)
+    start = time.perf_counter()
+    papermill.execute_notebook(
+        NOTEBOOKS / f"{nb}.ipynb",
+        executed,
+        parameters=params,
+        kernel_name="python3",
+        cwd=ROOT,
+        progress_bar=True,
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no kernel start-up warnings
+    )
+    seconds = time.perf_counter() - start
+    if not results_file.exists():
+        raise MissingResults(f"notebook {nb} did not write {params['results_path']}")
+    results = json.loads(results_file.read_text())
+    insert_run_info(executed, run_info_markdown(results, nb, seed, seconds))
+    record_time(out_dir, nb, seconds)
+    return seconds
+
+
+def report_failure(nb: str, error: PapermillExecutionError, executed: Path) -> None:
+    """Print a short description of a failed notebook (no traceback)."""
+    message = str(error.evalue).strip().replace("\n", "\n    ")
+    print(
+        f"\nerror: notebook {nb} failed in cell In [{error.exec_count}]\n"
+        f"    {error.ename}: {message}\n"
+        f"    partially executed copy: {executed.relative_to(ROOT)}",
+        file=sys.stderr,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the requested notebooks; stop at the first failure."""
+    args = parse_args(argv)
+    total = 0.0
+    for nb in args.notebooks:
+        print(f"== {nb} (profile {args.profile})", flush=True)
+        try:
+            seconds = run_notebook(nb, args.profile, args.seed)
+        except PapermillExecutionError as error:
+            executed = ROOT / run_dir("build", args.profile, args.seed) / f"{nb}.ipynb"
+            report_failure(nb, error, executed)
+            return 1
+        except MissingResults as error:
+            print(f"\nerror: {error}", file=sys.stderr)
+            return 1
+        total += seconds
+        print(f"{nb}: {seconds:.1f} s", flush=True)
+    print(f"{len(args.notebooks)} notebook(s) in {total:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
