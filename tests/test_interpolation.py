@@ -4,7 +4,14 @@ import numpy as np
 import pytest
 import torch
 
-from wslib.interpolation import barrier, evaluate_states, layer_names, lerp_state, linear_path, reset_bn_stats
+from wslib.interpolation import (
+    barrier,
+    evaluate_states,
+    layer_names,
+    lerp_state,
+    linear_path,
+    reset_bn_stats,
+)
 from wslib.models import build_model
 from wslib.train import evaluate
 

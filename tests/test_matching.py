@@ -34,7 +34,7 @@ def test_alignment_keeps_the_function_and_moves_towards_a() -> None:
     before = mb(x)
     mb.load_state_dict(aligned)
     assert torch.allclose(mb(x), before, atol=1e-5)
-    dist = lambda s: sum(((s[k] - a[k]) ** 2).sum() for k in a if a[k].is_floating_point())  # noqa: E731
+    dist = lambda s: sum(((s[k] - a[k]) ** 2).sum() for k in a if a[k].is_floating_point())
     assert dist(aligned) < dist(b)
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -52,7 +53,7 @@ class Recipe:
             raise ValueError(f"unknown schedule {self.schedule!r}; valid: {SCHEDULES}")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Recipe":
+    def from_dict(cls, d: dict[str, Any]) -> Recipe:
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:

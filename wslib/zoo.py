@@ -117,7 +117,7 @@ class Zoo:
     def _load(self, path: Path, config: dict[str, Any]) -> nn.Module | None:
         try:
             ckpt = torch.load(path, map_location=self.device, weights_only=True)
-        except Exception as err:  # any unreadable file is retrained, never used
+        except Exception as err:  # noqa: BLE001 - any unreadable file is retrained, never used
             warnings.warn(f"checkpoint {path} is unreadable ({type(err).__name__}); retraining")
             return None
         if not isinstance(ckpt, dict) or ckpt.get("config") != json.dumps(config, sort_keys=True):
