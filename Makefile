@@ -1,10 +1,12 @@
 # Run the notebooks, build the study book and test it.
 #   make book [PROFILE=cpu] [SEED=N]        run every notebook, then build book/_build/html
 #   make notebook NB=01_symmetries [SEED=N] [PROFILE=cpu]
+#   make data [DATA="mnist fashion_mnist cifar10 cifar100"]   download image data sets (gpu profile)
 #   make test | make clean | make clean-data
 PROFILE ?= cpu
 SEED ?=
 NB ?=
+DATA ?= mnist fashion_mnist cifar10 cifar100
 
 VENV := .venv
 PY := $(VENV)/bin/python
@@ -25,7 +27,7 @@ ifneq ($(filter notebook,$(GOALS)),)
   $(call check,NB,$(NB),$(NOTEBOOKS))
 endif
 
-.PHONY: book notebook test clean clean-data
+.PHONY: book notebook data test clean clean-data
 
 book: $(STAMP)
 	@start=$$(date +%s) && \
@@ -36,6 +38,9 @@ book: $(STAMP)
 
 notebook: $(STAMP)
 	$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG) $(NB)
+
+data: $(STAMP)
+	$(PY) -c "import sys; from wslib.data import download_dataset; [print(download_dataset(n)) for n in sys.argv[1:]]" $(DATA)
 
 test: $(STAMP)
 	$(PY) -m pytest

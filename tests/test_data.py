@@ -314,3 +314,8 @@ def test_class_counts_and_subset():
 def test_split_argument_errors(call, match):
     with pytest.raises(ValueError, match=match):
         call(_labels())
+
+
+def test_download_rejects_offline_sets() -> None:
+    with pytest.raises(ValueError, match="generated or bundled offline"):
+        data.download_dataset("mnist1d")

@@ -81,3 +81,9 @@ def test_bad_config_gets_a_clear_error(zoo: Zoo) -> None:
         zoo.get({"model": CONFIG["model"]})
     with pytest.raises(ValueError, match="unknown split kind"):
         zoo.get({**CONFIG, "split": {"kind": "bogus"}})
+
+
+def test_same_config_same_model_in_a_fresh_cache(tmp_path, mnist1d_root) -> None:
+    first = Zoo(tmp_path / "a", data_root=mnist1d_root, device="cpu", progress=False).get(CONFIG)
+    second = Zoo(tmp_path / "b", data_root=mnist1d_root, device="cpu", progress=False).get(CONFIG)
+    assert _same(first, second)

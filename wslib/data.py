@@ -279,9 +279,25 @@ def _read_cifar_batches(paths: list[Path], label_key: str) -> tuple[torch.Tensor
 def _missing_message(name: str, folder: Path) -> str:
     call = f"torchvision.datasets.{_TORCHVISION_CLASS[name]}({str(folder)!r}, download=True)"
     return (
-        f"data set {name!r} not found in {str(folder)!r}; download it with: "
-        f'python -c "import torchvision; {call}"'
+        f"data set {name!r} not found in {str(folder)!r}; download it with: make data DATA={name} "
+        f'(or python -c "import torchvision; {call}")'
     )
+
+
+def download_dataset(name: str, root: str | Path = "data") -> Path:
+    """Download a torchvision data set into ``root/<name>`` (needs the internet)."""
+    if name not in _TORCHVISION_CLASS:
+        raise ValueError(
+            f"{name!r} is not downloaded: valid names {sorted(_TORCHVISION_CLASS)} "
+            "(mnist1d and digits are generated or bundled offline)"
+        )
+    import torchvision
+
+    folder = Path(root) / name
+    cls = getattr(torchvision.datasets, _TORCHVISION_CLASS[name])
+    for train in (True, False):
+        cls(root=str(folder), train=train, download=True)
+    return folder
 
 
 def _make_dataset(
