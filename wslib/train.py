@@ -108,8 +108,16 @@ def fit(
     device: str | torch.device | None = None,
     progress: bool = True,
     on_epoch: Callable[[int, nn.Module], None] | None = None,
+    on_step: Callable[[nn.Module], None] | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
 ) -> dict[str, list[float]]:
-    """Train ``model`` in place with cross-entropy; return per-epoch mean loss and accuracy."""
+    """Train ``model`` in place; return per-epoch mean loss and accuracy.
+
+    The loss is cross-entropy unless ``loss_fn(outputs, targets)`` is given (then
+    the accuracy is NaN, e.g. for a regression or autoencoder target).
+    ``on_step(model)`` runs after every optimiser step, ``on_epoch(epoch, model)``
+    after every epoch.
+    """
     dev = pick_device(device)
     model.to(dev)
     x, y = x.to(dev), y.to(dev)
@@ -130,16 +138,19 @@ def fit(
             if recipe.augment:
                 xb = augment_images(xb, gen)
             out = model(xb)
-            loss = nn.functional.cross_entropy(out, yb)
+            loss = nn.functional.cross_entropy(out, yb) if loss_fn is None else loss_fn(out, yb)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if on_step is not None:
+                on_step(model)
             total_loss += loss.item() * len(idx)
-            correct += (out.argmax(1) == yb).sum().item()
+            if loss_fn is None:
+                correct += (out.argmax(1) == yb).sum().item()
         if sched is not None:
             sched.step()
         history["loss"].append(total_loss / len(x))
-        history["acc"].append(correct / len(x))
+        history["acc"].append(correct / len(x) if loss_fn is None else float("nan"))
         bar.set_postfix(loss=f"{history['loss'][-1]:.3f}", acc=f"{history['acc'][-1]:.3f}")
         if on_epoch is not None:
             on_epoch(epoch, model)
