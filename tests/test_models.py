@@ -35,6 +35,7 @@ CONFIGS = {
     },
     "resnet1d": {"name": "resnet1d", **SEQ, "widths": [4, 6, 8], "blocks_per_stage": 2},
     "transformer1d": {"name": "transformer1d", **SEQ, "patch_size": 4, **TINY_TRANSFORMER},
+    "cnn2d_fully_conv": {"name": "cnn2d", **IMG, "channels": [6, 8], "pool": "avg", "fully_conv": True},
     "resnet18": {"name": "resnet18", **IMG, "width": 0.0625},
     "vgg11": {"name": "vgg11", **IMG, "width": 0.0625},
     "vgg11_bn": {"name": "vgg11", **IMG, "width": 0.0625, "bn": True},

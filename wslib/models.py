@@ -443,6 +443,26 @@ def cnn1d(
     return ConvNet(shape, n_classes, plan, kernel_size, pool or "max", bn, head)
 
 
+def cnn2d(
+    in_shape: Sequence[int],
+    n_classes: int,
+    channels: Sequence[int] = (32, 64, 128),
+    kernel_size: int = 3,
+    pool: str | None = "max",
+    fully_conv: bool = False,
+    bn: bool = False,
+) -> ConvNet:
+    """2-D CNN: one ``Conv -> ReLU (-> 2x pool)`` stage per entry of ``channels``.
+
+    With ``fully_conv=True`` and no BN it is a CIFAR "NV"-like fully
+    convolutional net (conv head, global average pooling).
+    """
+    plan = [c for ch in channels for c in ((ch, "P") if pool else (ch,))]
+    head = "conv" if fully_conv else "flatten"
+    shape = _check_shape(in_shape, 2, "cnn2d")
+    return ConvNet(shape, n_classes, plan, kernel_size, pool or "max", bn, head)
+
+
 def resnet1d(
     in_shape: Sequence[int],
     n_classes: int,
@@ -499,6 +519,7 @@ def vit(
 _FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "mlp": mlp,
     "cnn1d": cnn1d,
+    "cnn2d": cnn2d,
     "resnet1d": resnet1d,
     "transformer1d": transformer1d,
     "resnet18": resnet18,

@@ -1,0 +1,492 @@
+"""Neuron-centric model fusion: Hungarian Fusion (HF) and K-means Fusion (KF).
+
+Luenam et al., "Model Fusion via Retrofitting". A network is a chain of
+*levels*; a level is one affine layer (Linear or Conv) whose output channels
+are the level's neurons. A neuron's *activation vector* is its pre-activation
+output on the fusion set, with spatial positions counted as extra samples.
+Bottom-up, for every hidden level:
+
+1. **Grouping.** The neurons of all base models are grouped (HF: one-to-one
+   Hungarian matching of two equal-width models; KF: importance-weighted
+   k-means, any number of models and widths, ``k`` = fused width). The targets
+   ``T_k`` are the importance-weighted centroids of the groups.
+2. **Retrofitting.** The fused level, fed with the fused model's *own* outputs
+   of the previous levels, is fitted to reproduce ``T_k``: closed-form ridge
+   least squares (``"linear"``) or Adam on the mean squared error with early
+   stopping on a held-out part of the fusion set (``"gradient"``).
+
+The head is fitted the same way to the average of the base models' logits,
+optionally weighted per class by each model's share of that class's data.
+
+The *representation cost* of a level is ``sum_i w_i ||a_i - F_{c(i)}||^2``
+(neuron ``i`` with weight ``w_i`` and activations ``a_i``, fused neuron
+``F_{c(i)}`` of its group). Theorem 1 splits it exactly into the clustering
+error ``sum_i w_i ||a_i - T_{c(i)}||^2`` and the approximation error
+``sum_k W_k ||T_k - F_k||^2`` with ``W_k`` the total weight of group ``k``
+(:func:`cost_decomposition`).
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.optimize import linear_sum_assignment
+from sklearn.cluster import KMeans
+from torch import nn
+from tqdm.auto import tqdm
+
+from wslib.importance import neuron_importance
+from wslib.train import batches
+
+GROUPINGS = ("hf", "kf")
+RETROFITS = ("linear", "gradient")
+_AFFINE = (nn.Linear, nn.Conv1d, nn.Conv2d)
+
+
+# --- levels ----------------------------------------------------------------------------------
+
+
+def chain_levels(model: nn.Module) -> list[str]:
+    """Names of the affine modules that produce each hidden neuron group, then the head.
+
+    Read from the model's neuron structure. Fusion by levels needs a *chain*:
+    each group is produced by one Linear/Conv layer and consumed by the next
+    one, with no normalisation layer in between (the MLP and the plain conv
+    nets ``cnn1d`` / ``vgg11`` without BatchNorm).
+
+    Raises
+    ------
+    ValueError
+        For architectures that are not such a chain (ResNets, transformers,
+        BatchNorm nets), naming the reason.
+    """
+    if not hasattr(model, "neuron_structure"):
+        raise TypeError(f"{type(model).__name__} has no neuron_structure(); build it with build_model")
+    if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ValueError(
+            "neuron-level fusion needs models without BatchNorm (build cnn1d/vgg11 with bn=False)"
+        )
+    names: list[str] = []
+    consumer = None
+    for group in model.neuron_structure().groups:
+        out_w = [s.name for s in group.slots if s.role == "out" and s.name.endswith(".weight")]
+        ins = [s.name for s in group.slots if s.role == "in"]
+        if len(out_w) != 1 or len(ins) != 1 or any(s.role == "free" for s in group.slots):
+            raise ValueError(
+                f"{type(model).__name__} group {group.name!r} is not one layer feeding one layer; "
+                "level-wise fusion supports the chain architectures mlp, cnn1d and vgg11 (no BN)"
+            )
+        producer = out_w[0].removesuffix(".weight")
+        if consumer is not None and producer != consumer:
+            raise ValueError(f"group {group.name!r}: {producer} does not follow {consumer}")
+        names.append(producer)
+        consumer = ins[0].removesuffix(".weight")
+    names.append(consumer)
+    for name in names:
+        if not isinstance(model.get_submodule(name), _AFFINE):
+            raise TypeError(f"level {name!r} is not a Linear or Conv layer")
+    return names
+
+
+def level_widths(model: nn.Module) -> list[int]:
+    """Number of neurons of each hidden level."""
+    return [g.size for g in model.neuron_structure().groups]
+
+
+def check_same_architecture(models: Sequence[nn.Module], same_widths: bool = True) -> None:
+    """Raise a ValueError unless all models share one architecture (and widths)."""
+    if not models:
+        raise ValueError("need at least one model")
+    first = models[0]
+    for i, m in enumerate(models[1:], 1):
+        if type(m) is not type(first) or list(m.state_dict()) != list(first.state_dict()):
+            raise ValueError(
+                f"model {i} ({type(m).__name__}) has another architecture than model 0 "
+                f"({type(first).__name__}); fuse models of one architecture"
+            )
+        shapes = [t.dim() for t in m.state_dict().values()]
+        if shapes != [t.dim() for t in first.state_dict().values()]:
+            raise ValueError(f"model {i} has tensors of another rank than model 0")
+        if same_widths and any(
+            a.shape != b.shape for a, b in zip(m.state_dict().values(), first.state_dict().values())
+        ):
+            raise ValueError(
+                f"model {i} has other layer widths than model 0 ({level_widths(m)} vs "
+                f"{level_widths(first)}); this method needs equal widths (use KF otherwise)"
+            )
+
+
+def check_fusion_set(y: torch.Tensor, n_classes: int) -> None:
+    """Raise a ValueError naming the classes that the fusion set lacks."""
+    present = set(torch.as_tensor(y).unique().tolist())
+    missing = [c for c in range(n_classes) if c not in present]
+    if missing:
+        raise ValueError(
+            f"the fusion set has no examples of classes {missing}; draw a class-balanced "
+            "fusion set (wslib.data.balanced_subset) from the union of the training data"
+        )
+
+
+@torch.no_grad()
+def layer_io(
+    model: nn.Module, names: Sequence[str], x: torch.Tensor, kind: str = "output", batch_size: int = 512
+) -> dict[str, torch.Tensor]:
+    """Inputs (``kind="input"``) or outputs of the named modules on ``x`` (CPU, float32)."""
+    model.eval()
+    dev = next(model.parameters()).device
+    store: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    handles = []
+    for n in names:
+        mod = model.get_submodule(n)
+        if kind == "input":
+            handles.append(mod.register_forward_pre_hook(lambda m, a, n=n: store[n].append(a[0].cpu())))
+        else:
+            handles.append(mod.register_forward_hook(lambda m, a, o, n=n: store[n].append(o.cpu())))
+    try:
+        for idx in batches(len(x), batch_size):
+            model(x[idx].to(dev))
+    finally:
+        for h in handles:
+            h.remove()
+    return {n: torch.cat(v) for n, v in store.items()}
+
+
+def neuron_matrix(act: torch.Tensor) -> torch.Tensor:
+    """Activations ``(N, C, *positions)`` as ``(C, N * positions)`` float64 rows."""
+    return act.movedim(1, 0).reshape(act.shape[1], -1).double()
+
+
+def _unmatrix(mat: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`neuron_matrix` for ``k`` channels, shaped like ``like`` otherwise."""
+    shape = (mat.shape[0], like.shape[0], *like.shape[2:])
+    return mat.reshape(shape).movedim(0, 1)
+
+
+# --- grouping and the representation cost -----------------------------------------------------
+
+
+def weighted_centroids(
+    points: np.ndarray, weights: np.ndarray, labels: np.ndarray, k: int
+) -> np.ndarray:
+    """Importance-weighted centroid ``T_k`` of each group, shape ``(k, D)``."""
+    out = np.zeros((k, points.shape[1]))
+    np.add.at(out, labels, weights[:, None] * points)
+    total = np.bincount(labels, weights, minlength=k)
+    if (total <= 0).any():
+        raise ValueError(f"groups {np.flatnonzero(total <= 0).tolist()} are empty or weightless")
+    return out / total[:, None]
+
+
+def hungarian_groups(a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray) -> np.ndarray:
+    """Labels of HF's one-to-one grouping of two equal-size neuron sets.
+
+    The cost of merging ``a_i`` with ``b_j`` is the weighted squared distance
+    to their weighted centroid, ``wa_i wb_j / (wa_i + wb_j) ||a_i - b_j||^2``.
+    Group ``i`` holds ``a_i`` and its partner; labels are ``[0..n-1, perm]``.
+    """
+    if a.shape != b.shape:
+        raise ValueError(f"HF needs two levels of equal width, got {len(a)} and {len(b)} neurons")
+    sq = (a**2).sum(1)[:, None] + (b**2).sum(1)[None, :] - 2 * a @ b.T
+    cost = (wa[:, None] * wb[None, :]) / (wa[:, None] + wb[None, :]) * np.maximum(sq, 0)
+    rows, cols = linear_sum_assignment(cost)
+    labels_b = np.empty(len(b), dtype=np.int64)
+    labels_b[cols] = rows
+    return np.concatenate([np.arange(len(a)), labels_b])
+
+
+def kmeans_groups(
+    points: np.ndarray, weights: np.ndarray, k: int, init: np.ndarray | None = None, seed: int = 0
+) -> np.ndarray:
+    """Labels of importance-weighted k-means (squared distances) with ``k`` groups.
+
+    ``init`` (``(k, D)``) starts Lloyd's iterations there; otherwise k-means++
+    with 4 restarts.
+    """
+    if k > len(points):
+        raise ValueError(f"k={k} groups but only {len(points)} neurons")
+    km = KMeans(k, init="k-means++" if init is None else init, n_init=4 if init is None else 1,
+                random_state=seed, tol=0.0, max_iter=300)
+    return km.fit(points, sample_weight=weights).labels_.astype(np.int64)
+
+
+def representation_cost(
+    points: np.ndarray, weights: np.ndarray, labels: np.ndarray, fused: np.ndarray
+) -> float:
+    """``sum_i w_i ||a_i - F_{c(i)}||^2``."""
+    return float((weights * ((points - fused[labels]) ** 2).sum(1)).sum())
+
+
+def cost_decomposition(
+    points: np.ndarray, weights: np.ndarray, labels: np.ndarray, fused: np.ndarray
+) -> dict[str, float]:
+    """Representation cost and its Theorem-1 parts (clustering + approximation error)."""
+    k = len(fused)
+    targets = weighted_centroids(points, weights, labels, k)
+    group_w = np.bincount(labels, weights, minlength=k)
+    return {
+        "cost": representation_cost(points, weights, labels, fused),
+        "clustering": float((weights * ((points - targets[labels]) ** 2).sum(1)).sum()),
+        "approximation": float((group_w * ((targets - fused) ** 2).sum(1)).sum()),
+    }
+
+
+# --- retrofitting -----------------------------------------------------------------------------
+
+
+def _design(module: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """Rows of the affine map's inputs, ``(samples, fan_in)``, in neuron_matrix's sample order."""
+    x = inputs.double()
+    if isinstance(module, nn.Linear):
+        return x.reshape(-1, x.shape[-1]) if x.dim() == 2 else x.reshape(-1, module.in_features)
+    k, s, p = module.kernel_size, module.stride, module.padding
+    if isinstance(module, nn.Conv1d):
+        x = F.pad(x, (p[0], p[0])).unfold(2, k[0], s[0])  # (N, C, L, k)
+        return x.permute(0, 2, 1, 3).reshape(-1, x.shape[1] * k[0])
+    cols = F.unfold(x, k, padding=p, stride=s)  # (N, C*kh*kw, L)
+    return cols.transpose(1, 2).reshape(-1, cols.shape[1])
+
+
+def retrofit_linear(
+    module: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    ridge: float = 1e-8,
+    chunk: int = 256,
+) -> None:
+    """Closed-form ridge least squares of an affine layer to ``targets`` (``(k, samples)``).
+
+    The bias is fitted through a ones column; ``ridge`` is relative to the mean
+    diagonal of the Gram matrix, which is accumulated over ``chunk`` examples
+    at a time.
+    """
+    per_example = targets.shape[1] // len(inputs)
+    gram, rhs = None, None
+    for start in range(0, len(inputs), chunk):
+        a = _design(module, inputs[start : start + chunk])
+        a = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1)
+        t = targets[:, start * per_example : start * per_example + len(a)].double()
+        gram = a.T @ a if gram is None else gram + a.T @ a
+        rhs = a.T @ t.T if rhs is None else rhs + a.T @ t.T
+    lam = ridge * gram.diagonal().mean()
+    sol = torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=gram.dtype), rhs)
+    w = sol[:-1].T.reshape(module.weight.shape)
+    with torch.no_grad():
+        module.weight.copy_(w.to(module.weight))
+        module.bias.copy_(sol[-1].to(module.bias))
+
+
+@dataclass(frozen=True)
+class GradientConfig:
+    """Adam retrofitting of one level: full-batch epochs, early stopping on a held-out part."""
+
+    lr: float = 1e-2
+    max_epochs: int = 150
+    patience: int = 10
+    val_fraction: float = 0.2
+
+
+def retrofit_gradient(
+    module: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    config: GradientConfig = GradientConfig(),
+    seed: int = 0,
+) -> dict[str, float]:
+    """Train an affine level on the MSE to ``targets`` (module-output shape) with Adam.
+
+    Training starts from the module's current weights. The examples are split
+    once into a training and a held-out part (``val_fraction``); the weights
+    with the lowest held-out MSE are kept (training stops after ``patience``
+    epochs without improvement).
+    """
+    gen = torch.Generator().manual_seed(seed)
+    n = len(inputs)
+    n_val = max(1, round(config.val_fraction * n))
+    if n_val >= n:
+        raise ValueError(f"fusion set of {n} examples is too small to hold out {n_val}")
+    order = torch.randperm(n, generator=gen)
+    val, train = order[:n_val], order[n_val:]
+    dev = module.weight.device
+    x, t = inputs.to(dev), targets.to(dev, torch.float32)
+    x_tr, t_tr, x_val, t_val = x[train], t[train], x[val], t[val]
+    opt = torch.optim.Adam(module.parameters(), lr=config.lr)
+    best, since = float("inf"), 0
+    best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    for _ in range(config.max_epochs):
+        loss = F.mse_loss(module(x_tr), t_tr)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            val_loss = F.mse_loss(module(x_val), t_val).item()
+        if val_loss < best:
+            best, since = val_loss, 0
+            best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+        else:
+            since += 1
+            if since >= config.patience:
+                break
+    module.load_state_dict(best_state)
+    return {"val_mse": best}
+
+
+# --- the fusion -------------------------------------------------------------------------------
+
+
+def class_share(counts: np.ndarray) -> np.ndarray:
+    """Per-class data share of each model, ``(n_models, n_classes)``; columns sum to 1.
+
+    A class that no model saw gets equal shares.
+    """
+    counts = np.asarray(counts, dtype=np.float64)
+    total = counts.sum(0, keepdims=True)
+    uniform = np.full_like(counts, 1.0 / len(counts))
+    return np.where(total > 0, counts / np.where(total > 0, total, 1), uniform)
+
+
+def model_importance(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, method: str, progress: bool = True
+) -> dict[str, torch.Tensor]:
+    """Importance of the neurons of every hidden level of a chain model."""
+    return neuron_importance(model, chain_levels(model)[:-1], x, y, method, progress=progress)
+
+
+@dataclass
+class FusionResult:
+    """The fused model and what happened per level."""
+
+    model: nn.Module
+    levels: list[str]
+    costs: list[dict[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _normalised(scores: torch.Tensor, floor: float = 1e-6) -> np.ndarray:
+    """Scores scaled to mean 1 (every model weighs the same in total), floored above zero."""
+    s = scores.double().numpy()
+    s = s / s.mean() if s.mean() > 0 else np.ones_like(s)
+    return np.maximum(s, floor)
+
+
+def fuse(
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    grouping: str = "kf",
+    retrofit: str = "linear",
+    importance: str = "uniform",
+    fused: nn.Module | None = None,
+    class_weights: np.ndarray | None = None,
+    ridge: float = 1e-8,
+    gradient: GradientConfig = GradientConfig(),
+    scores: Sequence[dict[str, torch.Tensor]] | None = None,
+    seed: int = 0,
+    progress: bool = True,
+) -> FusionResult:
+    """Fuse ``models`` into one network with HF or KF grouping and retrofitting.
+
+    Parameters
+    ----------
+    models
+        Base models of one chain architecture (see :func:`chain_levels`).
+    x, y
+        The fusion set; it must contain every class.
+    grouping
+        ``"hf"`` (two models of equal widths) or ``"kf"`` (any).
+    retrofit
+        ``"linear"`` (ridge least squares) or ``"gradient"`` (Adam, early stopping).
+    importance
+        ``"uniform"``, ``"conductance"`` or ``"deeplift"`` neuron weights.
+    fused
+        A model of the same architecture whose widths are the fused widths
+        (its weights are overwritten); default: a copy of ``models[0]``.
+    class_weights
+        ``(n_models, n_classes)`` weights of each model's logits in the head's
+        target (e.g. :func:`class_share`); default equal weights.
+    ridge, gradient
+        Settings of the two retrofitting variants.
+    scores
+        Precomputed importance per model (:func:`model_importance`); computed
+        with ``importance`` when None.
+    seed, progress
+        Seed of k-means and of the held-out split; progress bars.
+    """
+    start = time.perf_counter()
+    if grouping not in GROUPINGS or retrofit not in RETROFITS:
+        raise ValueError(f"grouping must be one of {GROUPINGS} and retrofit one of {RETROFITS}")
+    if grouping == "hf" and len(models) != 2:
+        raise ValueError(f"HF fuses exactly two models, got {len(models)}; use KF for more")
+    check_same_architecture(models, same_widths=grouping == "hf")
+    device = next(models[0].parameters()).device
+    fused = copy.deepcopy(models[0] if fused is None else fused).to(device).eval()
+    check_same_architecture([models[0], fused], same_widths=False)
+    levels = chain_levels(models[0])
+    n_classes = models[0].get_submodule(levels[-1]).weight.shape[0]
+    check_fusion_set(y, n_classes)
+    weights = np.ones((len(models), n_classes)) if class_weights is None else np.asarray(class_weights)
+    if weights.shape != (len(models), n_classes):
+        raise ValueError(f"class_weights must have shape {(len(models), n_classes)}, got {weights.shape}")
+    weights = weights / weights.sum(0, keepdims=True)
+    outs = [layer_io(m, levels, x) for m in models]
+    if scores is None:
+        scores = [model_importance(m, x, y, importance, progress) for m in models]
+    result = FusionResult(fused, levels)
+    for li, name in enumerate(tqdm(levels, desc=f"{grouping}-{retrofit}", disable=not progress, leave=False)):
+        module = fused.get_submodule(name)
+        if li < len(levels) - 1:
+            mats = [neuron_matrix(o[name]).numpy() for o in outs]
+            points = np.concatenate(mats)
+            w = np.concatenate([_normalised(s[name]) for s in scores])
+            k = module.weight.shape[0]
+            if grouping == "hf":
+                labels = hungarian_groups(mats[0], mats[1], w[: len(mats[0])], w[len(mats[0]) :])
+            else:
+                init = mats[0] if k == len(mats[0]) else None
+                labels = kmeans_groups(points, w, k, init, seed)
+            targets = weighted_centroids(points, w, labels, k)
+        else:
+            logits = torch.stack([o[name].double() for o in outs])  # (models, N, classes)
+            targets = neuron_matrix((torch.as_tensor(weights)[:, None, :] * logits).sum(0)).numpy()
+            points = labels = w = None
+        inputs = layer_io(fused, [name], x, "input")[name]
+        target_t = torch.as_tensor(targets)
+        if retrofit == "linear":
+            retrofit_linear(module, inputs, target_t, ridge)
+        else:
+            with torch.enable_grad():
+                like = outs[0][name]
+                retrofit_gradient(module, inputs, _unmatrix(target_t, like), gradient, seed + li)
+        if points is not None:
+            out = neuron_matrix(layer_io(fused, [name], x)[name]).numpy()
+            result.costs.append({"level": name, **cost_decomposition(points, w, labels, out)})
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def augment_fusion_set(
+    x: torch.Tensor, y: torch.Tensor, copies: int, shift: int = 3, noise: float = 0.1, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fusion set plus ``copies`` augmented copies of it.
+
+    Each copy is circularly shifted along the last axis (signal positions,
+    image columns) by a random integer in ``[-shift, shift]`` per example and
+    gets Gaussian noise of std ``noise``.
+    """
+    if copies < 0 or x.dim() < 3:
+        raise ValueError("augment_fusion_set needs copies >= 0 and inputs of shape (N, C, ..., L)")
+    gen = torch.Generator().manual_seed(seed)
+    xs, ys = [x], [y]
+    length = x.shape[-1]
+    for _ in range(copies):
+        shifts = torch.randint(-shift, shift + 1, (len(x),), generator=gen)
+        pos = (torch.arange(length)[None, :] - shifts[:, None]) % length
+        pos = pos.reshape(len(x), *([1] * (x.dim() - 2)), length).expand_as(x)
+        xs.append(torch.gather(x, -1, pos) + noise * torch.randn(x.shape, generator=gen))
+        ys.append(y)
+    return torch.cat(xs), torch.cat(ys)
