@@ -243,3 +243,12 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config: dict) -> None:
         res = evaluate_path(model, p, ds.x_train, ds.y_train, ds.x_test, ds.y_test, dense=1,
                             progress=False)
         assert np.isfinite(res["peak_excess"])
+
+
+def test_stage_names_match_stages() -> None:
+    from wslib.llpf import data_flow_stage_names
+
+    model = build_model(TRANSFORMER)
+    names = data_flow_stage_names(model)
+    assert len(names) == len(data_flow_stages(model))
+    assert names[-1] == "head" and "blocks.0" in names

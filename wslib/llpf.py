@@ -157,6 +157,16 @@ def data_flow_stages(model: nn.Module) -> list[list[str]]:
     return list(stages.values())
 
 
+def data_flow_stage_names(model: nn.Module) -> list[str]:
+    """Names of the stages of :func:`data_flow_stages` (the owning blocks), in the same order."""
+    names: list[str] = []
+    for name, _ in model.named_parameters():
+        block = _block_of(name)
+        if block not in names:
+            names.append(block)
+    return names
+
+
 def stage_starts(
     n_stages: int, ticks: int, stage_ticks: int | Sequence[int] | None, all_at_once: bool = False
 ) -> list[int]:

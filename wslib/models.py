@@ -437,10 +437,8 @@ def cnn1d(
     bn: bool = False,
 ) -> ConvNet:
     """1-D CNN: one ``Conv -> ReLU (-> 2x pool)`` stage per entry of ``channels``."""
-    plan = [c for ch in channels for c in ((ch, "P") if pool else (ch,))]
-    head = "conv" if fully_conv else "flatten"
     shape = _check_shape(in_shape, 1, "cnn1d")
-    return ConvNet(shape, n_classes, plan, kernel_size, pool or "max", bn, head)
+    return _staged_cnn(shape, n_classes, channels, kernel_size, pool, fully_conv, bn)
 
 
 def cnn2d(
@@ -457,9 +455,21 @@ def cnn2d(
     With ``fully_conv=True`` and no BN it is a CIFAR "NV"-like fully
     convolutional net (conv head, global average pooling).
     """
+    shape = _check_shape(in_shape, 2, "cnn2d")
+    return _staged_cnn(shape, n_classes, channels, kernel_size, pool, fully_conv, bn)
+
+
+def _staged_cnn(
+    shape: list[int],
+    n_classes: int,
+    channels: Sequence[int],
+    kernel_size: int,
+    pool: str | None,
+    fully_conv: bool,
+    bn: bool,
+) -> ConvNet:
     plan = [c for ch in channels for c in ((ch, "P") if pool else (ch,))]
     head = "conv" if fully_conv else "flatten"
-    shape = _check_shape(in_shape, 2, "cnn2d")
     return ConvNet(shape, n_classes, plan, kernel_size, pool or "max", bn, head)
 
 
