@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import math
 import operator
 import time
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,6 +64,7 @@ from wslib.data import Dataset
 from wslib.enorm import enorm_callback
 from wslib.models import build_model
 from wslib.neurons import NeuronGroup, NeuronStructure, neuron_structure, rescale_state
+from wslib.runcache import cached_run
 from wslib.train import Recipe, evaluate, fit, predict, seed_everything
 
 METHODS = ("block", "neuron")
@@ -511,8 +514,13 @@ def train_run(
     device: str | torch.device | None = None,
     task: str = "classify",
     progress: bool = False,
+    cache_dir: str | Path | None = None,
 ) -> dict[str, Any]:
     """Prepare a model by ``method`` and train it with ``recipe`` (ENorm: after every step).
+
+    With ``cache_dir``, the result is stored there (see :mod:`wslib.runcache`)
+    under the run's full description (data set, model, method, recipe, seed,
+    init scale, task), and a later call with the same description loads it.
 
     Returns the per-epoch training ``loss`` and running ``acc`` (from
     :func:`wslib.train.fit`), ``test_loss``, ``test_acc`` (NaN for the
@@ -521,6 +529,32 @@ def train_run(
     """
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
+    key = {
+        "data": {"name": ds.name, "n_train": len(ds.x_train), "x_sum": float(ds.x_train.double().sum())},
+        "model": config,
+        "method": method,
+        "recipe": recipe.to_dict(),
+        "seed": seed,
+        "init_scale": init_scale,
+        "task": task,
+    }
+    run = functools.partial(
+        _train_run, config, method, ds, recipe, seed, init_scale, device, task, progress
+    )
+    return cached_run(cache_dir, key, run)
+
+
+def _train_run(
+    config: dict[str, Any],
+    method: str,
+    ds: Dataset,
+    recipe: Recipe,
+    seed: int,
+    init_scale: float,
+    device: str | torch.device | None,
+    task: str,
+    progress: bool,
+) -> dict[str, Any]:
     model, rescale_seconds = prepare_model(config, method, init_scale, seed)
     on_step = enorm_callback() if method == "enorm" else None
     auto = task == "autoencoder"
