@@ -110,15 +110,7 @@ def last_layer_kd(
         soft = F.softmax(teacher(x) / temperature, 1)
         feats = layer_io(student, [head], x, "input")[head]
     layer = student.get_submodule(head)
-    opt = torch.optim.Adam(layer.parameters(), lr=lr)
-    gen = torch.Generator().manual_seed(seed)
-    for _ in range(epochs):
-        for idx in batches(len(x), 128, gen):
-            logp = F.log_softmax(layer(feats[idx]) / temperature, 1)
-            loss = F.kl_div(logp, soft[idx], reduction="batchmean") * temperature**2
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+    _fit_soft_targets(layer, feats, soft, epochs, lr, temperature, 128, seed)
     return student.eval()
 
 
@@ -300,13 +292,27 @@ def distill(
     student = student.cpu().train()
     with torch.no_grad():
         soft = F.softmax(teacher.cpu().eval()(x) / temperature, 1)
-    opt = torch.optim.Adam(student.parameters(), lr=lr)
+    _fit_soft_targets(student, x, soft, epochs, lr, temperature, batch_size, seed)
+    return student.eval()
+
+
+def _fit_soft_targets(
+    module: nn.Module,
+    inputs: torch.Tensor,
+    soft: torch.Tensor,
+    epochs: int,
+    lr: float,
+    temperature: float,
+    batch_size: int,
+    seed: int,
+) -> None:
+    """Adam on the temperature-scaled KL divergence between ``module(inputs)`` and ``soft``."""
+    opt = torch.optim.Adam(module.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
-        for idx in batches(len(x), batch_size, gen):
-            logp = F.log_softmax(student(x[idx]) / temperature, 1)
+        for idx in batches(len(inputs), batch_size, gen):
+            logp = F.log_softmax(module(inputs[idx]) / temperature, 1)
             loss = F.kl_div(logp, soft[idx], reduction="batchmean") * temperature**2
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-    return student.eval()
