@@ -31,6 +31,7 @@ from wslib.fusion_baselines import (
     rebasin_activation_matching,
     rebasin_weight_matching,
 )
+from wslib.fusion_residual import resnet_taps, transformer_taps
 from wslib.importance import neuron_importance
 from wslib.models import build_model
 from wslib.neurons import permute_state, random_permutations
@@ -39,6 +40,9 @@ from wslib.train import predict
 QUICK = GradientConfig(max_epochs=10, patience=3)
 MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [24, 16]}
 CNN = {"name": "cnn1d", "in_shape": [1, 40], "n_classes": 10, "channels": [6, 8]}
+RESNET = {"name": "resnet1d", "in_shape": [1, 40], "n_classes": 10, "widths": [4, 8], "blocks_per_stage": 2}
+TRANSFORMER = {"name": "transformer1d", "in_shape": [1, 40], "n_classes": 10, "embed_dim": 8,
+               "depth": 2, "heads": 2, "mlp_dim": 12}
 
 
 def _model(config: dict, seed: int) -> torch.nn.Module:
@@ -77,6 +81,62 @@ def test_fusing_a_model_with_itself_returns_it(config, method):
     fused = SELF_FUSIONS[method]([model, copy.deepcopy(model)], x, y)
     x_test, _ = _fusion_set(5, seed=1)
     assert _max_diff(model, fused, x_test) < 1e-4
+
+
+def _with_bn_statistics(model: torch.nn.Module, x: torch.Tensor) -> torch.nn.Module:
+    """Running statistics from one train-mode pass, so that BatchNorm is not the identity."""
+    model.train()
+    with torch.no_grad():
+        model(x)
+    return model.eval()
+
+
+RESIDUAL_FUSIONS = ["hf_linear", "kf_linear", "kf_linear_conductance"]
+
+
+@pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
+@pytest.mark.parametrize("method", RESIDUAL_FUSIONS)
+def test_residual_models_fused_with_themselves_are_returned(config, method):
+    x, y = _fusion_set()
+    model = _with_bn_statistics(_model(config, 0), x)
+    fused = SELF_FUSIONS[method]([model, copy.deepcopy(model)], x, y)
+    x_test, _ = _fusion_set(5, seed=1)
+    assert _max_diff(model, fused, x_test) < 1e-4
+
+
+@pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
+def test_taps_reproduce_the_forward_pass(config):
+    x, _ = _fusion_set(3)
+    model = _with_bn_statistics(_model(config, 0), x)
+    taps = (resnet_taps if config is RESNET else transformer_taps)(model, x)
+    assert torch.allclose(taps["head"], model(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
+def test_permuted_residual_copy_fuses_back_to_the_model(config):
+    """Streams, block neurons and MLP neurons permuted: HF pairs every neuron with its copy."""
+    x, y = _fusion_set()
+    model = _with_bn_statistics(_model(config, 0), x)
+    structure = model.neuron_structure()
+    other = copy.deepcopy(model)
+    other.load_state_dict(permute_state(model.state_dict(), structure,
+                                        random_permutations(structure, torch.Generator().manual_seed(5))))
+    fused = fuse([model, other], x, y, "hf", progress=False).model
+    assert _max_diff(model, fused, x) < 1e-4
+
+
+@pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
+@pytest.mark.parametrize("grouping,retrofit", [("hf", "linear"), ("kf", "gradient")])
+def test_residual_fusion_of_different_models(config, grouping, retrofit):
+    x, y = _fusion_set()
+    models = [_with_bn_statistics(_model(config, s), x) for s in (0, 1)]
+    result = fuse(models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False)
+    assert type(result.model) is type(models[0])
+    assert torch.isfinite(predict(result.model, x)).all()
+    groups = [g.name for g in models[0].neuron_structure().groups]
+    assert [c["level"] for c in result.costs] == groups
+    for c in result.costs:
+        assert c["clustering"] + c["approximation"] == pytest.approx(c["cost"], rel=1e-9)
 
 
 def test_hungarian_recovers_the_permutation_of_a_permuted_copy():
@@ -221,7 +281,7 @@ def _write_tiny_cifar10(root: Path, n: int = 8) -> None:
 
 
 def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path):
-    """VGG-11 (no BN) through HF/KF and the baselines; ResNet-18 and a ViT through Re-Basin."""
+    """VGG-11 (no BN) through HF/KF and the baselines; ResNet-18 and a ViT through Re-Basin and KF."""
     _write_tiny_cifar10(tmp_path, n=10)
     ds = load_dataset("cifar10", tmp_path)
     x, y = ds.x_train[:20], ds.y_train[:20]
@@ -238,4 +298,6 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path):
     ):
         pair = [_model(config, s) for s in (0, 1)]
         fused = rebasin_weight_matching(pair, x_bn=x)
+        assert torch.isfinite(predict(fused, ds.x_test)).all()
+        fused = fuse(pair, x, y, "kf", "linear", "conductance", progress=False).model
         assert torch.isfinite(predict(fused, ds.x_test)).all()

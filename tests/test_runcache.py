@@ -1,7 +1,9 @@
 """The JSON run cache: hit, miss, unreadable and mismatched files."""
 
+import numpy as np
 import pytest
 
+from wslib.paths import dense_curve
 from wslib.runcache import cached_run
 
 
@@ -32,3 +34,14 @@ def test_bad_files_are_recomputed(tmp_path) -> None:
 
 def test_no_root_means_no_cache(tmp_path) -> None:
     assert cached_run(None, {"seed": 0}, lambda: {"v": 1}) == {"v": 1}
+
+
+def test_cached_path_metrics_give_the_same_curve(tmp_path) -> None:
+    """Arrays of an evaluated path come back as lists; the dense curve is unchanged."""
+    res = {"train_loss": np.array([0.1, 0.4, 0.2]), "dense_loss": np.array([[0.3], [0.5]])}
+    stored = cached_run(tmp_path, {"path": 0}, lambda: res)
+    loaded = cached_run(tmp_path, {"path": 0}, lambda: {})
+    for got in (stored, loaded):
+        pos, loss = dense_curve(got)
+        ref_pos, ref_loss = dense_curve(res)
+        assert np.array_equal(pos, ref_pos) and np.array_equal(loss, ref_loss)

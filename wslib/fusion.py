@@ -42,11 +42,13 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from wslib.importance import neuron_importance
+from wslib.models import ResNet, Transformer
 from wslib.train import batches
 
 GROUPINGS = ("hf", "kf")
 RETROFITS = ("linear", "gradient")
 _AFFINE = (nn.Linear, nn.Conv1d, nn.Conv2d)
+_RESIDUAL = (ResNet, Transformer)  # fused by wslib.fusion_residual
 
 
 # --- levels ----------------------------------------------------------------------------------
@@ -64,7 +66,8 @@ def chain_levels(model: nn.Module) -> list[str]:
     ------
     ValueError
         For architectures that are not such a chain (ResNets, transformers,
-        BatchNorm nets), naming the reason.
+        BatchNorm nets), naming the reason; ResNets and transformers are fused
+        by :mod:`wslib.fusion_residual` instead.
     """
     if not hasattr(model, "neuron_structure"):
         raise TypeError(f"{type(model).__name__} has no neuron_structure(); build it with build_model")
@@ -353,7 +356,11 @@ def class_share(counts: np.ndarray) -> np.ndarray:
 def model_importance(
     model: nn.Module, x: torch.Tensor, y: torch.Tensor, method: str, progress: bool = True
 ) -> dict[str, torch.Tensor]:
-    """Importance of the neurons of every hidden level of a chain model."""
+    """Importance of the neurons of every hidden level (chains) or neuron group (ResNets, transformers)."""
+    if isinstance(model, _RESIDUAL):
+        from wslib.fusion_residual import residual_importance  # it builds on this module
+
+        return residual_importance(model, x, y, method, progress)
     return neuron_importance(model, chain_levels(model)[:-1], x, y, method, progress=progress)
 
 
@@ -394,7 +401,8 @@ def fuse(
     Parameters
     ----------
     models
-        Base models of one chain architecture (see :func:`chain_levels`).
+        Base models of one architecture: a chain (see :func:`chain_levels`), or
+        a ResNet or transformer (see :mod:`wslib.fusion_residual`).
     x, y
         The fusion set; it must contain every class.
     grouping
@@ -426,16 +434,21 @@ def fuse(
     device = next(models[0].parameters()).device
     fused = copy.deepcopy(models[0] if fused is None else fused).to(device).eval()
     check_same_architecture([models[0], fused], same_widths=False)
-    levels = chain_levels(models[0])
-    n_classes = models[0].get_submodule(levels[-1]).weight.shape[0]
+    residual = isinstance(models[0], _RESIDUAL)
+    levels = [] if residual else chain_levels(models[0])
+    n_classes = (models[0].head if residual else models[0].get_submodule(levels[-1])).weight.shape[0]
     check_fusion_set(y, n_classes)
     weights = np.ones((len(models), n_classes)) if class_weights is None else np.asarray(class_weights)
     if weights.shape != (len(models), n_classes):
         raise ValueError(f"class_weights must have shape {(len(models), n_classes)}, got {weights.shape}")
     weights = weights / weights.sum(0, keepdims=True)
-    outs = [layer_io(m, levels, x) for m in models]
     if scores is None:
         scores = [model_importance(m, x, y, importance, progress) for m in models]
+    if residual:
+        from wslib.fusion_residual import fuse_residual  # it builds on this module
+
+        return fuse_residual(models, x, grouping, retrofit, fused, weights, scores, ridge, gradient, seed)
+    outs = [layer_io(m, levels, x) for m in models]
     result = FusionResult(fused, levels)
     for li, name in enumerate(tqdm(levels, desc=f"{grouping}-{retrofit}", disable=not progress, leave=False)):
         module = fused.get_submodule(name)

@@ -16,6 +16,7 @@ from captum.attr import LayerConductance, LayerDeepLift
 from torch import nn
 from tqdm.auto import tqdm
 
+from wslib.models import TransformerBlock
 from wslib.train import batches
 
 IMPORTANCES = ("uniform", "conductance", "deeplift")
@@ -62,8 +63,8 @@ def neuron_importance(
     layers
         Names of submodules (``model.get_submodule`` keys) whose outputs hold
         the neurons: channels on axis 1 (Linear, Conv; positions count as
-        samples) or, for a Linear applied to tokens ``(N, T, D)``, on the last
-        axis (tokens count as samples).
+        samples) or, for a Linear or a transformer block applied to tokens
+        ``(N, T, D)``, on the last axis (tokens count as samples).
     x, y
         Inputs and true labels (the attribution target).
     method
@@ -93,7 +94,7 @@ def neuron_importance(
         for idx in batches(len(x), batch_size):
             xb, yb = x[idx].to(dev), y[idx].to(dev)
             att = _attribute(model, layer, xb, yb, method, n_steps).detach().abs().double()
-            if isinstance(layer, nn.Linear) and att.dim() == 3:
+            if isinstance(layer, (nn.Linear, TransformerBlock)) and att.dim() == 3:
                 att = att.movedim(-1, 1)
             per_neuron = att.movedim(1, 0).reshape(att.shape[1], -1)
             total = per_neuron.sum(1) if total is None else total + per_neuron.sum(1)

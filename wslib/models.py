@@ -322,11 +322,16 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        n, t, d = x.shape
-        qkv = self.qkv(x).reshape(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+    def mix(self, qkv: torch.Tensor) -> torch.Tensor:
+        """The heads' outputs ``(N, T, D)`` (before ``proj``) from the ``qkv`` projection."""
+        n, t, d3 = qkv.shape
+        d = d3 // 3
+        qkv = qkv.reshape(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])
-        return self.proj(y.transpose(1, 2).reshape(n, t, d))
+        return y.transpose(1, 2).reshape(n, t, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.mix(self.qkv(x)))
 
 
 class TransformerBlock(nn.Module):

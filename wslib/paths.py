@@ -99,7 +99,7 @@ def evaluate_path(
 def dense_curve(res: dict[str, object]) -> tuple[np.ndarray, np.ndarray]:
     """Positions and training losses of the points and the dense segments, in path order."""
     n = len(res["train_loss"])
-    dense = res["dense_loss"]
+    dense = np.asarray(res["dense_loss"], dtype=float)  # lists when read from a run cache
     k = dense.shape[1]
     pos, loss = [0.0], [float(res["train_loss"][0])]
     for i in range(n - 1):
