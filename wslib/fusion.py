@@ -18,6 +18,9 @@ Bottom-up, for every hidden level:
 The head is fitted the same way to the average of the base models' logits,
 optionally weighted per class by each model's share of that class's data.
 
+ResNets and transformers, whose residual streams are written by several
+layers, are fused by :mod:`wslib.fusion_residual` (:func:`fuse` dispatches).
+
 The *representation cost* of a level is ``sum_i w_i ||a_i - F_{c(i)}||^2``
 (neuron ``i`` with weight ``w_i`` and activations ``a_i``, fused neuron
 ``F_{c(i)}`` of its group). Theorem 1 splits it exactly into the clustering

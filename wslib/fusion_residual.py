@@ -260,8 +260,8 @@ class _Piece:
             self.module.bias.zero_()  # the step's bias is added afterwards
         if self.fit.bn is not None:
             bn = self.model.get_submodule(self.fit.bn)
-            out = self.module(self.source)
-            mean, var = out.transpose(0, 1).flatten(1).mean(1), out.transpose(0, 1).flatten(1).var(1, False)
+            out = self.module(self.source).transpose(0, 1).flatten(1)  # (channels, samples)
+            mean, var = out.mean(1), out.var(1, unbiased=False)
             bn.running_mean.copy_(mean)
             bn.running_var.copy_(var)
             bn.weight.copy_((var + bn.eps).sqrt())
@@ -275,6 +275,7 @@ class _Piece:
 
     @torch.no_grad()
     def current_bias(self) -> torch.Tensor:
+        """The current bias of the map (BN folded)."""
         if self.fit.bn is None:
             return self.module.bias.double().clone()
         bn = self.model.get_submodule(self.fit.bn)
@@ -310,7 +311,7 @@ def _solve_gradient(
     t = target.T.float()
     start = [p.coefficients() for p in pieces]
     if bias:
-        start.append(pieces[0].current_bias()[None])
+        start.append(sum(p.current_bias() for p in pieces)[None])
     coef = torch.cat(start).float().requires_grad_(True)
     gen = torch.Generator().manual_seed(seed)
     order = torch.randperm(n, generator=gen)
