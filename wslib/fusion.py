@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -297,6 +297,47 @@ class GradientConfig:
     val_fraction: float = 0.2
 
 
+def adam_early_stopping(
+    params: Sequence[torch.Tensor],
+    train_loss: Callable[[], torch.Tensor],
+    val_loss: Callable[[], float],
+    config: GradientConfig,
+) -> float:
+    """Full-batch Adam on ``train_loss()``; keep the values with the lowest ``val_loss()``.
+
+    Stops after ``config.patience`` epochs without improvement; returns the
+    best held-out loss.
+    """
+    opt = torch.optim.Adam(params, lr=config.lr)
+    best, since, best_values = float("inf"), 0, [p.detach().clone() for p in params]
+    for _ in range(config.max_epochs):
+        loss = train_loss()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            current = val_loss()
+        if current < best:
+            best, since, best_values = current, 0, [p.detach().clone() for p in params]
+        else:
+            since += 1
+            if since >= config.patience:
+                break
+    with torch.no_grad():
+        for p, value in zip(params, best_values):
+            p.copy_(value)
+    return best
+
+
+def held_out_split(n: int, val_fraction: float, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of the held-out and the training examples, drawn once with ``seed``."""
+    n_val = max(1, round(val_fraction * n))
+    if n_val >= n:
+        raise ValueError(f"fusion set of {n} examples is too small to hold out {n_val}")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return order[:n_val], order[n_val:]
+
+
 def retrofit_gradient(
     module: nn.Module,
     inputs: torch.Tensor,
@@ -311,34 +352,16 @@ def retrofit_gradient(
     with the lowest held-out MSE are kept (training stops after ``patience``
     epochs without improvement).
     """
-    gen = torch.Generator().manual_seed(seed)
-    n = len(inputs)
-    n_val = max(1, round(config.val_fraction * n))
-    if n_val >= n:
-        raise ValueError(f"fusion set of {n} examples is too small to hold out {n_val}")
-    order = torch.randperm(n, generator=gen)
-    val, train = order[:n_val], order[n_val:]
+    val, train = held_out_split(len(inputs), config.val_fraction, seed)
     dev = module.weight.device
     x, t = inputs.to(dev), targets.to(dev, torch.float32)
     x_tr, t_tr, x_val, t_val = x[train], t[train], x[val], t[val]
-    opt = torch.optim.Adam(module.parameters(), lr=config.lr)
-    best, since = float("inf"), 0
-    best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    for _ in range(config.max_epochs):
-        loss = F.mse_loss(module(x_tr), t_tr)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            val_loss = F.mse_loss(module(x_val), t_val).item()
-        if val_loss < best:
-            best, since = val_loss, 0
-            best_state = {k: v.detach().clone() for k, v in module.state_dict().items()}
-        else:
-            since += 1
-            if since >= config.patience:
-                break
-    module.load_state_dict(best_state)
+    best = adam_early_stopping(
+        list(module.parameters()),
+        lambda: F.mse_loss(module(x_tr), t_tr),
+        lambda: F.mse_loss(module(x_val), t_val).item(),
+        config,
+    )
     return {"val_mse": best}
 
 

@@ -52,7 +52,9 @@ from wslib.fusion import (
     GradientConfig,
     _design,
     _normalised,
+    adam_early_stopping,
     cost_decomposition,
+    held_out_split,
     hungarian_groups,
     kmeans_groups,
     weighted_centroids,
@@ -313,29 +315,17 @@ def _solve_gradient(
     if bias:
         start.append(sum(p.current_bias() for p in pieces)[None])
     coef = torch.cat(start).float().requires_grad_(True)
-    gen = torch.Generator().manual_seed(seed)
-    order = torch.randperm(n, generator=gen)
-    n_val = max(1, round(config.val_fraction * n))
-    if n_val >= n:
-        raise ValueError(f"fusion set of {n} examples is too small to hold out {n_val}")
-    rows = (order[:, None] * per + torch.arange(per)[None]).reshape(n, per)
-    val, train = rows[:n_val].flatten(), rows[n_val:].flatten()
-    opt = torch.optim.Adam([coef], lr=config.lr)
-    best, since, best_coef = float("inf"), 0, coef.detach().clone()
-    for _ in range(config.max_epochs):
-        loss = F.mse_loss(a[train] @ coef, t[train])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        with torch.no_grad():
-            val_loss = F.mse_loss(a[val] @ coef, t[val]).item()
-        if val_loss < best:
-            best, since, best_coef = val_loss, 0, coef.detach().clone()
-        else:
-            since += 1
-            if since >= config.patience:
-                break
-    return best_coef.double()
+    val, train = (
+        (idx[:, None] * per + torch.arange(per)[None]).flatten()  # the rows of those examples
+        for idx in held_out_split(n, config.val_fraction, seed)
+    )
+    adam_early_stopping(
+        [coef],
+        lambda: F.mse_loss(a[train] @ coef, t[train]),
+        lambda: F.mse_loss(a[val] @ coef, t[val]).item(),
+        config,
+    )
+    return coef.detach().double()
 
 
 def _write(pieces: Sequence[_Piece], sol: torch.Tensor, bias: bool) -> None:
