@@ -258,29 +258,43 @@ def _design(module: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
     return cols.transpose(1, 2).reshape(-1, cols.shape[1])
 
 
+def ridge_solve(
+    rows: Callable[[slice], torch.Tensor], targets: torch.Tensor, n: int, ridge: float, chunk: int = 256
+) -> torch.Tensor:
+    """Ridge least squares ``A @ sol ~ targets.T`` for ``A = rows(all n examples)``, float64.
+
+    ``rows(slice)`` gives the design rows of those examples (each example has
+    ``targets.shape[1] // n`` consecutive rows); the Gram matrix is
+    accumulated over ``chunk`` examples at a time and ``ridge`` is relative to
+    its mean diagonal.
+    """
+    per_example = targets.shape[1] // n
+    gram, rhs = None, None
+    for start in range(0, n, chunk):
+        a = rows(slice(start, start + chunk))
+        t = targets[:, start * per_example : start * per_example + len(a)].double()
+        gram = a.T @ a if gram is None else gram + a.T @ a
+        rhs = a.T @ t.T if rhs is None else rhs + a.T @ t.T
+    lam = ridge * gram.diagonal().mean()
+    return torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=gram.dtype), rhs)
+
+
 def retrofit_linear(
     module: nn.Module,
     inputs: torch.Tensor,
     targets: torch.Tensor,
     ridge: float = 1e-8,
-    chunk: int = 256,
 ) -> None:
     """Closed-form ridge least squares of an affine layer to ``targets`` (``(k, samples)``).
 
-    The bias is fitted through a ones column; ``ridge`` is relative to the mean
-    diagonal of the Gram matrix, which is accumulated over ``chunk`` examples
-    at a time.
+    The bias is fitted through a ones column (see :func:`ridge_solve`).
     """
-    per_example = targets.shape[1] // len(inputs)
-    gram, rhs = None, None
-    for start in range(0, len(inputs), chunk):
-        a = _design(module, inputs[start : start + chunk])
-        a = torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1)
-        t = targets[:, start * per_example : start * per_example + len(a)].double()
-        gram = a.T @ a if gram is None else gram + a.T @ a
-        rhs = a.T @ t.T if rhs is None else rhs + a.T @ t.T
-    lam = ridge * gram.diagonal().mean()
-    sol = torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=gram.dtype), rhs)
+
+    def rows(sl: slice) -> torch.Tensor:
+        a = _design(module, inputs[sl])
+        return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1)
+
+    sol = ridge_solve(rows, targets, len(inputs), ridge)
     w = sol[:-1].T.reshape(module.weight.shape)
     with torch.no_grad():
         module.weight.copy_(w.to(module.weight))

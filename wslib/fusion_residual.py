@@ -57,6 +57,7 @@ from wslib.fusion import (
     held_out_split,
     hungarian_groups,
     kmeans_groups,
+    ridge_solve,
     weighted_centroids,
 )
 from wslib.importance import neuron_importance
@@ -258,16 +259,17 @@ class _Piece:
             self.model.embed.bias.zero_()
             return
         self.module.weight.copy_(coef.T.reshape(self.module.weight.shape).to(self.module.weight))
-        if self.fit.bn is None and self.module.bias is not None:
-            self.module.bias.zero_()  # the step's bias is added afterwards
-        if self.fit.bn is not None:
-            bn = self.model.get_submodule(self.fit.bn)
-            out = self.module(self.source).transpose(0, 1).flatten(1)  # (channels, samples)
-            mean, var = out.mean(1), out.var(1, unbiased=False)
-            bn.running_mean.copy_(mean)
-            bn.running_var.copy_(var)
-            bn.weight.copy_((var + bn.eps).sqrt())
-            bn.bias.copy_(mean)
+        if self.fit.bn is None:
+            if self.module.bias is not None:
+                self.module.bias.zero_()  # the step's bias is added afterwards
+            return
+        bn = self.model.get_submodule(self.fit.bn)
+        out = self.module(self.source).transpose(0, 1).flatten(1)  # (channels, samples)
+        mean, var = out.mean(1), out.var(1, unbiased=False)
+        bn.running_mean.copy_(mean)
+        bn.running_var.copy_(var)
+        bn.weight.copy_((var + bn.eps).sqrt())
+        bn.bias.copy_(mean)
 
     def bias_holder(self) -> torch.Tensor:
         """The tensor to which the step's bias is added (BN beta or the layer's own bias)."""
@@ -287,21 +289,6 @@ class _Piece:
 def _rows(pieces: Sequence[_Piece], sl: slice, bias: bool) -> torch.Tensor:
     a = torch.cat([p.design(sl) for p in pieces], 1)
     return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1) if bias else a
-
-
-def _solve_linear(
-    pieces: Sequence[_Piece], target: torch.Tensor, n: int, bias: bool, ridge: float, chunk: int = 256
-) -> torch.Tensor:
-    """Ridge least squares of the summed pieces to ``target`` (``(k, samples)``), Gram by chunks."""
-    per = target.shape[1] // n
-    gram = rhs = None
-    for start in range(0, n, chunk):
-        a = _rows(pieces, slice(start, start + chunk), bias)
-        t = target[:, start * per : start * per + len(a)].T
-        gram = a.T @ a if gram is None else gram + a.T @ a
-        rhs = a.T @ t if rhs is None else rhs + a.T @ t
-    lam = ridge * gram.diagonal().mean()
-    return torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=gram.dtype), rhs)
 
 
 def _solve_gradient(
@@ -410,7 +397,7 @@ def fuse_residual(
             target = target - tap_matrix(own[step.residual], tokens)
         pieces = [_Piece(fused, f, own[f.source]) for f in step.fits]
         if retrofit == "linear":
-            sol = _solve_linear(pieces, target, len(x), step.bias, ridge)
+            sol = ridge_solve(lambda sl: _rows(pieces, sl, step.bias), target, len(x), ridge)
         else:
             sol = _solve_gradient(pieces, target, len(x), step.bias, gradient, seed + i)
         _write(pieces, sol, step.bias)
