@@ -110,14 +110,12 @@ def autoneb(
     bar.close()
     seconds = time.perf_counter() - t0
     states = []
-    for k, vec in enumerate(chain):
+    for vec in chain:
         state = {n: v.clone() for n, v in a.items()}
         state.update({n: v.detach().cpu().clone() for n, v in flat.unflat(vec).items()})
         states.append(state)
     states[-1] = {n: v.clone() for n, v in b.items()}
-    n = len(states)
-    return LLPFPath(states, list(range(n)), [0] * (n - 1) + [steps], [0.0] * (n - 1) + [seconds],
-                    [], ["autoneb"] * n)
+    return LLPFPath.of_run(states, steps, seconds, "autoneb")
 
 
 @torch.no_grad()

@@ -100,8 +100,4 @@ def fit_curve(
             states.append(state)
     states[0] = {k: v.clone() for k, v in a.items()}
     states[-1] = {k: v.clone() for k, v in b.items()}
-    n = len(states)
-    return LLPFPath(
-        states, list(range(n)), [0] * (n - 1) + [steps], [0.0] * (n - 1) + [seconds],
-        [], [kind] * n,
-    )
+    return LLPFPath.of_run(states, steps, seconds, kind)

@@ -105,7 +105,7 @@ def last_layer_kd(
     check_same_architecture(models)
     teacher = Ensemble([copy.deepcopy(m).cpu().eval() for m in models], class_weights)
     student = copy.deepcopy(models[0]).cpu().eval()
-    head = head or chain_or_last_linear(student)
+    head = head or last_linear(student)
     with torch.no_grad():
         soft = F.softmax(teacher(x) / temperature, 1)
         feats = layer_io(student, [head], x, "input")[head]
@@ -114,7 +114,7 @@ def last_layer_kd(
     return student.eval()
 
 
-def chain_or_last_linear(model: nn.Module) -> str:
+def last_linear(model: nn.Module) -> str:
     """Name of the model's last Linear layer (its head)."""
     names = [n for n, m in model.named_modules() if isinstance(m, nn.Linear)]
     if not names:
@@ -156,7 +156,7 @@ def otfusion(
     check_same_architecture(models)
     levels = chain_levels(models[0])
     states = _cpu_states(models)
-    acts = [layer_io(m.cpu(), levels[:-1], x) for m in models] if cost == "activation" else None
+    acts = [layer_io(m, levels[:-1], x) for m in models] if cost == "activation" else None
     aligned = [states[0]]
     for j in range(1, len(models)):
         state, p_prev = dict(states[j]), None
@@ -206,7 +206,7 @@ def rebasin_activation_matching(models: Sequence[nn.Module], x: torch.Tensor) ->
     check_same_architecture(models)
     levels = chain_levels(models[0])
     groups = models[0].neuron_structure().groups
-    acts = [layer_io(m.cpu(), levels[:-1], x) for m in models]
+    acts = [layer_io(m, levels[:-1], x) for m in models]
     states = _cpu_states(models)
     aligned = [states[0]]
     for j in range(1, len(models)):

@@ -42,7 +42,9 @@ Checkpoints. With ``checkpoint`` set, the loop saves its whole state (current
 point, recorded points, random generator, counters) every
 ``checkpoint_every`` ticks and at the end, and resumes from that file when it
 is called again with the same arguments: an interrupted run ends on the same
-path as an uninterrupted one with the same seed.
+path as an uninterrupted one with the same seed. The file holds only tensors,
+lists and numbers and is read with ``torch.load(weights_only=True)``; an
+unreadable one is ignored with a warning.
 """
 
 from __future__ import annotations
@@ -50,9 +52,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import pickle
 import time
+import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -119,6 +123,13 @@ class LLPFPath:
     def total_seconds(self) -> float:
         return self.seconds[-1] if self.seconds else 0.0
 
+    @classmethod
+    def of_run(cls, states: list[StateDict], grad_steps: int, seconds: float, phase: str) -> LLPFPath:
+        """The points of a method that spends all its steps before returning them (curves, AutoNEB)."""
+        n = len(states)
+        return cls(states, list(range(n)), [0] * (n - 1) + [grad_steps], [0.0] * (n - 1) + [seconds],
+                   [], [phase] * n)
+
     def extend(self, other: LLPFPath) -> LLPFPath:
         """This path followed by ``other`` (whose first state repeats our last one)."""
         steps, secs, tick = self.total_grad_steps, self.total_seconds, self.ticks[-1] if self.ticks else 0
@@ -144,6 +155,13 @@ def _block_of(name: str) -> str:
     return parts[0] if parts else name
 
 
+def _stages_by_block(model: nn.Module) -> dict[str, list[str]]:
+    stages: dict[str, list[str]] = {}
+    for name, _ in model.named_parameters():
+        stages.setdefault(_block_of(name), []).append(name)
+    return stages
+
+
 def data_flow_stages(model: nn.Module) -> list[list[str]]:
     """Parameter names grouped by owning block, in module (= data-flow) order.
 
@@ -151,20 +169,12 @@ def data_flow_stages(model: nn.Module) -> list[list[str]]:
     one per residual stage, head; transformer: position table, patch
     embedding, one per block, final norm, head.
     """
-    stages: dict[str, list[str]] = {}
-    for name, _ in model.named_parameters():
-        stages.setdefault(_block_of(name), []).append(name)
-    return list(stages.values())
+    return list(_stages_by_block(model).values())
 
 
 def data_flow_stage_names(model: nn.Module) -> list[str]:
     """Names of the stages of :func:`data_flow_stages` (the owning blocks), in the same order."""
-    names: list[str] = []
-    for name, _ in model.named_parameters():
-        block = _block_of(name)
-        if block not in names:
-            names.append(block)
-    return names
+    return list(_stages_by_block(model))
 
 
 def stage_starts(
@@ -286,11 +296,6 @@ def _refine(
     return steps, sum(window) / len(window)
 
 
-def _save(path: Path, payload: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(payload, tmp)
-    tmp.replace(path)
 
 
 # --- the shared loop --------------------------------------------------------------------------
@@ -306,6 +311,34 @@ class _Run:
     gen_state: torch.Tensor
     steps: int = 0
     seconds: float = 0.0
+
+    def save(self, path: Path, key: str) -> None:
+        """Write the run as plain tensors, lists and numbers (readable with ``weights_only=True``)."""
+        payload = {
+            "key": key, "tick": self.tick, "current": self.current, "gen_state": self.gen_state,
+            "steps": self.steps, "seconds": self.seconds,
+            "path": {f.name: getattr(self.path, f.name) for f in fields(LLPFPath)},
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(payload, tmp)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path, key: str) -> _Run | None:
+        """The run saved at ``path`` for ``key``; None when there is none (or another run's)."""
+        if not path.exists():
+            return None
+        try:
+            saved = torch.load(path, weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
+            warnings.warn(f"path checkpoint {path} is unreadable ({type(err).__name__}); "
+                          "starting the run again")
+            return None
+        if saved.get("key") != key:
+            return None
+        return cls(saved["tick"], LLPFPath(**saved["path"]), saved["current"], saved["gen_state"],
+                   saved["steps"], saved["seconds"])
 
 
 def _run_loop(
@@ -337,11 +370,7 @@ def _run_loop(
         raise ValueError(f"record_every must be >= 1, got {record_every}")
     work = copy.deepcopy(model)
     ckpt = Path(checkpoint) if checkpoint is not None else None
-    run = None
-    if ckpt is not None and ckpt.exists():
-        saved = torch.load(ckpt, weights_only=False)
-        if saved.get("key") == key:
-            run = saved["run"]
+    run = None if ckpt is None else _Run.load(ckpt, key)
     if run is None:
         gen = torch.Generator().manual_seed(seed)
         path = LLPFPath([_clone(start)], [0], [0], [0.0], [], [phase])
@@ -380,7 +409,7 @@ def _run_loop(
         if ckpt is not None and (done or run.tick % checkpoint_every == 0):
             run.current = _clone(work.state_dict())
             run.gen_state = gen.get_state()
-            _save(ckpt, {"key": key, "run": run})
+            run.save(ckpt, key)
         if on_tick is not None:
             on_tick(run.tick, work)
     bar.close()
@@ -555,9 +584,8 @@ def m2o(
     if not 0 < shrink < 1:
         raise ValueError(f"shrink must be in (0, 1), got {shrink}")
     refine = refine or Refine()
-    frozen = norm_parameter_names(model)
     names = [n for n, _ in model.named_parameters()]
-    movable = [n for n in names if n not in frozen]
+    movable = movable_names(model)
     if target_variance is not None:
         unknown = set(target_variance) - set(names)
         if unknown:
@@ -629,11 +657,9 @@ def hybrid(
     keyword arguments go to :func:`m2m`.
     """
     check_same_architecture(model, start, dest)
-    frozen = norm_parameter_names(model)
-    movable = [n for n, _ in model.named_parameters() if n not in frozen]
     first = m2o(
         model, start, x, y, m2o_ticks, shrink, refine, compliance,
-        tensor_variances(dest, movable), seed, record_every, progress=progress,
+        tensor_variances(dest, movable_names(model)), seed, record_every, progress=progress,
     )
     second = m2m(
         model, first.states[-1], dest, x, y, m2m_ticks, refine, seed=seed,
