@@ -23,6 +23,7 @@ from wslib.pathcond import (
     pathcond_rescale,
     prepare_model,
     rescalable_structure,
+    rescale_cost,
     train_run,
 )
 from wslib.pathlifting import explicit_path_lifting
@@ -471,3 +472,17 @@ def test_autoencoder_run_mse():
     run = train_run(config, "pathcond", ds, recipe, seed=0, task="autoencoder")
     assert run["loss"][-1] < run["loss"][0]
     assert "test_loss" in run and np.isnan(run["test_acc"])
+
+
+def test_rescale_cost_reports_medians_and_rejects_zero_repeats():
+    x = torch.randn(256, 1, 40, generator=torch.Generator().manual_seed(0))
+    from wslib.data import Dataset
+
+    ds = Dataset("toy", x, torch.arange(256) % 10, x[:8], torch.arange(8), 10)
+    config = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [16, 16]}
+    cost = rescale_cost(config, ds, batch_size=32, repeats=3)
+    assert cost["n_params"] == 40 * 16 + 16 + 16 * 16 + 16 + 16 * 10 + 10
+    assert cost["rescale_seconds"] > 0 and cost["epoch_seconds"] > 0
+    assert cost["rescale_over_epoch"] == pytest.approx(cost["rescale_seconds"] / cost["epoch_seconds"])
+    with pytest.raises(ValueError, match="repeats"):
+        rescale_cost(config, ds, repeats=0)

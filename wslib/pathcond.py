@@ -633,18 +633,26 @@ def speedup(base: dict[str, Any], other: dict[str, Any]) -> dict[str, float | bo
 
 
 def rescale_cost(
-    config: dict[str, Any], ds: Dataset, batch_size: int = 128, seed: int = 0
+    config: dict[str, Any], ds: Dataset, batch_size: int = 128, seed: int = 0, repeats: int = 1
 ) -> dict[str, float]:
     """Seconds to compute and apply PathCond vs one SGD epoch of ``config`` on ``ds``.
 
-    Returns ``n_params``, ``rescale_seconds``, ``epoch_seconds`` and their ratio
-    ``rescale_over_epoch`` (same machine, same process, back to back).
+    Each of ``repeats`` rounds builds a fresh model, rescales it and trains it
+    for one epoch over ``ds``'s training set, back to back in this process;
+    the times are the medians over the rounds. Returns ``n_params``,
+    ``rescale_seconds``, ``epoch_seconds`` and their ratio ``rescale_over_epoch``.
     """
-    model, rescale_seconds = prepare_model(config, "pathcond", 1.0, seed)
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
     recipe = Recipe(epochs=1, batch_size=batch_size, lr=1e-3, momentum=0.0, weight_decay=0.0)
-    start = time.perf_counter()
-    fit(model, ds.x_train, ds.y_train, recipe, seed, progress=False)
-    epoch_seconds = time.perf_counter() - start
+    rescale, epoch = [], []
+    for _ in range(repeats):
+        model, seconds = prepare_model(config, "pathcond", 1.0, seed)
+        start = time.perf_counter()
+        fit(model, ds.x_train, ds.y_train, recipe, seed, progress=False)
+        epoch.append(time.perf_counter() - start)
+        rescale.append(seconds)
+    rescale_seconds, epoch_seconds = float(np.median(rescale)), float(np.median(epoch))
     return {
         "n_params": float(sum(p.numel() for p in model.parameters())),
         "rescale_seconds": rescale_seconds,
