@@ -17,6 +17,7 @@ from wslib.neurons import NeuronGroup, NeuronStructure, Slot, random_scales, res
 from wslib.pathcond import (
     am_over_gm,
     diag_g,
+    format_epochs,
     incidence_matrix,
     objective,
     optimize_rescaling,
@@ -24,6 +25,7 @@ from wslib.pathcond import (
     prepare_model,
     rescalable_structure,
     rescale_cost,
+    summarise_epochs,
     train_run,
 )
 from wslib.pathlifting import explicit_path_lifting
@@ -486,3 +488,11 @@ def test_rescale_cost_reports_medians_and_rejects_zero_repeats():
     assert cost["rescale_over_epoch"] == pytest.approx(cost["rescale_seconds"] / cost["epoch_seconds"])
     with pytest.raises(ValueError, match="repeats"):
         rescale_cost(config, ds, repeats=0)
+
+
+def test_summarise_and_format_epochs_mark_censored_runs():
+    reached = [0.5, 0.995, 1.0]
+    missed = [0.5, 0.6, 0.7]
+    assert format_epochs(summarise_epochs([reached, reached])) == "2.0 ± 0.0"
+    assert format_epochs(summarise_epochs([reached, missed])) == ">2.5 ± 0.5"
+    assert format_epochs(summarise_epochs([missed])) == "never"

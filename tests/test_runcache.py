@@ -40,7 +40,7 @@ def test_cached_path_metrics_give_the_same_curve(tmp_path) -> None:
     """Arrays of an evaluated path come back as lists; the dense curve is unchanged."""
     res = {"train_loss": np.array([0.1, 0.4, 0.2]), "dense_loss": np.array([[0.3], [0.5]])}
     stored = cached_run(tmp_path, {"path": 0}, lambda: res)
-    loaded = cached_run(tmp_path, {"path": 0}, lambda: {})
+    loaded = cached_run(tmp_path, {"path": 0}, dict)
     for got in (stored, loaded):
         pos, loss = dense_curve(got)
         ref_pos, ref_loss = dense_curve(res)

@@ -38,6 +38,7 @@ Layers without a linear-in-weights role are set as follows, and stated:
 from __future__ import annotations
 
 import copy
+import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -397,7 +398,7 @@ def fuse_residual(
             target = target - tap_matrix(own[step.residual], tokens)
         pieces = [_Piece(fused, f, own[f.source]) for f in step.fits]
         if retrofit == "linear":
-            sol = ridge_solve(lambda sl: _rows(pieces, sl, step.bias), target, len(x), ridge)
+            sol = ridge_solve(functools.partial(_rows, pieces, bias=step.bias), target, len(x), ridge)
         else:
             sol = _solve_gradient(pieces, target, len(x), step.bias, gradient, seed + i)
         _write(pieces, sol, step.bias)

@@ -613,6 +613,13 @@ def summarise_epochs(
     }
 
 
+def format_epochs(summary: dict[str, Any]) -> str:
+    """A :func:`summarise_epochs` result as text: "never", or "mean ± std" (">" when censored)."""
+    if summary["mean"] is None:
+        return "never"
+    return (">" if summary["censored"] else "") + f"{summary['mean']:.1f} ± {summary['std']:.1f}"
+
+
 def speedup(base: dict[str, Any], other: dict[str, Any]) -> dict[str, float | bool | None]:
     """Ratio of mean epochs-to-threshold ``base / other`` with its censoring.
 
