@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from wslib.data import load_dataset
+from wslib.data import Dataset, load_dataset
 from wslib.enorm import enorm_callback, enorm_step, enorm_step_pathcond_variant
 from wslib.models import build_model
 from wslib.neurons import NeuronGroup, NeuronStructure, Slot, random_scales, rescale_state
@@ -462,8 +462,6 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config, method):
 def test_autoencoder_run_mse():
     rng = torch.Generator().manual_seed(0)
     x = torch.randn(64, 1, 12, generator=rng)
-    from wslib.data import Dataset
-
     ds = Dataset(
         "toy", x, torch.zeros(64, dtype=torch.long), x[:16], torch.zeros(16, dtype=torch.long), 10
     )
@@ -478,8 +476,6 @@ def test_autoencoder_run_mse():
 
 def test_rescale_cost_reports_medians_and_rejects_zero_repeats():
     x = torch.randn(256, 1, 40, generator=torch.Generator().manual_seed(0))
-    from wslib.data import Dataset
-
     ds = Dataset("toy", x, torch.arange(256) % 10, x[:8], torch.arange(8), 10)
     config = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [16, 16]}
     cost = rescale_cost(config, ds, batch_size=32, repeats=3)
