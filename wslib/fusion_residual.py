@@ -64,7 +64,6 @@ from wslib.fusion import (
 from wslib.importance import neuron_importance
 from wslib.models import ResNet, Transformer
 
-RESIDUAL_TYPES = (ResNet, Transformer)
 Taps = dict[str, torch.Tensor]
 
 

@@ -296,8 +296,6 @@ def _refine(
     return steps, sum(window) / len(window)
 
 
-
-
 # --- the shared loop --------------------------------------------------------------------------
 
 
