@@ -16,9 +16,11 @@ from wslib.models import build_model
 from wslib.neurons import NeuronGroup, NeuronStructure, Slot, random_scales, rescale_state
 from wslib.pathcond import (
     am_over_gm,
+    best_rate,
     diag_g,
     format_epochs,
     incidence_matrix,
+    neighbour_rates,
     objective,
     optimize_rescaling,
     pathcond_rescale,
@@ -492,3 +494,17 @@ def test_summarise_and_format_epochs_mark_censored_runs():
     assert format_epochs(summarise_epochs([reached, reached])) == "2.0 ± 0.0"
     assert format_epochs(summarise_epochs([reached, missed])) == ">2.5 ± 0.5"
     assert format_epochs(summarise_epochs([missed])) == "never"
+
+
+def test_best_rate_prefers_fewest_epochs_then_final_accuracy():
+    runs = {1.0: [0.5, 0.99, 0.99], 0.1: [0.99, 0.5, 0.5], 0.01: [0.3, 0.4, 0.8]}
+    assert best_rate(runs) == 0.1
+    tie = {1.0: [0.99, 0.991], 0.1: [0.99, 0.995]}
+    assert best_rate(tie) == 0.1
+    never = {1.0: [0.2, float("nan")], 0.1: [0.2, 0.4], 0.01: [0.2, 0.3]}
+    assert best_rate(never) == 0.1
+
+
+def test_neighbour_rates_round_and_skip_rates_already_tried():
+    assert neighbour_rates(0.003, [10**0.25, 10**-0.25]) == [0.00533, 0.00169]
+    assert neighbour_rates(1.0, [10**0.5, 10**-0.5], exclude=[3.16]) == [0.316]

@@ -592,6 +592,26 @@ def epochs_to(acc: Sequence[float], threshold: float = 0.99) -> int | None:
     return next((i + 1 for i, a in enumerate(acc) if a >= threshold), None)
 
 
+def best_rate(accs: dict[float, Sequence[float]], threshold: float = 0.99) -> float:
+    """The learning rate whose run (per-epoch accuracies) reaches ``threshold`` first.
+
+    Ties, and runs that never reach it, are ranked by the higher final accuracy
+    (NaN counts as 0); remaining ties go to the rate listed first.
+    """
+
+    def score(lr: float) -> tuple[float, float]:
+        hit = epochs_to(accs[lr], threshold)
+        return (math.inf if hit is None else hit, -float(np.nan_to_num(accs[lr][-1])))
+
+    return min(accs, key=score)
+
+
+def neighbour_rates(lr: float, factors: Sequence[float], exclude: Sequence[float] = ()) -> list[float]:
+    """``lr`` times each of ``factors``, to 3 significant figures, leaving out the rates in ``exclude``."""
+    rates = [float(f"{lr * f:.3g}") for f in factors]
+    return [r for r in rates if r not in exclude]
+
+
 def summarise_epochs(
     accs: Sequence[Sequence[float]], threshold: float = 0.99
 ) -> dict[str, float | int | bool | None]:
