@@ -1,4 +1,4 @@
-"""The built book in headless Chromium: pages render, figures load, no error output.
+"""The built book in headless Chromium: pages render, figures load, formulas typeset, no error output.
 
 Needs Debian's ``chromium`` and ``chromium-driver``; as root they are installed
 with apt-get when missing. Screenshots for humans go to ``build/screenshots/``.
@@ -20,6 +20,7 @@ from conftest import NOTEBOOKS, ROOT
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 pytestmark = pytest.mark.slow
 
@@ -114,6 +115,17 @@ def test_chapter_1_shows_its_figures(browser: webdriver.Chrome, site: str) -> No
     assert page_title(browser)
     assert loaded_figures(browser) >= 2
     screenshot(browser, "01_symmetries")
+
+
+def test_formulas_are_typeset_without_network(browser: webdriver.Chrome, site: str) -> None:
+    """MathJax comes from the book's own _static folder, not from a CDN."""
+    browser.get(f"{site}/chapters/07_pathcond_mlp.html")
+    scripts = [s.get_attribute("src") or "" for s in browser.find_elements(By.TAG_NAME, "script")]
+    mathjax = [src for src in scripts if "mathjax" in src.lower()]
+    assert mathjax and all(src.startswith(f"{site}/_static/mathjax/") for src in mathjax), mathjax
+    typeset = "return document.querySelectorAll('article mjx-container').length;"
+    WebDriverWait(browser, 30).until(lambda driver: driver.execute_script(typeset) > 0)
+    screenshot(browser, "07_pathcond_mlp")
 
 
 @pytest.mark.parametrize("page", ["intro", *(f"chapters/{nb}" for nb in NOTEBOOKS)])
