@@ -40,7 +40,7 @@ notebook: $(STAMP)
 	$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG) $(NB)
 
 data: $(STAMP)
-	$(PY) -c "import sys; from wslib.data import download_dataset; [print(download_dataset(n)) for n in sys.argv[1:]]" $(DATA)
+	$(PY) -c "import sys; from wslib.core.data import download_dataset; [print(download_dataset(n)) for n in sys.argv[1:]]" $(DATA)
 
 test: $(STAMP)
 	$(PY) -m pytest

@@ -35,7 +35,14 @@ def copy_chapters(executed: Path) -> list[Path]:
 def build_book() -> int:
     """Run jupyter-book (from this Python's environment) on ``book/``; return its exit status."""
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    command = [str(jupyter_book), "build", str(BOOK), "--all", "--warningiserror", "--keep-going"]
+    command = [
+        str(jupyter_book),
+        "build",
+        str(BOOK),
+        "--all",
+        "--warningiserror",
+        "--keep-going",
+    ]
     return subprocess.run(command, check=False).returncode
 
 

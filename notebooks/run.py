@@ -59,9 +59,13 @@ def fail_usage(kind: str, name: str, valid: list[str]) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse and validate the command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--profile", default="cpu", help="parameter profile (default: cpu)")
+    parser.add_argument(
+        "--profile", default="cpu", help="parameter profile (default: cpu)"
+    )
     parser.add_argument("--seed", type=int, help="seed passed to every notebook")
-    parser.add_argument("notebooks", nargs="*", metavar="NB", help="notebook stems (default: all)")
+    parser.add_argument(
+        "notebooks", nargs="*", metavar="NB", help="notebook stems (default: all)"
+    )
     args = parser.parse_args(argv)
     if args.profile not in available_profiles():
         fail_usage("profile", args.profile, available_profiles())
@@ -97,7 +101,9 @@ def describe_seeds(params: dict[str, Any]) -> str:
     return ", ".join(map(str, seeds)) if isinstance(seeds, list) else str(seeds)
 
 
-def run_info_markdown(results: dict[str, Any], nb: str, seed: int | None, seconds: float) -> str:
+def run_info_markdown(
+    results: dict[str, Any], nb: str, seed: int | None, seconds: float
+) -> str:
     """The "Run info" admonition for an executed notebook."""
     env = results["env"]
     versions = ", ".join(
@@ -127,7 +133,9 @@ def run_info_markdown(results: dict[str, Any], nb: str, seed: int | None, second
 def insert_run_info(executed: Path, markdown: str) -> None:
     """Insert a markdown cell right after the first (title) markdown cell."""
     notebook = nbformat.read(executed, as_version=4)
-    title = next((i for i, c in enumerate(notebook.cells) if c.cell_type == "markdown"), -1)
+    title = next(
+        (i for i, c in enumerate(notebook.cells) if c.cell_type == "markdown"), -1
+    )
     cell = nbformat.v4.new_markdown_cell(markdown, metadata={"tags": ["run-info"]})
     notebook.cells.insert(title + 1, cell)
     nbformat.write(notebook, executed)
@@ -157,7 +165,9 @@ def run_notebook(nb: str, profile: str, seed: int | None) -> float:
         kernel_name="python3",
         cwd=ROOT,
         progress_bar=True,
-        extra_arguments=["--IPKernelApp.log_level=ERROR"],  # no kernel start-up warnings
+        extra_arguments=[
+            "--IPKernelApp.log_level=ERROR"
+        ],  # no kernel start-up warnings
     )
     seconds = time.perf_counter() - start
     if not results_file.exists():

@@ -21,7 +21,10 @@ def smoke_book() -> Path:
     Uses the real folders ``build/smoke``, ``results/smoke`` and ``book/_build``;
     returns the folder of the built HTML.
     """
-    for script in (["notebooks/run.py", "--profile", SMOKE], ["book/build.py", f"build/{SMOKE}"]):
+    for script in (
+        ["notebooks/run.py", "--profile", SMOKE],
+        ["book/build.py", f"build/{SMOKE}"],
+    ):
         done = subprocess.run([sys.executable, *script], cwd=ROOT, check=False)
         if done.returncode != 0:
             pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")

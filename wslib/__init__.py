@@ -1,1 +1,25 @@
-"""wslib."""
+"""wslib: the library behind the study book on the geometry of weight space.
+
+The package is layered; a package imports only those listed before it::
+
+    wslib.core       what every chapter builds on: neurons (the neuron structure,
+                     permutations, rescalings), models, data and splits, train,
+                     norms (BatchNorm / LayerNorm helpers), interpolation,
+                     matching (Git Re-Basin), files (hashes, atomic writes)
+    wslib.runs       reproducibility machinery, no algorithm: zoo (trained-model
+                     cache), cache (run cache), results (results files), workers
+                     (process pools), stats (epochs to a threshold, summaries,
+                     speed-ups, learning-rate choice)
+    wslib.plotting   one style and one colour per method for the whole book
+    wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), path
+                     (the result type of every path finder), curves (Bezier),
+                     autoneb, evaluation, experiments
+    wslib.pathcond   PathCond: rescaling (diag G, the solver), lifting (explicit
+                     path-lifting), enorm, experiments
+    wslib.fusion     HF / KF fusion: levels, hfkf, residual, importance,
+                     baselines, experiments
+
+The three paper packages never import each other (``tests/test_layers.py``).
+"""
+
+__version__ = "0.2.0"

@@ -39,7 +39,9 @@ def band(
     runs = np.atleast_2d(np.asarray(runs, dtype=float))
     mean, std = runs.mean(0), runs.std(0)
     (line,) = ax.plot(x, mean, label=label, color=color)
-    ax.fill_between(x, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0)
+    ax.fill_between(
+        x, mean - std, mean + std, color=line.get_color(), alpha=0.2, linewidth=0
+    )
 
 
 def label_axes(ax: Axes, xlabel: str, ylabel: str, title: str | None = None) -> None:

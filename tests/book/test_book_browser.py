@@ -1,0 +1,154 @@
+"""The built book in headless Chromium: pages render, figures load, formulas typeset, no error output.
+
+Needs Debian's ``chromium`` and ``chromium-driver``; as root they are installed
+with apt-get when missing. Screenshots for humans go to ``build/screenshots/``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests.conftest import NOTEBOOKS, ROOT
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+CHROME_FLAGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = ROOT / "build" / "screenshots"
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    """Serve files without logging every request."""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def ensure_chromium() -> None:
+    """Install chromium and chromium-driver with apt-get (as root) when they are missing."""
+    if shutil.which("chromium") and Path(CHROMEDRIVER).exists():
+        return
+    if os.geteuid() != 0:
+        pytest.fail(
+            "Chromium is missing: run `sudo apt-get install chromium chromium-driver`"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update"], check=True, env=env)
+    subprocess.run(
+        ["apt-get", "install", "-y", "chromium", "chromium-driver"], check=True, env=env
+    )
+
+
+@pytest.fixture(scope="module")
+def site(smoke_book: Path) -> Iterator[str]:
+    """The built book served on 127.0.0.1 at a free port; yields its base URL."""
+    handler = functools.partial(QuietHandler, directory=str(smoke_book))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[webdriver.Chrome]:
+    """A headless Chromium with a throw-away profile."""
+    ensure_chromium()
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROME_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium')}")
+    options.add_argument("--window-size=1280,1600")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    yield driver
+    driver.quit()
+
+
+def page_title(driver: webdriver.Chrome) -> str:
+    """The text of the page's own heading (the header bar has a hidden copy)."""
+    return driver.find_element(By.CSS_SELECTOR, "article.bd-article h1").text
+
+
+def screenshot(driver: webdriver.Chrome, name: str) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+
+
+def loaded_figures(driver: webdriver.Chrome) -> int:
+    """Number of images in cell outputs that were loaded and decoded."""
+    script = (
+        "return Array.from(document.querySelectorAll('.cell_output img'))"
+        ".filter(img => img.complete && img.naturalWidth > 0).length;"
+    )
+    return driver.execute_script(script)
+
+
+def test_landing_page_renders(browser: webdriver.Chrome, site: str) -> None:
+    browser.get(f"{site}/intro.html")
+    assert "Weight space" in browser.title
+    assert page_title(browser)
+    screenshot(browser, "intro")
+
+
+def test_chapter_1_shows_its_figures(browser: webdriver.Chrome, site: str) -> None:
+    browser.get(f"{site}/chapters/01_symmetries.html")
+    assert page_title(browser)
+    assert loaded_figures(browser) >= 2
+    screenshot(browser, "01_symmetries")
+
+
+def test_formulas_are_typeset_without_network(
+    browser: webdriver.Chrome, site: str
+) -> None:
+    """MathJax comes from the book's own _static folder, not from a CDN."""
+    browser.get(f"{site}/chapters/07_pathcond_mlp.html")
+    scripts = [
+        s.get_attribute("src") or ""
+        for s in browser.find_elements(By.TAG_NAME, "script")
+    ]
+    mathjax = [src for src in scripts if "mathjax" in src.lower()]
+    assert mathjax and all(
+        src.startswith(f"{site}/_static/mathjax/") for src in mathjax
+    ), mathjax
+    typeset = "return document.querySelectorAll('article mjx-container').length;"
+    WebDriverWait(browser, 30).until(lambda driver: driver.execute_script(typeset) > 0)
+    screenshot(browser, "07_pathcond_mlp")
+
+
+@pytest.mark.parametrize("page", ["intro", *(f"chapters/{nb}" for nb in NOTEBOOKS)])
+def test_page_has_no_error_output(
+    browser: webdriver.Chrome, site: str, page: str
+) -> None:
+    browser.get(f"{site}/{page}.html")
+    assert "Traceback (most recent call last)" not in browser.page_source
+    assert not browser.find_elements(
+        By.CSS_SELECTOR, ".output.traceback, .output.error"
+    )
+    stderr = browser.find_elements(By.CSS_SELECTOR, ".output.stderr")
+    texts = [element.get_attribute("textContent") for element in stderr]
+    assert not [text for text in texts if "Error" in text]

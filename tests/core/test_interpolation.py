@@ -1,0 +1,98 @@
+"""Straight paths: endpoints are the modes, barrier arithmetic, BatchNorm statistics."""
+
+import numpy as np
+import pytest
+import torch
+
+from wslib.core.interpolation import (
+    barrier,
+    evaluate_states,
+    layer_names,
+    lerp_state,
+    linear_path,
+)
+from wslib.core.models import build_model
+from wslib.core.norms import reset_bn_stats
+from wslib.core.train import evaluate
+
+RESNET = {
+    "name": "resnet1d",
+    "in_shape": [1, 40],
+    "n_classes": 10,
+    "widths": [8, 16],
+    "blocks_per_stage": 1,
+}
+
+
+def _data(n: int = 96) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(n, 1, 40, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+
+def test_endpoints_are_the_modes() -> None:
+    torch.manual_seed(0)
+    ma, mb = build_model(RESNET), build_model(RESNET)
+    a, b = ma.state_dict(), mb.state_dict()
+    for k, v in lerp_state(a, b, 0.0).items():
+        assert torch.equal(v, a[k])
+    for k, v in lerp_state(a, b, 1.0).items():
+        assert torch.equal(v, b[k]) or not v.is_floating_point()
+
+
+def test_only_named_tensors_move() -> None:
+    ma, mb = build_model(RESNET), build_model(RESNET)
+    a, b = ma.state_dict(), mb.state_dict()
+    first = next(iter(layer_names(ma).values()))
+    mid = lerp_state(a, b, 0.5, first)
+    for k in a:
+        if k in first:
+            assert torch.allclose(mid[k], 0.5 * (a[k] + b[k]))
+        else:
+            assert torch.equal(mid[k], a[k])
+
+
+def test_mismatched_models_get_a_clear_error() -> None:
+    small = build_model(
+        {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [8]}
+    )
+    big = build_model(
+        {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [16]}
+    )
+    with pytest.raises(ValueError, match="shape"):
+        lerp_state(small.state_dict(), big.state_dict(), 0.5)
+
+
+def test_barrier() -> None:
+    assert barrier([1.0, 3.0, 2.0]) == pytest.approx(1.5)
+    assert barrier([0.5, 0.2, 0.5]) == pytest.approx(0.0)
+
+
+def test_bn_stats_are_recomputed_exactly() -> None:
+    x, _ = _data()
+    model = build_model(RESNET)
+    reset_bn_stats(model, x, batch_size=32)
+    bn = next(m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d))
+    stem_out = {}
+    hook = bn.register_forward_hook(lambda m, i, o: stem_out.setdefault("in", i[0]))
+    model.train()
+    model(x)
+    hook.remove()
+    expected = stem_out["in"].mean(dim=(0, 2))
+    assert torch.allclose(bn.running_mean, expected, atol=1e-5)
+
+
+def test_path_ends_match_model_evaluation() -> None:
+    x, y = _data()
+    torch.manual_seed(0)
+    ma, mb = build_model(RESNET), build_model(RESNET)
+    res = linear_path(
+        ma, ma.state_dict(), mb.state_dict(), np.linspace(0, 1, 3), x, y, progress=False
+    )
+    ref = build_model(RESNET)
+    ref.load_state_dict(mb.state_dict())
+    reset_bn_stats(ref, x)
+    assert res["train_loss"][-1] == pytest.approx(evaluate(ref, x, y)[0], rel=1e-5)
+    assert res["barrier"] == pytest.approx(barrier(res["train_loss"]))
+    assert evaluate_states(ma, [ma.state_dict()], x, y, progress=False)[
+        "train_acc"
+    ].shape == (1,)

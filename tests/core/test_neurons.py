@@ -1,0 +1,63 @@
+"""Clear errors of the neuron-structure operations."""
+
+import pytest
+import torch
+
+from wslib.core.models import build_model
+from wslib.core.neurons import (
+    neuron_structure,
+    permute_state,
+    random_permutations,
+    rescale_state,
+    validate_structure,
+)
+
+MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [6, 4]}
+
+
+@pytest.fixture()
+def model() -> torch.nn.Module:
+    return build_model(MLP)
+
+
+def test_foreign_model_is_rejected() -> None:
+    with pytest.raises(TypeError, match="does not describe its neurons"):
+        neuron_structure(torch.nn.Linear(3, 2))
+
+
+def test_bad_permutations_are_rejected(model) -> None:
+    structure, state = model.neuron_structure(), model.state_dict()
+    with pytest.raises(ValueError, match="shape"):
+        permute_state(state, structure, {"layer0": torch.arange(5)})
+    with pytest.raises(ValueError, match="not a permutation"):
+        permute_state(state, structure, {"layer0": torch.zeros(6, dtype=torch.long)})
+
+
+def test_bad_scales_are_rejected(model) -> None:
+    structure, state = model.neuron_structure(), model.state_dict()
+    with pytest.raises(ValueError, match="strictly positive"):
+        rescale_state(state, structure, {"layer0": -torch.ones(6)})
+    gelu = build_model({**MLP, "activation": "gelu"})
+    with pytest.raises(ValueError, match="cannot be rescaled"):
+        rescale_state(
+            gelu.state_dict(), gelu.neuron_structure(), {"layer0": torch.ones(6)}
+        )
+
+
+def test_validate_structure_names_the_problem(model) -> None:
+    structure, state = model.neuron_structure(), model.state_dict()
+    with pytest.raises(KeyError, match="no tensor"):
+        validate_structure(
+            {k: v for k, v in state.items() if k != "linears.1.weight"}, structure
+        )
+    wrong = {**state, "linears.0.bias": torch.zeros(7)}
+    with pytest.raises(ValueError, match="expected 6"):
+        validate_structure(wrong, structure)
+
+
+def test_permutation_then_inverse_is_identity(model) -> None:
+    structure, state = model.neuron_structure(), model.state_dict()
+    perms = random_permutations(structure, torch.Generator().manual_seed(0))
+    inverse = {k: torch.argsort(p) for k, p in perms.items()}
+    back = permute_state(permute_state(state, structure, perms), structure, inverse)
+    assert all(torch.equal(back[k], state[k]) for k in state)

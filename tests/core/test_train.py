@@ -1,0 +1,63 @@
+"""Training: determinism per seed, learning, clear errors."""
+
+import pytest
+import torch
+
+from wslib.core.models import build_model
+from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
+
+MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [32]}
+
+
+def _data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 1, 40, generator=g)
+    return x, (x[:, 0, :10].sum(1) > 0).long()
+
+
+def _train(seed: int) -> tuple[dict, dict]:
+    x, y = _data()
+    seed_everything(seed)
+    model = build_model(MLP)
+    hist = fit(
+        model, x, y, Recipe(epochs=3, batch_size=32, lr=0.05), seed=seed, progress=False
+    )
+    return hist, model.state_dict()
+
+
+def test_same_seed_same_result() -> None:
+    (h1, s1), (h2, s2) = _train(3), _train(3)
+    assert h1 == h2
+    assert all(torch.equal(s1[k], s2[k]) for k in s1)
+
+
+def test_other_seed_other_result() -> None:
+    (h1, _), (h2, _) = _train(3), _train(4)
+    assert h1 != h2
+
+
+def test_fit_learns() -> None:
+    x, y = _data()
+    seed_everything(0)
+    model = build_model(MLP)
+    before = evaluate(model, x, y)[0]
+    fit(model, x, y, Recipe(epochs=20, batch_size=32, lr=0.05), progress=False)
+    assert evaluate(model, x, y)[0] < 0.5 * before
+
+
+def test_recipe_errors() -> None:
+    with pytest.raises(ValueError, match="unknown optimizer"):
+        Recipe(optimizer="lbfgs")
+    with pytest.raises(ValueError, match="unknown recipe keys"):
+        Recipe.from_dict({"epochz": 3})
+
+
+def test_augment_needs_images() -> None:
+    x, y = _data()
+    with pytest.raises(ValueError, match="augment"):
+        fit(build_model(MLP), x, y, Recipe(epochs=1, augment=True), progress=False)
+
+
+def test_pick_device() -> None:
+    assert pick_device("cpu").type == "cpu"
+    assert pick_device().type in ("cpu", "cuda")

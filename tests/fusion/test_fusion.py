@@ -1,0 +1,356 @@
+"""Fusion (HF / KF) and its baselines: invariants, exact identities and clear errors."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from tests.fixtures import write_cifar10
+from wslib.core.data import load_dataset
+from wslib.core.models import build_model
+from wslib.core.neurons import permute_state, random_permutations
+from wslib.core.train import predict
+from wslib.fusion.baselines import (
+    Ensemble,
+    averaging,
+    last_layer_kd,
+    otfusion,
+    rebasin_activation_matching,
+    rebasin_weight_matching,
+)
+from wslib.fusion.hfkf import class_share, fuse
+from wslib.fusion.importance import neuron_importance
+from wslib.fusion.levels import (
+    GradientConfig,
+    chain_levels,
+    cost_decomposition,
+    hungarian_groups,
+    kmeans_groups,
+    layer_io,
+    neuron_matrix,
+    weighted_centroids,
+)
+from wslib.fusion.residual import resnet_taps, transformer_taps
+
+QUICK = GradientConfig(max_epochs=10, patience=3)
+MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [24, 16]}
+CNN = {"name": "cnn1d", "in_shape": [1, 40], "n_classes": 10, "channels": [6, 8]}
+RESNET = {
+    "name": "resnet1d",
+    "in_shape": [1, 40],
+    "n_classes": 10,
+    "widths": [4, 8],
+    "blocks_per_stage": 2,
+}
+TRANSFORMER = {
+    "name": "transformer1d",
+    "in_shape": [1, 40],
+    "n_classes": 10,
+    "embed_dim": 8,
+    "depth": 2,
+    "heads": 2,
+    "mlp_dim": 12,
+}
+
+
+def _model(config: dict, seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return build_model(config).eval()
+
+
+def _fusion_set(
+    n_per_class: int = 12, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.arange(10).repeat_interleave(n_per_class)
+    return torch.randn(len(y), 1, 40, generator=gen), y
+
+
+def _max_diff(a: torch.nn.Module, b: torch.nn.Module, x: torch.Tensor) -> float:
+    return (predict(a, x) - predict(b, x)).abs().max().item()
+
+
+SELF_FUSIONS = {
+    "averaging": lambda ms, x, y: averaging(ms),
+    "otfusion_activation": lambda ms, x, y: otfusion(ms, x, "activation"),
+    "otfusion_weight": lambda ms, x, y: otfusion(ms, None, "weight"),
+    "rebasin_wm": lambda ms, x, y: rebasin_weight_matching(ms),
+    "hf_linear": lambda ms, x, y: fuse(ms, x, y, "hf", "linear", progress=False).model,
+    "kf_linear": lambda ms, x, y: fuse(ms, x, y, "kf", "linear", progress=False).model,
+    "kf_linear_conductance": lambda ms, x, y: (
+        fuse(ms, x, y, "kf", "linear", "conductance", progress=False).model
+    ),
+}
+
+
+@pytest.mark.parametrize("config", [MLP, CNN], ids=["mlp", "cnn"])
+@pytest.mark.parametrize("method", list(SELF_FUSIONS))
+def test_fusing_a_model_with_itself_returns_it(config, method):
+    model = _model(config, 0)
+    x, y = _fusion_set()
+    fused = SELF_FUSIONS[method]([model, copy.deepcopy(model)], x, y)
+    x_test, _ = _fusion_set(5, seed=1)
+    assert _max_diff(model, fused, x_test) < 1e-4
+
+
+def _with_bn_statistics(model: torch.nn.Module, x: torch.Tensor) -> torch.nn.Module:
+    """Running statistics from one train-mode pass, so that BatchNorm is not the identity."""
+    model.train()
+    with torch.no_grad():
+        model(x)
+    return model.eval()
+
+
+RESIDUAL_FUSIONS = ["hf_linear", "kf_linear", "kf_linear_conductance"]
+
+
+@pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
+@pytest.mark.parametrize("method", RESIDUAL_FUSIONS)
+def test_residual_models_fused_with_themselves_are_returned(config, method):
+    x, y = _fusion_set()
+    model = _with_bn_statistics(_model(config, 0), x)
+    fused = SELF_FUSIONS[method]([model, copy.deepcopy(model)], x, y)
+    x_test, _ = _fusion_set(5, seed=1)
+    assert _max_diff(model, fused, x_test) < 1e-4
+
+
+@pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
+def test_taps_reproduce_the_forward_pass(config):
+    x, _ = _fusion_set(3)
+    model = _with_bn_statistics(_model(config, 0), x)
+    taps = (resnet_taps if config is RESNET else transformer_taps)(model, x)
+    assert torch.allclose(taps["head"], model(x), atol=1e-6)
+
+
+@pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
+def test_permuted_residual_copy_fuses_back_to_the_model(config):
+    """Streams, block neurons and MLP neurons permuted: HF pairs every neuron with its copy."""
+    x, y = _fusion_set()
+    model = _with_bn_statistics(_model(config, 0), x)
+    structure = model.neuron_structure()
+    other = copy.deepcopy(model)
+    other.load_state_dict(
+        permute_state(
+            model.state_dict(),
+            structure,
+            random_permutations(structure, torch.Generator().manual_seed(5)),
+        )
+    )
+    fused = fuse([model, other], x, y, "hf", progress=False).model
+    assert _max_diff(model, fused, x) < 1e-4
+
+
+@pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
+@pytest.mark.parametrize("grouping,retrofit", [("hf", "linear"), ("kf", "gradient")])
+def test_residual_fusion_of_different_models(config, grouping, retrofit):
+    x, y = _fusion_set()
+    models = [_with_bn_statistics(_model(config, s), x) for s in (0, 1)]
+    result = fuse(
+        models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
+    )
+    assert type(result.model) is type(models[0])
+    assert torch.isfinite(predict(result.model, x)).all()
+    groups = [g.name for g in models[0].neuron_structure().groups]
+    assert [c["level"] for c in result.costs] == groups
+    for c in result.costs:
+        assert c["clustering"] + c["approximation"] == pytest.approx(
+            c["cost"], rel=1e-9
+        )
+
+
+def test_hungarian_recovers_the_permutation_of_a_permuted_copy():
+    model = _model(MLP, 0)
+    structure = model.neuron_structure()
+    perms = random_permutations(structure, torch.Generator().manual_seed(3))
+    other = copy.deepcopy(model)
+    other.load_state_dict(permute_state(model.state_dict(), structure, perms))
+    x, _ = _fusion_set()
+    levels = chain_levels(model)
+    acts_a, acts_b = layer_io(model, levels, x), layer_io(other, levels, x)
+    for group, name in zip(structure.groups, levels):
+        a, b = neuron_matrix(acts_a[name]).numpy(), neuron_matrix(acts_b[name]).numpy()
+        labels = hungarian_groups(a, b, np.ones(len(a)), np.ones(len(b)))
+        # neuron j of the copy is old neuron perms[j]: it must join group perms[j]
+        assert np.array_equal(labels[len(a) :], perms[group.name].numpy())
+
+
+def test_permuted_copy_fuses_back_to_the_model():
+    model = _model(MLP, 0)
+    structure = model.neuron_structure()
+    other = copy.deepcopy(model)
+    perms = random_permutations(structure, torch.Generator().manual_seed(4))
+    other.load_state_dict(permute_state(model.state_dict(), structure, perms))
+    x, y = _fusion_set()
+    for grouping in ("hf", "kf"):
+        fused = fuse([model, other], x, y, grouping, progress=False).model
+        assert _max_diff(model, fused, x) < 1e-4
+
+
+@pytest.mark.parametrize(
+    "grouping,retrofit", [("hf", "linear"), ("kf", "linear"), ("kf", "gradient")]
+)
+def test_theorem1_decomposition_is_exact(grouping, retrofit):
+    models = [_model(CNN, s) for s in (0, 1)]
+    x, y = _fusion_set()
+    result = fuse(
+        models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
+    )
+    assert len(result.costs) == 2
+    for c in result.costs:
+        assert c["cost"] > 0
+        assert c["clustering"] + c["approximation"] == pytest.approx(
+            c["cost"], rel=1e-9
+        )
+
+
+def test_decomposition_on_random_points_and_centroids():
+    rng = np.random.default_rng(0)
+    points, weights = rng.normal(size=(30, 7)), rng.uniform(0.1, 2.0, 30)
+    labels = kmeans_groups(points, weights, 5, seed=0)
+    fused = rng.normal(size=(5, 7))
+    parts = cost_decomposition(points, weights, labels, fused)
+    assert parts["clustering"] + parts["approximation"] == pytest.approx(
+        parts["cost"], rel=1e-12
+    )
+    # the weighted centroids minimise the cost: fusing exactly to them leaves the clustering error
+    at_targets = cost_decomposition(
+        points, weights, labels, weighted_centroids(points, weights, labels, 5)
+    )
+    assert at_targets["approximation"] == pytest.approx(0.0, abs=1e-12)
+    assert at_targets["cost"] <= parts["cost"]
+
+
+def test_kmeans_fuses_models_of_different_widths_into_a_given_width():
+    wide = _model({**MLP, "widths": [32, 24]}, 0)
+    narrow = _model(MLP, 1)
+    x, y = _fusion_set()
+    target = _model({**MLP, "widths": [12, 10]}, 2)
+    result = fuse([wide, narrow], x, y, "kf", fused=target, progress=False)
+    assert [m.out_features for m in result.model.linears] == [12, 10, 10]
+    assert torch.isfinite(predict(result.model, x)).all()
+
+
+def test_importance_scores_are_nonnegative_and_uniform_is_ones():
+    model = _model(CNN, 0)
+    x, y = _fusion_set()
+    levels = chain_levels(model)[:-1]
+    uniform = neuron_importance(model, levels, x, y, "uniform", progress=False)
+    assert all(torch.equal(s, torch.ones_like(s)) for s in uniform.values())
+    for method in ("conductance", "deeplift"):
+        scores = neuron_importance(model, levels, x, y, method, progress=False)
+        assert [len(s) for s in scores.values()] == [6, 8]
+        assert all((s >= 0).all() and s.sum() > 0 for s in scores.values())
+
+
+def test_class_weighted_ensemble_follows_the_owner_of_each_class():
+    models = [_model(MLP, s) for s in (0, 1)]
+    share = class_share(np.array([[5] * 5 + [0] * 5, [0] * 5 + [5] * 5]))
+    x, _ = _fusion_set(2)
+    ens = predict(Ensemble(models, share), x).exp()
+    p0, p1 = (torch.softmax(predict(m, x), 1) for m in models)
+    mixed = torch.cat([p0[:, :5], p1[:, 5:]], 1)
+    assert torch.allclose(ens, mixed / mixed.sum(1, keepdim=True), atol=1e-5)
+
+
+def test_baselines_return_models_of_the_same_architecture():
+    models = [_model(MLP, s) for s in (0, 1, 2)]
+    x, _ = _fusion_set()
+    for fused in (
+        last_layer_kd(models, x, epochs=2),
+        rebasin_activation_matching(models, x),
+        otfusion(models, x),
+    ):
+        assert type(fused) is type(models[0])
+        assert predict(fused, x).shape == (len(x), 10)
+
+
+def test_hf_rejects_different_widths_and_more_than_two_models():
+    x, y = _fusion_set()
+    with pytest.raises(ValueError, match="equal widths"):
+        fuse(
+            [_model(MLP, 0), _model({**MLP, "widths": [32, 16]}, 1)],
+            x,
+            y,
+            "hf",
+            progress=False,
+        )
+    with pytest.raises(ValueError, match="exactly two"):
+        fuse([_model(MLP, s) for s in range(3)], x, y, "hf", progress=False)
+
+
+def test_different_architectures_are_rejected():
+    x, y = _fusion_set()
+    with pytest.raises(ValueError, match="another architecture"):
+        fuse([_model(MLP, 0), _model(CNN, 1)], x, y, "kf", progress=False)
+    with pytest.raises(ValueError, match="another architecture"):
+        averaging([_model(MLP, 0), _model(CNN, 1)])
+
+
+def test_fusion_set_missing_classes_is_named():
+    x, y = _fusion_set()
+    keep = (y != 3) & (y != 7)
+    with pytest.raises(ValueError, match=r"classes \[3, 7\]"):
+        fuse([_model(MLP, 0), _model(MLP, 1)], x[keep], y[keep], "kf", progress=False)
+
+
+def test_non_chain_architectures_get_a_clear_error():
+    resnet = _model(
+        {"name": "resnet1d", "in_shape": [1, 40], "n_classes": 10, "widths": [4, 8]}, 0
+    )
+    with pytest.raises(ValueError, match="BatchNorm"):
+        chain_levels(resnet)
+    vit = _model(
+        {
+            "name": "transformer1d",
+            "in_shape": [1, 40],
+            "n_classes": 10,
+            "embed_dim": 8,
+            "heads": 2,
+            "mlp_dim": 8,
+            "depth": 1,
+        },
+        0,
+    )
+    with pytest.raises(ValueError, match="chain architectures"):
+        chain_levels(vit)
+
+
+def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path):
+    """VGG-11 (no BN) through HF/KF and the baselines; ResNet-18 and a ViT through Re-Basin and KF."""
+    write_cifar10(tmp_path / "cifar10", np.random.default_rng(0), n_train=10, n_test=10)
+    ds = load_dataset("cifar10", tmp_path)
+    x, y = ds.x_train[:20], ds.y_train[:20]
+    vgg = {"name": "vgg11", "in_shape": [3, 32, 32], "n_classes": 10, "width": 0.0625}
+    models = [_model(vgg, s) for s in (0, 1)]
+    for grouping, retrofit in (("hf", "linear"), ("kf", "gradient")):
+        fused = fuse(
+            models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
+        ).model
+        assert torch.isfinite(predict(fused, ds.x_test)).all()
+    assert (
+        _max_diff(
+            models[0], otfusion([models[0], copy.deepcopy(models[0])], x), ds.x_test
+        )
+        < 1e-4
+    )
+    for config in (
+        {"name": "resnet18", "in_shape": [3, 32, 32], "n_classes": 10, "width": 0.0625},
+        {
+            "name": "vit",
+            "in_shape": [3, 32, 32],
+            "n_classes": 10,
+            "embed_dim": 16,
+            "depth": 1,
+            "heads": 2,
+            "mlp_dim": 16,
+            "patch_size": 8,
+        },
+    ):
+        pair = [_model(config, s) for s in (0, 1)]
+        fused = rebasin_weight_matching(pair, x_bn=x)
+        assert torch.isfinite(predict(fused, ds.x_test)).all()
+        fused = fuse(pair, x, y, "kf", "linear", "conductance", progress=False).model
+        assert torch.isfinite(predict(fused, ds.x_test)).all()

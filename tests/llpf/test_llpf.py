@@ -1,0 +1,442 @@
+"""LLPF path finders and the path evaluation: invariants on tiny models and data."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from wslib.core.models import build_model
+from wslib.core.norms import norm_parameter_names
+from wslib.llpf.evaluation import evaluate_path
+from wslib.llpf.layerwise import (
+    Refine,
+    data_flow_stages,
+    hybrid,
+    m2m,
+    m2o,
+    project_on_spheres,
+    stage_starts,
+    tensor_variances,
+)
+
+IN = [1, 8]
+REFINE = Refine(lr=0.05, batch_size=16, r_min=2, r_max=4, threshold=0.0)
+
+
+class Interrupt(RuntimeError):
+    """Raised by a callback to simulate a killed run."""
+
+
+def data(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+    return torch.randn(n, *IN, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+
+
+def pair(config: dict) -> tuple[torch.nn.Module, dict, dict]:
+    torch.manual_seed(0)
+    a = build_model(config)
+    torch.manual_seed(1)
+    b = build_model(config)
+    return a, a.state_dict(), b.state_dict()
+
+
+MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
+RESNET = {
+    "name": "resnet1d",
+    "in_shape": IN,
+    "n_classes": 3,
+    "widths": [4, 6],
+    "blocks_per_stage": 1,
+}
+TRANSFORMER = {
+    "name": "transformer1d",
+    "in_shape": IN,
+    "n_classes": 3,
+    "patch_size": 2,
+    "embed_dim": 8,
+    "depth": 1,
+    "heads": 2,
+    "mlp_dim": 8,
+}
+
+
+def same(s: dict, t: dict) -> bool:
+    return all(torch.equal(s[k], t[k]) for k in s)
+
+
+@pytest.mark.parametrize("config", [MLP, RESNET, TRANSFORMER])
+def test_m2m_path_starts_and_ends_on_the_modes(config: dict) -> None:
+    model, a, b = pair(config)
+    x, y = data()
+    path = m2m(
+        model, a, b, x, y, ticks=6, refine=REFINE, record_every=2, progress=False
+    )
+    assert same(path.states[0], a)
+    assert same(path.states[-1], b)
+    assert path.ticks == [0, 2, 4, 6]
+    assert path.grad_steps == sorted(path.grad_steps) and path.total_grad_steps > 0
+
+
+def test_data_flow_stages_follow_module_order() -> None:
+    model = build_model(RESNET)
+    stages = data_flow_stages(model)
+    assert stages[0][0].startswith("stem.") and stages[-1] == [
+        "head.weight",
+        "head.bias",
+    ]
+    assert sorted(n for s in stages for n in s) == sorted(
+        n for n, _ in model.named_parameters()
+    )
+    assert stage_starts(4, 100, 10) == [0, 10, 20, 30]
+    assert stage_starts(4, 100, None, all_at_once=True) == [0, 0, 0, 0]
+    with pytest.raises(ValueError, match="stage_ticks"):
+        stage_starts(4, 100, [1, 2])
+    with pytest.raises(ValueError, match="last stage"):
+        stage_starts(4, 10, 5)
+
+
+def test_fdf_moves_input_stage_first() -> None:
+    model, a, b = pair(MLP)
+    x, y = data()
+    frozen = Refine(lr=1e-12, batch_size=16, r_min=1, r_max=1, threshold=0.0)
+    path = m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        ticks=10,
+        refine=frozen,
+        stage_ticks=4,
+        record_every=1,
+        progress=False,
+    )
+    moved = path.states[2]  # after two ticks only stage 0 moves
+    assert not torch.allclose(moved["linears.0.weight"], a["linears.0.weight"])
+    assert torch.allclose(moved["linears.2.weight"], a["linears.2.weight"], atol=1e-6)
+
+
+def test_variance_correction_puts_tensors_back_on_the_sphere() -> None:
+    model, a, b = pair(MLP)
+    target = tensor_variances(a, [n for n, _ in model.named_parameters()])
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.3).add_(0.1)
+    project_on_spheres(model, target)
+    now = tensor_variances(model.state_dict(), list(target))
+    for name, v in target.items():
+        assert now[name] == pytest.approx(v, rel=1e-4)
+    x, y = data()
+    path = m2m(
+        model, a, b, x, y, ticks=5, refine=REFINE, record_every=1, progress=False
+    )
+    for state in path.states[1:-1]:
+        inner = tensor_variances(state, list(target))
+        assert all(inner[n] == pytest.approx(target[n], rel=1e-3) for n in target)
+
+
+def test_m2m_is_deterministic_per_seed() -> None:
+    model, a, b = pair(MLP)
+    x, y = data()
+    run = [
+        m2m(
+            model,
+            a,
+            b,
+            x,
+            y,
+            ticks=5,
+            refine=REFINE,
+            seed=s,
+            record_every=1,
+            progress=False,
+        )
+        for s in (3, 3, 4)
+    ]
+    assert all(same(s, t) for s, t in zip(run[0].states, run[1].states))
+    assert not same(run[0].states[2], run[2].states[2])
+
+
+def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
+    model, a, b = pair(RESNET)
+    x, y = data()
+    options = {
+        "ticks": 9,
+        "refine": REFINE,
+        "seed": 5,
+        "record_every": 2,
+        "progress": False,
+    }
+    full = m2m(model, a, b, x, y, **options)
+
+    def kill(tick: int, _: torch.nn.Module) -> None:
+        if tick == 7:
+            raise Interrupt
+
+    ckpt = tmp_path / "path.pt"
+    with pytest.raises(Interrupt):
+        m2m(
+            model,
+            a,
+            b,
+            x,
+            y,
+            checkpoint=ckpt,
+            checkpoint_every=3,
+            on_tick=kill,
+            **options,
+        )
+    assert torch.load(ckpt, weights_only=True)["tick"] == 6
+    resumed = m2m(model, a, b, x, y, checkpoint=ckpt, checkpoint_every=3, **options)
+    assert resumed.ticks == full.ticks and resumed.grad_steps == full.grad_steps
+    assert all(same(s, t) for s, t in zip(full.states, resumed.states))
+
+
+def test_unreadable_checkpoint_is_ignored_with_a_warning(tmp_path) -> None:
+    model, a, b = pair(MLP)
+    x, y = data()
+    ckpt = tmp_path / "path.pt"
+    ckpt.write_bytes(b"not a checkpoint")
+    with pytest.warns(UserWarning, match="unreadable"):
+        path = m2m(
+            model, a, b, x, y, ticks=3, refine=REFINE, checkpoint=ckpt, progress=False
+        )
+    assert same(path.states[-1], b)
+
+
+def test_m2o_shrinks_weights_and_leaves_norm_layers() -> None:
+    model, a, _ = pair(RESNET)
+    x, y = data()
+    path = m2o(
+        model,
+        a,
+        x,
+        y,
+        ticks=6,
+        shrink=0.2,
+        refine=REFINE,
+        record_every=3,
+        progress=False,
+    )
+    frozen = norm_parameter_names(model)
+    assert "stem.bn.weight" in frozen
+    end = path.states[-1]
+    assert end["head.weight"].var() < a["head.weight"].var()
+    no_refine = Refine(lr=1e-12, batch_size=16, r_min=1, r_max=1, threshold=0.0)
+    still = m2o(
+        model,
+        a,
+        x,
+        y,
+        ticks=3,
+        shrink=0.2,
+        refine=no_refine,
+        record_every=3,
+        progress=False,
+    ).states[-1]
+    assert all(torch.allclose(still[n], a[n]) for n in frozen)
+    assert torch.allclose(still["head.weight"], a["head.weight"] * 0.8**3, atol=1e-6)
+
+
+def test_hybrid_reaches_destination_across_spheres() -> None:
+    model, a, b = pair(MLP)
+    small = {k: v * 0.5 for k, v in b.items()}
+    x, y = data()
+    path = hybrid(
+        model,
+        a,
+        small,
+        x,
+        y,
+        m2o_ticks=20,
+        shrink=0.2,
+        m2m_ticks=4,
+        refine=REFINE,
+        record_every=2,
+        progress=False,
+    )
+    assert same(path.states[0], a) and same(path.states[-1], small)
+    assert "m2o" in path.phase and path.phase[-1] == "m2m"
+
+
+def test_evaluate_path_reports_metrics() -> None:
+    model, a, b = pair(RESNET)
+    x, y = data()
+    path = m2m(
+        model, a, b, x, y, ticks=4, refine=REFINE, record_every=1, progress=False
+    )
+    res = evaluate_path(model, path, x, y, x, y, dense=2, progress=False)
+    assert res["train_loss"].shape == (5,) and res["dense_loss"].shape == (4, 2)
+    assert res["distances"][0] == pytest.approx(1.0) and res["distances"][
+        -1
+    ] == pytest.approx(0.0)
+    assert (
+        res["peak_excess"]
+        >= res["train_loss"].max() - max(res["train_loss"][[0, -1]]) - 1e-9
+    )
+    assert res["grad_steps"] == path.total_grad_steps
+
+
+def test_mismatched_models_raise_clear_errors() -> None:
+    model, a, _ = pair(MLP)
+    _, _, other = pair({**MLP, "widths": [7, 5]})
+    x, y = data()
+    with pytest.raises(ValueError, match="same architecture"):
+        m2m(model, a, other, x, y, ticks=2, progress=False)
+    _, c, _ = pair(RESNET)
+    with pytest.raises(ValueError, match="same architecture"):
+        m2m(model, a, c, x, y, ticks=2, progress=False)
+    with pytest.raises(ValueError, match="r_min"):
+        Refine(r_min=5, r_max=2)
+
+
+@pytest.mark.parametrize("kind", ["bezier", "polychain"])
+def test_curve_keeps_endpoints_and_trains_the_bend(kind: str) -> None:
+    from wslib.llpf.curves import fit_curve
+
+    model, a, b = pair(RESNET)
+    x, y = data()
+    path = fit_curve(
+        model, a, b, x, y, kind=kind, steps=5, batch_size=16, n_eval=5, progress=False
+    )
+    assert same(path.states[0], a) and same(path.states[-1], b)
+    assert path.total_grad_steps == 5 and len(path.states) == 5
+    untrained = fit_curve(
+        model, a, b, x, y, kind=kind, steps=0, n_eval=5, progress=False
+    )
+    middle = untrained.states[2]["head.weight"]
+    assert torch.allclose(
+        middle, 0.5 * (a["head.weight"] + b["head.weight"]), atol=1e-6
+    )
+    assert not torch.allclose(path.states[2]["head.weight"], middle)
+    with pytest.raises(ValueError, match="curve kind"):
+        fit_curve(model, a, b, x, y, kind="spline", progress=False)
+
+
+def test_autoneb_keeps_endpoints_and_inserts_pivots() -> None:
+    from wslib.llpf.autoneb import autoneb
+
+    model, a, b = pair(MLP)
+    x, y = data()
+    path = autoneb(
+        model,
+        a,
+        b,
+        x,
+        y,
+        n_init=1,
+        cycles=2,
+        steps_per_cycle=3,
+        lrs=[0.1, 0.05],
+        batch_size=16,
+        insert_tol=-1.0,
+        check_examples=32,
+        max_pivots=5,
+        progress=False,
+    )
+    assert same(path.states[0], a) and same(path.states[-1], b)
+    assert len(path.states) == 5  # 3 pivots, then insertions up to max_pivots
+    assert path.total_grad_steps >= 3 + 3  # one step per interior pivot per iteration
+    with pytest.raises(ValueError, match="one learning rate per cycle"):
+        autoneb(model, a, b, x, y, cycles=2, lrs=[0.1], progress=False)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"name": "resnet18", "in_shape": [3, 32, 32], "n_classes": 10, "width": 0.0625},
+        {
+            "name": "vit",
+            "in_shape": [3, 32, 32],
+            "n_classes": 10,
+            "patch_size": 8,
+            "embed_dim": 16,
+            "depth": 2,
+            "heads": 2,
+            "mlp_dim": 16,
+        },
+    ],
+)
+def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config: dict) -> None:
+    """The paper-scale architectures on CIFAR-format files, for a few ticks of every method."""
+    import numpy as np
+
+    from tests.fixtures import write_cifar10
+    from wslib.core.data import load_dataset
+    from wslib.llpf.autoneb import autoneb
+    from wslib.llpf.curves import fit_curve
+
+    write_cifar10(tmp_path / "cifar10", np.random.default_rng(0))
+    ds = load_dataset("cifar10", root=tmp_path)
+    model, a, b = pair(config)
+    x, y = ds.x_train, ds.y_train
+    refine = Refine(lr=0.01, batch_size=4, r_min=1, r_max=2, threshold=0.0)
+    path = m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        ticks=3,
+        refine=refine,
+        stage_ticks=0,
+        record_every=1,
+        progress=False,
+    )
+    assert same(path.states[-1], b)
+    half = {k: v * 0.5 if v.is_floating_point() else v for k, v in b.items()}
+    assert same(
+        hybrid(
+            model,
+            a,
+            half,
+            x,
+            y,
+            m2o_ticks=2,
+            shrink=0.3,
+            m2m_ticks=2,
+            refine=refine,
+            record_every=1,
+            progress=False,
+        ).states[-1],
+        half,
+    )
+    curve = fit_curve(
+        model, a, b, x, y, steps=2, batch_size=4, n_eval=3, progress=False
+    )
+    neb = autoneb(
+        model,
+        a,
+        b,
+        x,
+        y,
+        n_init=1,
+        cycles=1,
+        steps_per_cycle=1,
+        lrs=[0.01],
+        batch_size=4,
+        check_examples=8,
+        max_pivots=3,
+        progress=False,
+    )
+    for p in (path, curve, neb):
+        res = evaluate_path(
+            model,
+            p,
+            ds.x_train,
+            ds.y_train,
+            ds.x_test,
+            ds.y_test,
+            dense=1,
+            progress=False,
+        )
+        assert np.isfinite(res["peak_excess"])
+
+
+def test_stage_names_match_stages() -> None:
+    from wslib.llpf import data_flow_stage_names
+
+    model = build_model(TRANSFORMER)
+    names = data_flow_stage_names(model)
+    assert len(names) == len(data_flow_stages(model))
+    assert names[-1] == "head" and "blocks.0" in names

@@ -1,0 +1,586 @@
+"""PathCond, the explicit path-lifting and ENorm: exactness, invariances, solver, errors."""
+
+from __future__ import annotations
+
+import copy
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from wslib.core.data import Dataset, load_dataset
+from wslib.core.models import build_model
+from wslib.core.neurons import (
+    NeuronGroup,
+    NeuronStructure,
+    Slot,
+    random_scales,
+    rescale_state,
+)
+from wslib.core.train import Recipe, fit
+from wslib.pathcond.enorm import enorm_callback, enorm_step, enorm_step_pathcond_variant
+from wslib.pathcond.experiments import prepare_model, rescale_cost, train_run
+from wslib.pathcond.lifting import explicit_path_lifting
+from wslib.pathcond.rescaling import (
+    am_over_gm,
+    diag_g,
+    incidence_matrix,
+    objective,
+    optimize_rescaling,
+    pathcond_rescale,
+    rescalable_structure,
+)
+from wslib.runs.stats import best_rate, format_epochs, neighbour_rates, summarise_epochs
+
+TINY = {
+    "mlp": {"name": "mlp", "in_shape": [1, 5], "n_classes": 3, "widths": [4, 3]},
+    "conv_avg": {
+        "name": "cnn1d",
+        "in_shape": [1, 8],
+        "n_classes": 3,
+        "channels": [2, 3],
+        "kernel_size": 3,
+        "pool": "avg",
+    },
+    "fullyconv_bn_avg": {
+        "name": "cnn1d",
+        "in_shape": [1, 8],
+        "n_classes": 2,
+        "channels": [2, 2],
+        "kernel_size": 3,
+        "pool": "avg",
+        "bn": True,
+        "fully_conv": True,
+    },
+    "conv_bn": {
+        "name": "cnn1d",
+        "in_shape": [1, 6],
+        "n_classes": 3,
+        "channels": [2, 2],
+        "kernel_size": 3,
+        "pool": None,
+        "bn": True,
+    },
+    "resnet": {
+        "name": "resnet1d",
+        "in_shape": [1, 4],
+        "n_classes": 3,
+        "widths": [2],
+        "blocks_per_stage": 1,
+    },
+}
+
+ALL_ARCHS = {
+    "mlp": {
+        "name": "mlp",
+        "in_shape": [1, 40],
+        "n_classes": 10,
+        "widths": [64, 16, 64],
+    },
+    "cnn_max": {
+        "name": "cnn1d",
+        "in_shape": [1, 40],
+        "n_classes": 10,
+        "channels": [8, 16],
+    },
+    "cnn_avg_fullyconv": {
+        "name": "cnn1d",
+        "in_shape": [1, 40],
+        "n_classes": 10,
+        "channels": [8, 16],
+        "pool": "avg",
+        "fully_conv": True,
+    },
+    "cnn_bn": {
+        "name": "cnn1d",
+        "in_shape": [1, 40],
+        "n_classes": 10,
+        "channels": [8, 16],
+        "bn": True,
+    },
+    "resnet1d": {
+        "name": "resnet1d",
+        "in_shape": [1, 40],
+        "n_classes": 10,
+        "widths": [8, 16],
+    },
+    "resnet18": {
+        "name": "resnet18",
+        "in_shape": [3, 8, 8],
+        "n_classes": 10,
+        "width": 0.125,
+    },
+    "vgg11_bn": {
+        "name": "vgg11",
+        "in_shape": [3, 32, 32],
+        "n_classes": 10,
+        "width": 0.0625,
+        "bn": True,
+    },
+    "cnn2d_fullyconv": {
+        "name": "cnn2d",
+        "in_shape": [3, 8, 8],
+        "n_classes": 10,
+        "channels": [8, 8],
+        "pool": "avg",
+        "fully_conv": True,
+    },
+}
+
+
+def _perturbed(config: dict, seed: int = 0) -> nn.Module:
+    """A model whose BN parameters are not all 1/0 and whose scales are uneven."""
+    torch.manual_seed(seed)
+    model = build_model(config).double()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return model
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).detach().norm() / b.detach().norm())
+
+
+# --- diag(G) ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", list(TINY))
+def test_diag_g_matches_brute_force(arch):
+    config = TINY[arch]
+    model = _perturbed(config)
+    brute = explicit_path_lifting(model, config["in_shape"]).diag_g()
+    fast = diag_g(model, config["in_shape"])
+    assert set(brute) == set(fast)
+    for name in brute:
+        assert torch.allclose(fast[name], brute[name], rtol=1e-10, atol=1e-14), name
+
+
+def test_diag_g_is_one_path_mass_sum():
+    """sum_i theta_i^2 g_i = depth-weighted ||Phi||^2: each path counts once per parameter on it."""
+    config = TINY["mlp"]
+    model = _perturbed(config)
+    lifting = explicit_path_lifting(model, config["in_shape"])
+    g = diag_g(model, config["in_shape"])
+    lhs = sum(
+        float((p.detach() ** 2 * g[n]).sum()) for n, p in model.named_parameters()
+    )
+    jac_theta = lifting.jacobian * torch.cat(
+        [p.detach().reshape(-1) for p in model.parameters()]
+    )
+    assert lhs == pytest.approx(float((jac_theta**2).sum()), rel=1e-12)
+
+
+def test_pre_bn_weights_are_scale_free_in_g():
+    config = TINY["conv_bn"]
+    model = _perturbed(config)
+    g = diag_g(model, config["in_shape"])
+    with torch.no_grad():
+        model.features[0].weight[1].mul_(
+            7.0
+        )  # pre-BN channel 1: BN undoes it in train mode
+    g2 = diag_g(model, config["in_shape"])
+    for name in g:
+        if name != "features.0.weight":
+            assert torch.allclose(g[name], g2[name], rtol=1e-12), name
+    assert torch.allclose(
+        g2["features.0.weight"][1] * 49, g["features.0.weight"][1], rtol=1e-12
+    )
+
+
+# --- invariance / equivariance under rescaling ----------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["mlp", "conv_avg", "resnet"])
+def test_phi_invariant_g_equivariant(arch):
+    config = TINY[arch]
+    model = _perturbed(config)
+    structure = model.neuron_structure()
+    scales = random_scales(structure, 0.7, torch.Generator().manual_seed(1))
+    rescaled = copy.deepcopy(model)
+    rescaled.load_state_dict(rescale_state(model.state_dict(), structure, scales))
+    before = explicit_path_lifting(model, config["in_shape"])
+    after = explicit_path_lifting(rescaled, config["in_shape"])
+    assert torch.allclose(after.phi, before.phi, rtol=1e-10, atol=1e-14)
+    # theta' = D theta  =>  J' = J D^-1,  G' = D^-1 G D^-1,  P' = J D^-2 J^T
+    d = torch.cat(
+        [
+            (p2 / p).detach().reshape(-1)
+            for p, p2 in zip(model.parameters(), rescaled.parameters())
+        ]
+    )
+    assert torch.allclose(
+        after.gram, before.gram / d[:, None] / d[None, :], rtol=1e-9, atol=1e-12
+    )
+    if after.phi.numel() > 2000:  # P is paths x paths: only for the MLP
+        return
+    assert torch.allclose(
+        after.kernel,
+        before.jacobian @ torch.diag(d**-2) @ before.jacobian.T,
+        atol=1e-10,
+    )
+    # the non-zero spectra of P and G coincide
+    ev_p = torch.linalg.eigvalsh(after.kernel)[-len(d) :]
+    ev_g = torch.linalg.eigvalsh(after.gram)
+    assert torch.allclose(
+        ev_p.clamp_min(0), ev_g.clamp_min(0), atol=1e-8 * float(ev_g.max())
+    )
+
+
+@pytest.mark.parametrize("arch", ["mlp", "cnn_bn", "resnet1d", "cnn_avg_fullyconv"])
+def test_fast_g_equivariant_with_incidence(arch):
+    config = ALL_ARCHS[arch]
+    model = _perturbed(config)
+    structure = model.neuron_structure()
+    gen = torch.Generator().manual_seed(2)
+    scales = random_scales(structure, 0.5, gen)
+    g = diag_g(model, config["in_shape"])
+    rescaled = copy.deepcopy(model)
+    rescaled.load_state_dict(rescale_state(model.state_dict(), structure, scales))
+    g2 = diag_g(rescaled, config["in_shape"])
+    b, names, neurons = incidence_matrix(model, structure)
+    z = np.array([2 * np.log(float(scales[grp][i])) for grp, i in neurons])
+    flat = torch.cat([g[n].reshape(-1) for n in names]).numpy()
+    flat2 = torch.cat([g2[n].reshape(-1) for n in names]).numpy()
+    np.testing.assert_allclose(flat2, flat * np.exp(b @ z), rtol=1e-9)
+
+
+# --- function preservation -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", list(ALL_ARCHS))
+def test_pathcond_preserves_function_train_and_eval(arch):
+    config = ALL_ARCHS[arch]
+    torch.manual_seed(0)
+    model = build_model(config)
+    x = torch.randn(16, *config["in_shape"])
+    rescaled = copy.deepcopy(model)
+    structure = model.neuron_structure()
+    scales = random_scales(structure, 1.0, torch.Generator().manual_seed(0))
+    rescaled.load_state_dict(rescale_state(model.state_dict(), structure, scales))
+    result = pathcond_rescale(rescaled, config["in_shape"])
+    assert result.objective[-1] < result.objective[0]
+    assert (
+        max(float(s.max() / s.min()) for s in result.scales.values()) > 1.01
+    )  # not a no-op
+    for mode in (True, False):
+        a, b = copy.deepcopy(model).train(mode), copy.deepcopy(rescaled).train(mode)
+        with torch.no_grad():
+            assert _rel(b(x), a(x)) <= 1e-5, "train" if mode else "eval"
+
+
+# --- the objective and its minimisation ------------------------------------------------------
+
+
+def _g_and_structure(
+    config: dict, seed: int = 0
+) -> tuple[dict, NeuronStructure, nn.Module]:
+    torch.manual_seed(seed)
+    model = build_model(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.3)
+    return diag_g(model, config["in_shape"]), rescalable_structure(model), model
+
+
+@pytest.mark.parametrize("arch", ["mlp", "resnet1d", "cnn_bn"])
+def test_objective_decreases_and_block_beats_gauss_seidel(arch):
+    g, structure, model = _g_and_structure(ALL_ARCHS[arch])
+    block = optimize_rescaling(g, structure, "block", max_sweeps=10, rtol=0)
+    neuron = optimize_rescaling(g, structure, "neuron", max_sweeps=10, rtol=0)
+    for res in (block, neuron):
+        assert 1 <= res.sweeps <= 10
+        assert np.all(np.diff(res.objective) <= 1e-9 * abs(res.objective[0]))
+    assert block.objective[-1] <= neuron.objective[-1] + 1e-7 * abs(
+        neuron.objective[-1]
+    )
+    # the reported F is F(z) evaluated from scratch with the incidence matrix
+    b, names, neurons = incidence_matrix(model, structure)
+    z = np.array([block.z[grp][i] for grp, i in neurons])
+    flat = torch.cat([g[n].reshape(-1) for n in names]).numpy()
+    assert objective(flat, b @ z) == pytest.approx(block.objective[-1], rel=1e-12)
+    assert objective(flat, np.zeros(len(flat))) == pytest.approx(
+        block.objective[0], rel=1e-12
+    )
+
+
+def test_solver_reaches_stationary_point_and_rescaled_g_is_balanced():
+    g, structure, model = _g_and_structure(ALL_ARCHS["mlp"])
+    res = optimize_rescaling(g, structure, "block", max_sweeps=2000, rtol=1e-15)
+    ref = optimize_rescaling(g, structure, "neuron", max_sweeps=2000, rtol=1e-15)
+    assert res.objective[-1] == pytest.approx(ref.objective[-1], rel=1e-9)
+    b, names, neurons = incidence_matrix(model, structure)
+    z = np.array([res.z[grp][i] for grp, i in neurons])
+    flat = torch.cat([g[n].reshape(-1) for n in names]).numpy()
+    gp = flat * np.exp(b @ z)
+    grad = b.T @ (len(flat) * gp / gp.sum() - 1.0)  # dF/dz
+    assert np.abs(grad).max() < 1e-4 * len(flat) ** 0.5
+    assert am_over_gm(gp) < am_over_gm(flat)
+
+
+def test_solver_rejects_bad_input():
+    g, structure, _ = _g_and_structure(ALL_ARCHS["mlp"])
+    with pytest.raises(ValueError, match="method"):
+        optimize_rescaling(g, structure, "newton")
+    bad = dict(g)
+    bad["linears.0.weight"] = -bad["linears.0.weight"]
+    with pytest.raises(ValueError, match="non-negative"):
+        optimize_rescaling(bad, structure)
+
+
+# --- errors and warnings ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("activation", ["gelu", "silu"])
+def test_gelu_silu_warn_but_rescale(activation):
+    config = {
+        "name": "mlp",
+        "in_shape": [1, 40],
+        "n_classes": 10,
+        "widths": [32, 32],
+        "activation": activation,
+    }
+    model = build_model(config)
+    with pytest.warns(UserWarning, match="approximate"):
+        result = pathcond_rescale(model, config["in_shape"])
+    assert result.objective[-1] < result.objective[0]
+
+
+def test_transformer_is_rejected_naming_the_module():
+    config = {
+        "name": "transformer1d",
+        "in_shape": [1, 40],
+        "n_classes": 10,
+        "embed_dim": 16,
+        "mlp_dim": 16,
+    }
+    with pytest.raises(TypeError, match="LayerNorm"):
+        diag_g(build_model(config), config["in_shape"])
+
+
+def test_model_without_neuron_structure_is_rejected():
+    with pytest.raises(TypeError, match="neuron"):
+        pathcond_rescale(
+            nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), [4]
+        )
+
+
+def test_unsupported_module_is_named():
+    class TanhNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc, self.act, self.out = nn.Linear(4, 3), nn.Tanh(), nn.Linear(3, 2)
+
+        def forward(self, x):
+            return self.out(self.act(self.fc(x)))
+
+        def neuron_structure(self) -> NeuronStructure:
+            slots = (
+                Slot("fc.weight", 0, "out"),
+                Slot("fc.bias", 0, "out"),
+                Slot("out.weight", 1, "in"),
+            )
+            return NeuronStructure((NeuronGroup("fc", 3, slots),))
+
+    with pytest.raises(TypeError, match="'act' \\(Tanh\\)"):
+        diag_g(TanhNet(), [4])
+
+
+# --- ENorm -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", ["mlp", "resnet1d", "cnn_bn"])
+def test_enorm_preserves_function_and_balances(arch):
+    config = ALL_ARCHS[arch]
+    model = _perturbed(config)
+    x = torch.randn(8, *config["in_shape"], dtype=torch.float64)
+    model.eval()
+    before = model(x)
+    for _ in range(30):
+        enorm_step(model)
+    assert _rel(model(x), before) < 1e-10
+    if (
+        arch == "mlp"
+    ):  # converged: incoming and outgoing weight norms of each neuron agree
+        for i in range(len(model.linears) - 1):
+            a = model.linears[i].weight.pow(2).sum(1)
+            b = model.linears[i + 1].weight.pow(2).sum(0)
+            assert torch.allclose(a, b, rtol=1e-3)
+
+
+def test_enorm_authors_variant_leaves_biases_and_changes_function():
+    config = ALL_ARCHS["mlp"]
+    model = _perturbed(config)
+    x = torch.randn(8, *config["in_shape"], dtype=torch.float64)
+    before, bias = model(x), model.linears[0].bias.detach().clone()
+    enorm_step_pathcond_variant(0, model)
+    assert torch.equal(model.linears[0].bias, bias)
+    assert _rel(model(x), before) > 1e-6
+
+
+def test_enorm_rejects_non_rescalable_model():
+    config = {
+        "name": "mlp",
+        "in_shape": [1, 10],
+        "n_classes": 2,
+        "widths": [4],
+        "activation": "gelu",
+    }
+    with pytest.raises(ValueError, match="rescalable"):
+        enorm_step(build_model(config))
+
+
+def test_fit_on_step_and_loss_fn():
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 1, 6), torch.randint(0, 2, (40,))
+    model = build_model(
+        {"name": "mlp", "in_shape": [1, 6], "n_classes": 2, "widths": [8]}
+    )
+    calls = []
+    recipe = Recipe(
+        epochs=2, batch_size=16, lr=0.1, momentum=0, weight_decay=0, schedule="constant"
+    )
+    cb = enorm_callback()
+    fit(model, x, y, recipe, progress=False, on_step=lambda m: (calls.append(1), cb(m)))
+    assert len(calls) == 2 * 3
+    ae = build_model({"name": "mlp", "in_shape": [1, 6], "n_classes": 6, "widths": [3]})
+    hist = fit(
+        ae, x, x.flatten(1), recipe, progress=False, loss_fn=nn.functional.mse_loss
+    )
+    assert np.isnan(hist["acc"]).all() and hist["loss"][1] < hist["loss"][0]
+
+
+# --- experiment helpers, incl. the gpu-profile code paths on tiny CIFAR-format data ----------
+
+
+def test_prepare_model_methods():
+    config = ALL_ARCHS["mlp"]
+    base, _ = prepare_model(config, "baseline", 1.0, seed=3)
+    low, _ = prepare_model(config, "baseline", 0.1, seed=3)
+    assert torch.allclose(low.linears[0].weight, 0.1 * base.linears[0].weight)
+    pc, seconds = prepare_model(config, "pathcond", 0.1, seed=3)
+    assert seconds > 0
+    x = torch.randn(5, 1, 40)
+    with torch.no_grad():
+        assert _rel(pc(x), low(x)) < 1e-5
+    kn, _ = prepare_model(config, "kaiming", 1.0, seed=3)
+    assert float(kn.linears[0].bias.detach().abs().max()) == 0.0
+    with pytest.raises(ValueError, match="method"):
+        prepare_model(config, "magic", 1.0)
+
+
+def _write_tiny_cifar10(root) -> None:
+    rng = np.random.default_rng(0)
+    folder = root / "cifar10" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+
+    def batch(n: int) -> dict:
+        return {
+            "data": rng.integers(0, 256, (n, 3072), dtype=np.uint8),
+            "labels": rng.integers(0, 10, n).tolist(),
+        }
+
+    for i in range(1, 6):
+        with open(folder / f"data_batch_{i}", "wb") as f:
+            pickle.dump(batch(4), f, protocol=2)
+    with open(folder / "test_batch", "wb") as f:
+        pickle.dump(batch(6), f, protocol=2)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {
+            "name": "mlp",
+            "in_shape": [3, 32, 32],
+            "n_classes": 10,
+            "widths": [20, 20, 20],
+        },
+        {
+            "name": "cnn2d",
+            "in_shape": [3, 32, 32],
+            "n_classes": 10,
+            "channels": [4, 8],
+            "fully_conv": True,
+        },
+        {"name": "resnet18", "in_shape": [3, 32, 32], "n_classes": 10, "width": 0.0625},
+    ],
+)
+@pytest.mark.parametrize("method", ["pathcond", "enorm"])
+def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config, method):
+    _write_tiny_cifar10(tmp_path)
+    ds = load_dataset("cifar10", root=tmp_path)
+    recipe = Recipe(
+        epochs=1, batch_size=8, lr=1e-3, momentum=0, weight_decay=0, schedule="constant"
+    )
+    run = train_run(config, method, ds, recipe, seed=0, device="cpu")
+    assert len(run["loss"]) == 1 and np.isfinite(run["loss"]).all()
+    assert 0.0 <= run["test_acc"] <= 1.0
+
+
+def test_autoencoder_run_mse():
+    rng = torch.Generator().manual_seed(0)
+    x = torch.randn(64, 1, 12, generator=rng)
+    ds = Dataset(
+        "toy",
+        x,
+        torch.zeros(64, dtype=torch.long),
+        x[:16],
+        torch.zeros(16, dtype=torch.long),
+        10,
+    )
+    config = {
+        "name": "mlp",
+        "in_shape": [1, 12],
+        "n_classes": 12,
+        "widths": [16, 4, 16],
+    }
+    recipe = Recipe(
+        epochs=3,
+        batch_size=16,
+        lr=0.05,
+        momentum=0,
+        weight_decay=0,
+        schedule="constant",
+    )
+    run = train_run(config, "pathcond", ds, recipe, seed=0, task="autoencoder")
+    assert run["loss"][-1] < run["loss"][0]
+    assert "test_loss" in run and np.isnan(run["test_acc"])
+
+
+def test_rescale_cost_reports_medians_and_rejects_zero_repeats():
+    x = torch.randn(256, 1, 40, generator=torch.Generator().manual_seed(0))
+    ds = Dataset("toy", x, torch.arange(256) % 10, x[:8], torch.arange(8), 10)
+    config = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [16, 16]}
+    cost = rescale_cost(config, ds, batch_size=32, repeats=3)
+    assert cost["n_params"] == 40 * 16 + 16 + 16 * 16 + 16 + 16 * 10 + 10
+    assert cost["rescale_seconds"] > 0 and cost["epoch_seconds"] > 0
+    assert cost["rescale_over_epoch"] == pytest.approx(
+        cost["rescale_seconds"] / cost["epoch_seconds"]
+    )
+    with pytest.raises(ValueError, match="repeats"):
+        rescale_cost(config, ds, repeats=0)
+
+
+def test_summarise_and_format_epochs_mark_censored_runs():
+    reached = [0.5, 0.995, 1.0]
+    missed = [0.5, 0.6, 0.7]
+    assert format_epochs(summarise_epochs([reached, reached])) == "2.0 ± 0.0"
+    assert format_epochs(summarise_epochs([reached, missed])) == ">2.5 ± 0.5"
+    assert format_epochs(summarise_epochs([missed])) == "never"
+
+
+def test_best_rate_prefers_fewest_epochs_then_final_accuracy():
+    runs = {1.0: [0.5, 0.99, 0.99], 0.1: [0.99, 0.5, 0.5], 0.01: [0.3, 0.4, 0.8]}
+    assert best_rate(runs) == 0.1
+    tie = {1.0: [0.99, 0.991], 0.1: [0.99, 0.995]}
+    assert best_rate(tie) == 0.1
+    never = {1.0: [0.2, float("nan")], 0.1: [0.2, 0.4], 0.01: [0.2, 0.3]}
+    assert best_rate(never) == 0.1
+
+
+def test_neighbour_rates_round_and_skip_rates_already_tried():
+    assert neighbour_rates(0.003, [10**0.25, 10**-0.25]) == [0.00533, 0.00169]
+    assert neighbour_rates(1.0, [10**0.5, 10**-0.5], exclude=[3.16]) == [0.316]

@@ -1,0 +1,97 @@
+"""The model cache: hit, miss, corrupted and mismatched checkpoints."""
+
+import json
+import warnings
+
+import pytest
+import torch
+
+from wslib.runs.zoo import Zoo, config_hash, normalise_config
+
+CONFIG = {
+    "data": {"name": "mnist1d"},
+    "model": {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [16]},
+    "recipe": {"epochs": 1, "batch_size": 256},
+    "seed": 0,
+}
+
+
+@pytest.fixture(scope="module")
+def mnist1d_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("data")
+
+
+@pytest.fixture()
+def zoo(tmp_path, mnist1d_root) -> Zoo:
+    return Zoo(tmp_path / "zoo", data_root=mnist1d_root, device="cpu", progress=False)
+
+
+def _same(m1: torch.nn.Module, m2: torch.nn.Module) -> bool:
+    s1, s2 = m1.state_dict(), m2.state_dict()
+    return all(torch.equal(s1[k], s2[k]) for k in s1)
+
+
+def test_miss_then_hit(zoo: Zoo) -> None:
+    first = zoo.get(CONFIG)
+    assert (zoo.trained, zoo.loaded) == (1, 0)
+    second = zoo.get(CONFIG)
+    assert (zoo.trained, zoo.loaded) == (1, 1)
+    assert _same(first, second)
+
+
+def test_checkpoint_loads_with_weights_only(zoo: Zoo) -> None:
+    zoo.get(CONFIG)
+    ckpt = torch.load(zoo.path(normalise_config(CONFIG)), weights_only=True)
+    assert json.loads(ckpt["config"])["seed"] == 0
+
+
+def test_hash_depends_on_every_part() -> None:
+    base = config_hash(normalise_config(CONFIG))
+    for key, value in [
+        ("seed", 1),
+        ("recipe", {"epochs": 2}),
+        ("split", {"kind": "iid", "n_parts": 2, "part": 0}),
+    ]:
+        assert config_hash(normalise_config({**CONFIG, key: value})) != base
+
+
+def test_corrupted_checkpoint_is_retrained(zoo: Zoo) -> None:
+    good = zoo.get(CONFIG)
+    zoo.path(normalise_config(CONFIG)).write_bytes(b"not a checkpoint")
+    with pytest.warns(UserWarning, match="unreadable"):
+        again = zoo.get(CONFIG)
+    assert zoo.trained == 2 and _same(good, again)
+
+
+def test_mismatched_checkpoint_is_retrained(zoo: Zoo) -> None:
+    zoo.get(CONFIG)
+    path = zoo.path(normalise_config(CONFIG))
+    ckpt = torch.load(path, weights_only=True)
+    ckpt["state_dict"] = {k: v[:1] for k, v in ckpt["state_dict"].items()}
+    torch.save(ckpt, path)
+    with pytest.warns(UserWarning, match="does not fit"):
+        zoo.get(CONFIG)
+    ckpt["config"] = "{}"
+    torch.save(ckpt, path)
+    with pytest.warns(UserWarning, match="another config"):
+        zoo.get(CONFIG)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        zoo.get(CONFIG)
+
+
+def test_bad_config_gets_a_clear_error(zoo: Zoo) -> None:
+    with pytest.raises(ValueError, match="missing keys"):
+        zoo.get({"model": CONFIG["model"]})
+    with pytest.raises(ValueError, match="unknown split kind"):
+        zoo.get({**CONFIG, "split": {"kind": "bogus"}})
+
+
+def test_same_config_same_model_in_a_fresh_cache(tmp_path, mnist1d_root) -> None:
+    first = Zoo(
+        tmp_path / "a", data_root=mnist1d_root, device="cpu", progress=False
+    ).get(CONFIG)
+    second = Zoo(
+        tmp_path / "b", data_root=mnist1d_root, device="cpu", progress=False
+    ).get(CONFIG)
+    assert _same(first, second)

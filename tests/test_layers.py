@@ -1,0 +1,76 @@
+"""The library's layering: contracts in pyproject.toml, no import cycle, no private import."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "wslib"
+
+
+def test_import_contracts_hold() -> None:
+    """import-linter checks the layers contract of pyproject.toml."""
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("lint-imports")), "--no-cache"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def _cycle(graph: grimp.ImportGraph) -> list[str] | None:
+    """One import cycle between modules of ``wslib``, or None."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        stack.append(module)
+        for nxt in sorted(graph.find_modules_directly_imported_by(module)):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt) :] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        stack.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(graph.modules):
+        if module not in state and (found := visit(module)):
+            return found
+    return None
+
+
+def test_no_import_cycle() -> None:
+    graph = grimp.build_graph("wslib", cache_dir=None)
+    assert _cycle(graph) is None, f"import cycle: {' -> '.join(_cycle(graph))}"
+
+
+def test_cycle_finder_sees_a_cycle() -> None:
+    graph = grimp.ImportGraph()
+    for a, b in [("p.a", "p.b"), ("p.b", "p.c"), ("p.c", "p.a")]:
+        graph.add_import(importer=a, imported=b)
+    assert _cycle(graph) is not None
+
+
+def _private_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text())
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno} imports {alias.name} from {node.module}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("wslib")
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+
+
+def test_no_private_name_imported_across_modules() -> None:
+    found = [hit for f in sorted(PACKAGE.rglob("*.py")) for hit in _private_imports(f)]
+    assert not found, "\n".join(found)

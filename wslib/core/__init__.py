@@ -1,0 +1,1 @@
+"""What every chapter builds on: neurons, models, data, training, norms, interpolation, matching."""

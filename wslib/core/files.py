@@ -1,0 +1,85 @@
+"""Stable hashes and atomic file writes, shared by every cache of the book.
+
+Every cache (generated data, the model zoo, the run cache, LLPF checkpoints)
+names its entries by :func:`stable_hash` of everything that determines them,
+including :func:`code_version` of the packages that compute them and
+:func:`tensor_digest` of the data they read. Entries are written with
+:func:`atomic_write`: a uniquely named temporary file in the same folder,
+renamed into place, so concurrent writers (worker processes, cluster jobs)
+never leave half a file and never clobber each other's temporary file.
+
+These helpers live in ``core`` (not ``runs``) because the generated-data cache
+of :mod:`wslib.core.data` needs them and ``core`` imports nothing above it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import json
+import os
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def stable_hash(obj: Any, length: int = 20) -> str:
+    """A short SHA-256 of a JSON-serialisable object, independent of dict order."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def tensor_digest(
+    *items: torch.Tensor | np.ndarray | Mapping[str, Any], length: int = 16
+) -> str:
+    """SHA-256 of the contents of tensors, arrays or state dicts (names, shapes, values)."""
+    h = hashlib.sha256()
+    for item in items:
+        named = sorted(item.items()) if isinstance(item, Mapping) else [("", item)]
+        for name, value in named:
+            arr = (
+                value.detach().cpu().numpy()
+                if torch.is_tensor(value)
+                else np.asarray(value)
+            )
+            h.update(f"{name}:{arr.dtype}:{arr.shape}".encode())
+            h.update(np.ascontiguousarray(arr).tobytes())
+    return h.hexdigest()[:length]
+
+
+@functools.cache
+def code_version(*packages: str) -> str:
+    """Hash of the source files of the named packages or modules (e.g. ``"wslib.core"``).
+
+    A cache entry keyed by it is recomputed after any edit of the code that
+    computed it.
+    """
+    h = hashlib.sha256()
+    for name in sorted(packages):
+        module = importlib.import_module(name)
+        root = Path(module.__file__)
+        files = (
+            sorted(root.parent.rglob("*.py")) if root.name == "__init__.py" else [root]
+        )
+        for f in files:
+            h.update(f.relative_to(root.parent).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """Call ``write(tmp)`` on a unique temporary file next to ``path``, then rename it into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path

@@ -1,0 +1,118 @@
+"""Straight paths between two models: loss and accuracy along them, and the barrier."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from wslib.core.neurons import StateDict
+from wslib.core.norms import has_batchnorm, reset_bn_stats
+from wslib.core.train import evaluate
+
+
+def lerp_state(
+    a: StateDict, b: StateDict, t: float, names: Iterable[str] | None = None
+) -> StateDict:
+    """``(1 - t) a + t b`` for the floating-point tensors in ``names`` (all if ``None``).
+
+    Other tensors (integer buffers, names not listed) are taken from ``a``.
+    """
+    if a.keys() != b.keys():
+        raise ValueError(
+            "the two models have different tensors "
+            f"(only in a: {sorted(a.keys() - b.keys())[:3]}, only in b: {sorted(b.keys() - a.keys())[:3]}); "
+            "interpolate models of the same architecture"
+        )
+    chosen = set(a) if names is None else set(names)
+    out = {}
+    for k, va in a.items():
+        vb = b[k]
+        if va.shape != vb.shape:
+            raise ValueError(
+                f"tensor {k} has shape {tuple(va.shape)} vs {tuple(vb.shape)}"
+            )
+        out[k] = (
+            torch.lerp(va, vb.to(va.device), t)
+            if va.is_floating_point() and k in chosen
+            else va
+        )
+    return out
+
+
+def barrier(losses: Sequence[float]) -> float:
+    """Max loss on the path minus the mean of the two endpoint losses."""
+    losses = np.asarray(losses, dtype=float)
+    return float(losses.max() - 0.5 * (losses[0] + losses[-1]))
+
+
+def evaluate_states(
+    model: nn.Module,
+    states: Sequence[StateDict],
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    x_test: torch.Tensor | None = None,
+    y_test: torch.Tensor | None = None,
+    progress: bool = True,
+) -> dict[str, np.ndarray]:
+    """Loss and accuracy of each state on the full training (and test) set.
+
+    When the model has BatchNorm, its statistics are recomputed on the
+    training data for every state before evaluating it.
+    """
+    probe = copy.deepcopy(model)
+    bn = has_batchnorm(probe)
+    keys = ["train_loss", "train_acc"] + (
+        ["test_loss", "test_acc"] if x_test is not None else []
+    )
+    out: dict[str, list[float]] = {k: [] for k in keys}
+    for state in tqdm(states, desc="evaluate path", disable=not progress, leave=False):
+        probe.load_state_dict(state)
+        if bn:
+            reset_bn_stats(probe, x_train)
+        loss, acc = evaluate(probe, x_train, y_train)
+        out["train_loss"].append(loss)
+        out["train_acc"].append(acc)
+        if x_test is not None:
+            loss, acc = evaluate(probe, x_test, y_test)
+            out["test_loss"].append(loss)
+            out["test_acc"].append(acc)
+    return {k: np.array(v) for k, v in out.items()}
+
+
+def linear_path(
+    model: nn.Module,
+    a: StateDict,
+    b: StateDict,
+    ts: Sequence[float],
+    x_train: torch.Tensor,
+    y_train: torch.Tensor,
+    x_test: torch.Tensor | None = None,
+    y_test: torch.Tensor | None = None,
+    names: Iterable[str] | None = None,
+    progress: bool = True,
+) -> dict[str, np.ndarray]:
+    """Evaluate the straight path from ``a`` to ``b`` (only ``names`` move, if given).
+
+    Returns ``ts`` and the arrays of :func:`evaluate_states`, plus the
+    training-loss ``barrier``.
+    """
+    names = None if names is None else list(names)
+    states = [lerp_state(a, b, float(t), names) for t in ts]
+    res = evaluate_states(model, states, x_train, y_train, x_test, y_test, progress)
+    res["ts"] = np.asarray(ts, dtype=float)
+    res["barrier"] = np.array(barrier(res["train_loss"]))
+    return res
+
+
+def layer_names(model: nn.Module) -> dict[str, list[str]]:
+    """Floating-point state tensors grouped by the module that owns them, in data-flow order."""
+    groups: dict[str, list[str]] = {}
+    for name, value in model.state_dict().items():
+        if value.is_floating_point():
+            groups.setdefault(name.rsplit(".", 1)[0], []).append(name)
+    return groups

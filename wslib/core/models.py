@@ -1,0 +1,613 @@
+"""The architectures of the book, each describing its own hidden neurons.
+
+Every model is an ``nn.Module`` with a ``neuron_structure()`` method that lists
+its hidden neuron groups in data-flow order (see :mod:`wslib.core.neurons`). The
+1-D and 2-D versions of an architecture share one class; the number of
+spatial dimensions comes from ``in_shape`` (``[C, L]`` or ``[C, H, W]``).
+
+Build models by name with :func:`build_model`::
+
+    build_model({"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [256, 256]})
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from wslib.core.neurons import NeuronGroup, NeuronStructure, Role, Slot
+
+_CONV = {1: nn.Conv1d, 2: nn.Conv2d}
+_BN = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d}
+_POOL = {
+    "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d},
+    "max": {1: nn.MaxPool1d, 2: nn.MaxPool2d},
+}
+_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
+_VGG11_PLAN = (64, "P", 128, "P", 256, 256, "P", 512, 512, "P", 512, 512, "P")
+_RESNET18_WIDTHS = (64, 128, 256, 512)
+
+
+# --- slot helpers ----------------------------------------------------------------------------
+
+
+def rows(name: str, role: Role = "out") -> Slot:
+    """Axis 0 of ``name`` (weight rows, a bias, a norm parameter)."""
+    return Slot(name, 0, role)
+
+
+def linear_in(prefix: str, block: int = 1) -> list[Slot]:
+    """Input columns of a Linear or Conv layer that consumes the neurons."""
+    return [Slot(f"{prefix}.weight", 1, "in", block)]
+
+
+def linear_out(prefix: str) -> list[Slot]:
+    """Weight rows and bias of a Linear or Conv layer that produces the neurons."""
+    return [rows(f"{prefix}.weight"), rows(f"{prefix}.bias")]
+
+
+def bn_out(prefix: str) -> list[Slot]:
+    """BatchNorm affine parameters (produce the neurons) and running statistics (free)."""
+    return [
+        rows(f"{prefix}.weight"),
+        rows(f"{prefix}.bias"),
+        rows(f"{prefix}.running_mean", "free"),
+        rows(f"{prefix}.running_var", "free"),
+    ]
+
+
+def conv_bn_out(conv: str, bn: str) -> list[Slot]:
+    """A bias-free conv followed by BatchNorm: the conv rows are scale-free."""
+    return [rows(f"{conv}.weight", "free"), *bn_out(bn)]
+
+
+def norm_free(prefix: str) -> list[Slot]:
+    """LayerNorm affine parameters (permuted only)."""
+    return [rows(f"{prefix}.weight", "free"), rows(f"{prefix}.bias", "free")]
+
+
+def _structure(sizes: dict[str, int], slots: dict[str, list[Slot]]) -> NeuronStructure:
+    return NeuronStructure(
+        tuple(NeuronGroup(n, sizes[n], tuple(slots[n])) for n in sizes)
+    )
+
+
+# --- MLP -------------------------------------------------------------------------------------
+
+
+class MLP(nn.Module):
+    """Flatten, ``Linear -> activation`` per hidden width, then a Linear head.
+
+    ``linears`` holds every Linear layer, head last. Only ReLU groups are
+    rescalable; GELU and SiLU are not positively homogeneous.
+    """
+
+    def __init__(
+        self,
+        in_shape: Sequence[int],
+        n_classes: int,
+        widths: Sequence[int],
+        activation: str = "relu",
+    ) -> None:
+        super().__init__()
+        if activation not in _ACTIVATIONS:
+            raise ValueError(
+                f"activation {activation!r}; expected one of {list(_ACTIVATIONS)}"
+            )
+        sizes = [math.prod(in_shape), *widths, n_classes]
+        self.linears = nn.ModuleList(
+            nn.Linear(a, b) for a, b in itertools.pairwise(sizes)
+        )
+        self.act = _ACTIVATIONS[activation]()
+        self.rescalable = activation == "relu"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.flatten(1)
+        for layer in self.linears[:-1]:
+            x = self.act(layer(x))
+        return self.linears[-1](x)
+
+    def neuron_structure(self) -> NeuronStructure:
+        groups = (
+            NeuronGroup(
+                f"layer{i}",
+                layer.out_features,
+                (*linear_out(f"linears.{i}"), *linear_in(f"linears.{i + 1}")),
+                self.rescalable,
+            )
+            for i, layer in enumerate(self.linears[:-1])
+        )
+        return NeuronStructure(tuple(groups))
+
+
+# --- plain conv nets (cnn1d, vgg11) -----------------------------------------------------------
+
+
+def _he_init(conv: nn.Module) -> nn.Module:
+    """He-normal weights keep the signal scale through deep ReLU stacks without BatchNorm."""
+    nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
+    return conv
+
+
+class ConvNet(nn.Module):
+    """``Conv (+ BN) -> ReLU`` layers with pooling, then a head.
+
+    Parameters
+    ----------
+    plan
+        Conv output channels in order; ``"P"`` inserts a 2x pooling layer.
+    pool
+        ``"max"`` or ``"avg"``. Both commute with permutations and positive
+        per-channel scaling, so every group stays rescalable.
+    head
+        ``"flatten"`` (Flatten + Linear) or ``"conv"`` (fully convolutional: a
+        conv to ``n_classes`` channels, then global average pooling).
+    """
+
+    def __init__(
+        self,
+        in_shape: Sequence[int],
+        n_classes: int,
+        plan: Sequence[int | str],
+        kernel_size: int = 3,
+        pool: str = "max",
+        bn: bool = False,
+        head: str = "flatten",
+    ) -> None:
+        super().__init__()
+        if kernel_size % 2 == 0:
+            raise ValueError(f"kernel_size must be odd, got {kernel_size}")
+        if pool not in _POOL or head not in ("flatten", "conv"):
+            raise ValueError(
+                f"pool must be one of {list(_POOL)} and head 'flatten' or 'conv'"
+            )
+        dims = len(in_shape) - 1
+        layers: list[nn.Module] = []
+        self.convs: list[tuple[int, int]] = []  # (index in features, channels)
+        channels = in_shape[0]
+        for item in plan:
+            if item == "P":
+                layers.append(_POOL[pool][dims](2))
+                continue
+            self.convs.append((len(layers), item))
+            conv = _CONV[dims](
+                channels, item, kernel_size, padding=kernel_size // 2, bias=not bn
+            )
+            layers.append(_he_init(conv))
+            layers.extend([_BN[dims](item)] if bn else [])
+            layers.append(nn.ReLU())
+            channels = item
+        self.features = nn.Sequential(*layers)
+        self.bn = bn
+        self.fully_conv = head == "conv"
+        if self.fully_conv:
+            self.head_block = 1
+            self.head = _CONV[dims](
+                channels, n_classes, kernel_size, padding=kernel_size // 2
+            )
+        else:
+            self.head_block = math.prod(s // 2 ** plan.count("P") for s in in_shape[1:])
+            if self.head_block == 0:
+                raise ValueError(
+                    f"input {list(in_shape)} is too small for its poolings"
+                )
+            self.head = nn.Linear(channels * self.head_block, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.features(x)
+        if self.fully_conv:
+            return self.head(x).flatten(2).mean(2)
+        return self.head(x.flatten(1))
+
+    def neuron_structure(self) -> NeuronStructure:
+        prefixes = [f"features.{i}" for i, _ in self.convs]
+        consumers = [linear_in(p) for p in prefixes[1:]] + [
+            linear_in("head", self.head_block)
+        ]
+        groups = []
+        for k, ((i, width), consumer) in enumerate(zip(self.convs, consumers)):
+            producer = (
+                conv_bn_out(f"features.{i}", f"features.{i + 1}")
+                if self.bn
+                else linear_out(f"features.{i}")
+            )
+            groups.append(NeuronGroup(f"conv{k}", width, (*producer, *consumer)))
+        return NeuronStructure(tuple(groups))
+
+
+# --- ResNets (resnet1d, resnet18) -------------------------------------------------------------
+
+
+def _conv(dims: int, c_in: int, c_out: int, kernel_size: int, stride: int) -> nn.Module:
+    return _CONV[dims](c_in, c_out, kernel_size, stride, kernel_size // 2, bias=False)
+
+
+class ConvBN(nn.Sequential):
+    """Bias-free conv followed by BatchNorm (children ``conv`` and ``bn``)."""
+
+    def __init__(
+        self, dims: int, c_in: int, c_out: int, kernel_size: int, stride: int
+    ) -> None:
+        super().__init__(
+            OrderedDict(
+                conv=_conv(dims, c_in, c_out, kernel_size, stride), bn=_BN[dims](c_out)
+            )
+        )
+
+
+class BasicBlock(nn.Module):
+    """``relu(bn2(conv2(relu(bn1(conv1(x))))) + shortcut(x))``.
+
+    The shortcut is the identity, or a 1x1 ``ConvBN`` projection when the
+    channels or the stride change.
+    """
+
+    def __init__(
+        self, dims: int, c_in: int, c_out: int, stride: int, kernel_size: int
+    ) -> None:
+        super().__init__()
+        self.conv1 = _conv(dims, c_in, c_out, kernel_size, stride)
+        self.bn1 = _BN[dims](c_out)
+        self.conv2 = _conv(dims, c_out, c_out, kernel_size, 1)
+        self.bn2 = _BN[dims](c_out)
+        projects = stride != 1 or c_in != c_out
+        self.shortcut = ConvBN(dims, c_in, c_out, 1, stride) if projects else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
+        return F.relu(y + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNet(nn.Module):
+    """Stem ``ConvBN -> ReLU``, stages of BasicBlocks, global average pool, Linear head.
+
+    Stage ``s`` has ``widths[s]`` channels; every stage but the first starts
+    with stride 2.
+
+    Neuron groups: the inner neuron of each block (``stage{s}.block{b}``), and
+    one tied group per residual stream (``stream{s}``, opened by the stem or by
+    a projection shortcut) covering every layer that writes to or reads from
+    it. Rescaling a stream is exact: BatchNorm's gamma/beta carry the scale,
+    identity shortcuts carry the scaled stream and ``relu(lam x) = lam relu(x)``.
+    """
+
+    def __init__(
+        self,
+        in_shape: Sequence[int],
+        n_classes: int,
+        widths: Sequence[int],
+        blocks_per_stage: int,
+        kernel_size: int = 3,
+    ) -> None:
+        super().__init__()
+        if blocks_per_stage < 1 or kernel_size % 2 == 0:
+            raise ValueError("blocks_per_stage must be >= 1 and kernel_size odd")
+        dims = len(in_shape) - 1
+        self.stem = ConvBN(dims, in_shape[0], widths[0], kernel_size, 1)
+        stages = []
+        channels = widths[0]
+        for s, width in enumerate(widths):
+            blocks = []
+            for b in range(blocks_per_stage):
+                stride = 2 if s > 0 and b == 0 else 1
+                blocks.append(BasicBlock(dims, channels, width, stride, kernel_size))
+                channels = width
+            stages.append(nn.Sequential(*blocks))
+        self.stages = nn.Sequential(*stages)
+        self.head = nn.Linear(channels, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.stages(F.relu(self.stem(x)))
+        return self.head(x.flatten(2).mean(2))
+
+    def neuron_structure(self) -> NeuronStructure:
+        sizes: dict[str, int] = {}
+        slots: dict[str, list[Slot]] = {}
+
+        def open_group(name: str, size: int, producer: list[Slot]) -> None:
+            sizes[name], slots[name] = size, list(producer)
+
+        stream = "stream0"
+        open_group(
+            stream, self.stem.bn.num_features, conv_bn_out("stem.conv", "stem.bn")
+        )
+        for s, stage in enumerate(self.stages):
+            for b, block in enumerate(stage):
+                p, inner = f"stages.{s}.{b}", f"stage{s}.block{b}"
+                open_group(
+                    inner, block.bn1.num_features, conv_bn_out(f"{p}.conv1", f"{p}.bn1")
+                )
+                slots[inner] += linear_in(f"{p}.conv2")
+                slots[stream] += linear_in(f"{p}.conv1")
+                if block.shortcut is not None:
+                    slots[stream] += linear_in(f"{p}.shortcut.conv")
+                    stream = f"stream{s}"
+                    producer = conv_bn_out(f"{p}.shortcut.conv", f"{p}.shortcut.bn")
+                    open_group(stream, block.bn2.num_features, producer)
+                slots[stream] += conv_bn_out(f"{p}.conv2", f"{p}.bn2")
+        slots[stream] += linear_in("head")
+        return _structure(sizes, slots)
+
+
+# --- transformers (transformer1d, vit) --------------------------------------------------------
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with a fused ``qkv`` projection and an output ``proj``."""
+
+    def __init__(self, width: int, heads: int) -> None:
+        super().__init__()
+        if width % heads:
+            raise ValueError(f"embed_dim {width} is not divisible by heads {heads}")
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+
+    def mix(self, qkv: torch.Tensor) -> torch.Tensor:
+        """The heads' outputs ``(N, T, D)`` (before ``proj``) from the ``qkv`` projection."""
+        n, t, d3 = qkv.shape
+        d = d3 // 3
+        qkv = qkv.reshape(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        y = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])
+        return y.transpose(1, 2).reshape(n, t, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.mix(self.qkv(x)))
+
+
+class TransformerBlock(nn.Module):
+    """Pre-LayerNorm block: ``x + attn(norm1(x))``, then ``x + mlp(norm2(x))``."""
+
+    def __init__(self, width: int, heads: int, mlp_dim: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(width)
+        self.attn = SelfAttention(width, heads)
+        self.norm2 = nn.LayerNorm(width)
+        self.mlp = nn.Sequential(
+            OrderedDict(
+                fc1=nn.Linear(width, mlp_dim),
+                act=nn.ReLU(),
+                fc2=nn.Linear(mlp_dim, width),
+            )
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class Transformer(nn.Module):
+    """Patch embedding, learned positions, pre-LN blocks, final LN, mean pool, Linear head.
+
+    The patch embedding is a conv with kernel = stride = ``patch_size``, i.e. a
+    Linear map of each flattened patch. No dropout.
+
+    Neuron groups: the residual stream (``stream``; permutable only, since
+    LayerNorm is not invariant to per-feature scaling) and each block's MLP
+    hidden layer (``block{i}.mlp``; rescalable, ReLU). Attention heads are not
+    permuted: permuting whole heads, and query/key or value dimensions within a
+    head, is a valid extra symmetry that we do not use.
+    """
+
+    def __init__(
+        self,
+        in_shape: Sequence[int],
+        n_classes: int,
+        patch_size: int,
+        embed_dim: int,
+        depth: int,
+        heads: int,
+        mlp_dim: int,
+    ) -> None:
+        super().__init__()
+        if any(s % patch_size for s in in_shape[1:]):
+            raise ValueError(
+                f"input {list(in_shape)} is not divisible into patches of {patch_size}"
+            )
+        dims = len(in_shape) - 1
+        n_tokens = math.prod(s // patch_size for s in in_shape[1:])
+        self.embed = _CONV[dims](in_shape[0], embed_dim, patch_size, stride=patch_size)
+        self.pos = nn.Parameter(0.02 * torch.randn(1, n_tokens, embed_dim))
+        self.blocks = nn.Sequential(
+            *(TransformerBlock(embed_dim, heads, mlp_dim) for _ in range(depth))
+        )
+        self.norm = nn.LayerNorm(embed_dim)
+        self.head = nn.Linear(embed_dim, n_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.embed(x).flatten(2).transpose(1, 2) + self.pos
+        return self.head(self.norm(self.blocks(tokens)).mean(1))
+
+    def neuron_structure(self) -> NeuronStructure:
+        stream = [*linear_out("embed"), Slot("pos", 2, "out")]
+        mlps = []
+        for i, block in enumerate(self.blocks):
+            p = f"blocks.{i}"
+            stream += [*norm_free(f"{p}.norm1"), *linear_in(f"{p}.attn.qkv")]
+            stream += [*linear_out(f"{p}.attn.proj"), *norm_free(f"{p}.norm2")]
+            stream += [*linear_in(f"{p}.mlp.fc1"), *linear_out(f"{p}.mlp.fc2")]
+            hidden = (*linear_out(f"{p}.mlp.fc1"), *linear_in(f"{p}.mlp.fc2"))
+            mlps.append(
+                NeuronGroup(f"block{i}.mlp", block.mlp.fc1.out_features, hidden)
+            )
+        stream += [*norm_free("norm"), *linear_in("head")]
+        width = self.head.in_features
+        return NeuronStructure(
+            (NeuronGroup("stream", width, tuple(stream), False), *mlps)
+        )
+
+
+# --- factories and build_model ----------------------------------------------------------------
+
+
+def _check_shape(in_shape: Sequence[int], dims: int, name: str) -> list[int]:
+    if len(in_shape) != dims + 1:
+        layout = "[C, L]" if dims == 1 else "[C, H, W]"
+        raise ValueError(f"{name} expects in_shape {layout}, got {list(in_shape)}")
+    return list(in_shape)
+
+
+def _scaled(widths: Sequence[int], width: float) -> list[int]:
+    return [max(1, round(w * width)) for w in widths]
+
+
+def mlp(
+    in_shape: Sequence[int],
+    n_classes: int,
+    widths: Sequence[int] = (256, 256),
+    activation: str = "relu",
+) -> MLP:
+    """Fully connected net on the flattened input."""
+    return MLP(in_shape, n_classes, widths, activation)
+
+
+def cnn1d(
+    in_shape: Sequence[int],
+    n_classes: int,
+    channels: Sequence[int] = (32, 32, 32),
+    kernel_size: int = 5,
+    pool: str | None = "max",
+    fully_conv: bool = False,
+    bn: bool = False,
+) -> ConvNet:
+    """1-D CNN: one ``Conv -> ReLU (-> 2x pool)`` stage per entry of ``channels``."""
+    shape = _check_shape(in_shape, 1, "cnn1d")
+    return _staged_cnn(shape, n_classes, channels, kernel_size, pool, fully_conv, bn)
+
+
+def cnn2d(
+    in_shape: Sequence[int],
+    n_classes: int,
+    channels: Sequence[int] = (32, 64, 128),
+    kernel_size: int = 3,
+    pool: str | None = "max",
+    fully_conv: bool = False,
+    bn: bool = False,
+) -> ConvNet:
+    """2-D CNN: one ``Conv -> ReLU (-> 2x pool)`` stage per entry of ``channels``.
+
+    With ``fully_conv=True`` and no BN it is a CIFAR "NV"-like fully
+    convolutional net (conv head, global average pooling).
+    """
+    shape = _check_shape(in_shape, 2, "cnn2d")
+    return _staged_cnn(shape, n_classes, channels, kernel_size, pool, fully_conv, bn)
+
+
+def _staged_cnn(
+    shape: list[int],
+    n_classes: int,
+    channels: Sequence[int],
+    kernel_size: int,
+    pool: str | None,
+    fully_conv: bool,
+    bn: bool,
+) -> ConvNet:
+    plan = [c for ch in channels for c in ((ch, "P") if pool else (ch,))]
+    head = "conv" if fully_conv else "flatten"
+    return ConvNet(shape, n_classes, plan, kernel_size, pool or "max", bn, head)
+
+
+def resnet1d(
+    in_shape: Sequence[int],
+    n_classes: int,
+    widths: Sequence[int] = (16, 32, 64),
+    blocks_per_stage: int = 2,
+    kernel_size: int = 3,
+) -> ResNet:
+    """1-D ResNet of BasicBlocks, one stage per entry of ``widths``."""
+    return ResNet(
+        _check_shape(in_shape, 1, "resnet1d"),
+        n_classes,
+        widths,
+        blocks_per_stage,
+        kernel_size,
+    )
+
+
+def transformer1d(
+    in_shape: Sequence[int],
+    n_classes: int,
+    patch_size: int = 4,
+    embed_dim: int = 64,
+    depth: int = 2,
+    heads: int = 4,
+    mlp_dim: int = 128,
+) -> Transformer:
+    """Small pre-LN transformer on patches of a 1-D signal."""
+    shape = _check_shape(in_shape, 1, "transformer1d")
+    return Transformer(shape, n_classes, patch_size, embed_dim, depth, heads, mlp_dim)
+
+
+def resnet18(in_shape: Sequence[int], n_classes: int, width: float = 1.0) -> ResNet:
+    """CIFAR ResNet-18 (3x3 stem, no max pool); ``width`` multiplies all channel counts."""
+    shape = _check_shape(in_shape, 2, "resnet18")
+    return ResNet(shape, n_classes, _scaled(_RESNET18_WIDTHS, width), 2)
+
+
+def vgg11(
+    in_shape: Sequence[int], n_classes: int, width: float = 1.0, bn: bool = False
+) -> ConvNet:
+    """VGG-11 convolutions (3x3, ReLU, max pool) with a single Linear head."""
+    plan = [p if p == "P" else _scaled([p], width)[0] for p in _VGG11_PLAN]
+    return ConvNet(_check_shape(in_shape, 2, "vgg11"), n_classes, plan, 3, "max", bn)
+
+
+def vit(
+    in_shape: Sequence[int],
+    n_classes: int,
+    patch_size: int = 4,
+    embed_dim: int = 128,
+    depth: int = 6,
+    heads: int = 4,
+    mlp_dim: int = 256,
+) -> Transformer:
+    """Small vision transformer on 2-D patches."""
+    shape = _check_shape(in_shape, 2, "vit")
+    return Transformer(shape, n_classes, patch_size, embed_dim, depth, heads, mlp_dim)
+
+
+_FACTORIES: dict[str, Callable[..., nn.Module]] = {
+    "mlp": mlp,
+    "cnn1d": cnn1d,
+    "cnn2d": cnn2d,
+    "resnet1d": resnet1d,
+    "transformer1d": transformer1d,
+    "resnet18": resnet18,
+    "vgg11": vgg11,
+    "vit": vit,
+}
+MODEL_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+
+
+def config_keys(name: str) -> tuple[list[str], dict[str, Any]]:
+    """Required keys and optional keys (with defaults) of model ``name``, ``"name"`` excluded."""
+    params = inspect.signature(_FACTORIES[name]).parameters.values()
+    required = [p.name for p in params if p.default is p.empty]
+    return required, {p.name: p.default for p in params if p.default is not p.empty}
+
+
+def build_model(config: dict[str, Any]) -> nn.Module:
+    """Build a model from ``{"name": ..., "in_shape": ..., "n_classes": ..., **options}``."""
+    name = config.get("name")
+    if not isinstance(name, str) or name not in _FACTORIES:
+        raise ValueError(
+            f"unknown model name {name!r}; valid names: {', '.join(MODEL_NAMES)}"
+        )
+    required, optional = config_keys(name)
+    options = {k: v for k, v in config.items() if k != "name"}
+    missing = [k for k in required if k not in options]
+    unknown = [k for k in options if k not in required and k not in optional]
+    if missing or unknown:
+        raise ValueError(
+            f"bad config for model {name!r} (missing: {missing}, unknown: {unknown}); "
+            f"required keys: name, {', '.join(required)}; optional keys: {optional}"
+        )
+    return _FACTORIES[name](**options)

@@ -1,0 +1,193 @@
+"""Training and evaluation: one seed function, one fit loop, one evaluation."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+OPTIMIZERS = ("sgd", "adam")
+SCHEDULES = ("constant", "cosine")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and PyTorch (CPU and CUDA) and ask cuDNN for determinism."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    torch.cuda.manual_seed_all(seed)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def pick_device(device: str | torch.device | None = None) -> torch.device:
+    """``device`` if given, else CUDA when available, else the CPU."""
+    if device is not None:
+        return torch.device(device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How a model is trained. Part of every cached model's identity."""
+
+    epochs: int = 30
+    batch_size: int = 128
+    lr: float = 0.05
+    optimizer: str = "sgd"
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    schedule: str = "cosine"
+    augment: bool = False
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(
+                f"unknown optimizer {self.optimizer!r}; valid: {OPTIMIZERS}"
+            )
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; valid: {SCHEDULES}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Recipe:
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(
+                f"unknown recipe keys {sorted(unknown)}; valid: {sorted(known)}"
+            )
+        return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
+    """The optimizer a recipe names."""
+    params = model.parameters()
+    if recipe.optimizer == "adam":
+        return torch.optim.Adam(params, lr=recipe.lr, weight_decay=recipe.weight_decay)
+    return torch.optim.SGD(
+        params, lr=recipe.lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay
+    )
+
+
+def batches(
+    n: int, batch_size: int, generator: torch.Generator | None = None
+) -> Iterator[torch.Tensor]:
+    """Index batches over ``range(n)``; shuffled when a generator is given."""
+    order = (
+        torch.randperm(n, generator=generator)
+        if generator is not None
+        else torch.arange(n)
+    )
+    for start in range(0, n, batch_size):
+        yield order[start : start + batch_size]
+
+
+def augment_images(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Per-image random horizontal flip and 4-pixel random crop of a batch (N, C, H, W)."""
+    if x.dim() != 4:
+        raise ValueError(
+            "augment=True needs images of shape (N, C, H, W); turn it off for 1-D data"
+        )
+    n, c, h, w = x.shape
+    flip = (torch.rand(n, generator=generator) < 0.5).to(x.device)
+    x = torch.where(flip[:, None, None, None], x.flip(3), x)
+    padded = nn.functional.pad(x, (4, 4, 4, 4))
+    dy, dx = (torch.randint(0, 9, (2, n), generator=generator)).to(x.device)
+    rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
+    cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
+    batch = torch.arange(n, device=x.device)[:, None, None, None]
+    chans = torch.arange(c, device=x.device)[None, :, None, None]
+    return padded[batch, chans, rows, cols]
+
+
+def fit(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    recipe: Recipe,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    progress: bool = True,
+    on_epoch: Callable[[int, nn.Module], None] | None = None,
+    on_step: Callable[[nn.Module], None] | None = None,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+) -> dict[str, list[float]]:
+    """Train ``model`` in place; return per-epoch mean loss and accuracy.
+
+    The loss is cross-entropy unless ``loss_fn(outputs, targets)`` is given (then
+    the accuracy is NaN, e.g. for a regression or autoencoder target).
+    ``on_step(model)`` runs after every optimiser step, ``on_epoch(epoch, model)``
+    after every epoch.
+    """
+    dev = pick_device(device)
+    model.to(dev)
+    x, y = x.to(dev), y.to(dev)
+    gen = torch.Generator().manual_seed(seed)
+    opt = make_optimizer(model, recipe)
+    sched = (
+        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=recipe.epochs)
+        if recipe.schedule == "cosine"
+        else None
+    )
+    history: dict[str, list[float]] = {"loss": [], "acc": []}
+    bar = tqdm(range(recipe.epochs), desc="train", disable=not progress, leave=False)
+    for epoch in bar:
+        model.train()
+        total_loss, correct = 0.0, 0
+        for idx in batches(len(x), recipe.batch_size, gen):
+            xb, yb = x[idx.to(dev)], y[idx.to(dev)]
+            if recipe.augment:
+                xb = augment_images(xb, gen)
+            out = model(xb)
+            loss = (
+                nn.functional.cross_entropy(out, yb)
+                if loss_fn is None
+                else loss_fn(out, yb)
+            )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if on_step is not None:
+                on_step(model)
+            total_loss += loss.item() * len(idx)
+            if loss_fn is None:
+                correct += (out.argmax(1) == yb).sum().item()
+        if sched is not None:
+            sched.step()
+        history["loss"].append(total_loss / len(x))
+        history["acc"].append(correct / len(x) if loss_fn is None else float("nan"))
+        bar.set_postfix(
+            loss=f"{history['loss'][-1]:.3f}", acc=f"{history['acc'][-1]:.3f}"
+        )
+        if on_epoch is not None:
+            on_epoch(epoch, model)
+    model.eval()
+    return history
+
+
+@torch.no_grad()
+def predict(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+    """Model outputs for ``x`` in eval mode (on the model's device), returned on the CPU."""
+    dev = next(model.parameters()).device
+    model.eval()
+    return torch.cat([model(x[i].to(dev)).cpu() for i in batches(len(x), batch_size)])
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024
+) -> tuple[float, float]:
+    """Mean cross-entropy loss and accuracy of ``model`` on ``(x, y)`` in eval mode."""
+    out = predict(model, x, batch_size)
+    loss = nn.functional.cross_entropy(out, y.cpu()).item()
+    acc = (out.argmax(1) == y.cpu()).float().mean().item()
+    return loss, acc

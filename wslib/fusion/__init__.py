@@ -1,0 +1,24 @@
+"""Neuron-centric model fusion: Hungarian Fusion (HF), K-means Fusion (KF) and baselines.
+
+- :mod:`~wslib.fusion.levels`: levels of a chain net, grouping, targets, retrofitting;
+- :mod:`~wslib.fusion.hfkf`: :func:`fuse`, HF / KF for every architecture;
+- :mod:`~wslib.fusion.residual`: ResNets and transformers, one residual stream at a time;
+- :mod:`~wslib.fusion.importance`: Conductance / DeepLIFT neuron importance;
+- :mod:`~wslib.fusion.baselines`: averaging, ensembles, distillation, OTFusion, Git Re-Basin.
+"""
+
+from wslib.fusion.baselines import USES_IMPORTANCE, Ensemble, distill, fuse_by
+from wslib.fusion.hfkf import augment_fusion_set, class_share, fuse, model_importance
+from wslib.fusion.levels import GradientConfig
+
+__all__ = [
+    "USES_IMPORTANCE",
+    "Ensemble",
+    "GradientConfig",
+    "augment_fusion_set",
+    "class_share",
+    "distill",
+    "fuse",
+    "fuse_by",
+    "model_importance",
+]

@@ -1,0 +1,141 @@
+"""Neuron importance scores for fusion: Conductance, DeepLIFT or uniform.
+
+The score of a neuron of a layer is the mean absolute attribution (captum's
+``LayerConductance`` or ``LayerDeepLift`` on the layer's output, target = the
+true label, zero baseline) over the examples and over the positions or tokens
+of the layer's output. ``"uniform"`` gives every neuron the score 1.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from captum.attr import LayerConductance, LayerDeepLift
+from torch import nn
+from tqdm.auto import tqdm
+
+from wslib.core.models import TransformerBlock
+from wslib.core.train import batches
+
+IMPORTANCES = ("uniform", "conductance", "deeplift")
+
+
+def _untie_activations(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` in which no activation module object is used twice.
+
+    DeepLIFT's rules are attached to activation modules; the MLP calls one
+    shared ``act`` module after every layer, so the copy calls a fresh copy
+    of it after each layer instead.
+    """
+    model = copy.deepcopy(model).eval()
+    if hasattr(model, "act") and hasattr(model, "linears"):
+        acts = nn.ModuleList(copy.deepcopy(model.act) for _ in model.linears[:-1])
+        model.acts = acts
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            x = x.flatten(1)
+            for layer, act in zip(model.linears[:-1], model.acts):
+                x = act(layer(x))
+            return model.linears[-1](x)
+
+        model.forward = forward
+    return model
+
+
+def neuron_importance(
+    model: nn.Module,
+    layers: Sequence[str],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    method: str = "conductance",
+    batch_size: int = 256,
+    n_steps: int = 16,
+    progress: bool = True,
+) -> dict[str, torch.Tensor]:
+    """Importance score of every output neuron (channel) of each named layer.
+
+    Parameters
+    ----------
+    model
+        The network (evaluated in eval mode; not modified).
+    layers
+        Names of submodules (``model.get_submodule`` keys) whose outputs hold
+        the neurons: channels on axis 1 (Linear, Conv; positions count as
+        samples) or, for a Linear or a transformer block applied to tokens
+        ``(N, T, D)``, on the last axis (tokens count as samples).
+    x, y
+        Inputs and true labels (the attribution target).
+    method
+        ``"uniform"``, ``"conductance"`` or ``"deeplift"``.
+    batch_size, n_steps
+        Examples per captum call; integration steps of Conductance.
+    progress
+        Show a progress bar over layers x batches.
+
+    Returns
+    -------
+    dict
+        Layer name -> float64 tensor of shape ``(n_neurons,)``, non-negative.
+    """
+    if method not in IMPORTANCES:
+        raise ValueError(f"unknown importance {method!r}; valid: {IMPORTANCES}")
+    if len(x) != len(y) or len(x) == 0:
+        raise ValueError(
+            f"need as many labels as inputs (> 0), got {len(x)} and {len(y)}"
+        )
+    model = (
+        _untie_activations(model)
+        if method == "deeplift"
+        else copy.deepcopy(model).eval()
+    )
+    dev = next(model.parameters()).device
+    scores: dict[str, torch.Tensor] = {}
+    steps = len(layers) * -(-len(x) // batch_size)
+    bar = tqdm(
+        total=steps, desc=f"importance ({method})", disable=not progress, leave=False
+    )
+    for name in layers:
+        layer = model.get_submodule(name)
+        total, count = None, 0
+        for idx in batches(len(x), batch_size):
+            xb, yb = x[idx].to(dev), y[idx].to(dev)
+            att = (
+                _attribute(model, layer, xb, yb, method, n_steps)
+                .detach()
+                .abs()
+                .double()
+            )
+            if isinstance(layer, (nn.Linear, TransformerBlock)) and att.dim() == 3:
+                att = att.movedim(-1, 1)
+            per_neuron = att.movedim(1, 0).reshape(att.shape[1], -1)
+            total = per_neuron.sum(1) if total is None else total + per_neuron.sum(1)
+            count += per_neuron.shape[1]
+            bar.update()
+        scores[name] = (total / count).cpu()
+    bar.close()
+    return scores
+
+
+def _attribute(
+    model: nn.Module,
+    layer: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    method: str,
+    n_steps: int,
+) -> torch.Tensor:
+    if method == "uniform":
+        with torch.no_grad():
+            out: list[torch.Tensor] = []
+            handle = layer.register_forward_hook(lambda m, i, o: out.append(o))
+            model(x)
+            handle.remove()
+        return torch.ones_like(out[0])
+    base = torch.zeros_like(x)
+    if method == "conductance":
+        return LayerConductance(model, layer).attribute(
+            x, base, target=y, n_steps=n_steps
+        )
+    return LayerDeepLift(model, layer).attribute(x, base, target=y)

@@ -1,0 +1,417 @@
+"""The levels of a chain net and the steps that fuse one level: grouping, targets, retrofitting."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from scipy.optimize import linear_sum_assignment
+from sklearn.cluster import KMeans
+from torch import nn
+
+from wslib.core.models import ResNet, Transformer
+from wslib.core.norms import is_batchnorm
+from wslib.core.train import batches
+
+GROUPINGS = ("hf", "kf")
+RETROFITS = ("linear", "gradient")
+_AFFINE = (nn.Linear, nn.Conv1d, nn.Conv2d)
+RESIDUAL_ARCHS = (ResNet, Transformer)  # fused by wslib.fusion.residual
+
+
+# --- levels ----------------------------------------------------------------------------------
+
+
+def chain_levels(model: nn.Module) -> list[str]:
+    """Names of the affine modules that produce each hidden neuron group, then the head.
+
+    Read from the model's neuron structure. Fusion by levels needs a *chain*:
+    each group is produced by one Linear/Conv layer and consumed by the next
+    one, with no normalisation layer in between (the MLP and the plain conv
+    nets ``cnn1d`` / ``vgg11`` without BatchNorm).
+
+    Raises
+    ------
+    ValueError
+        For architectures that are not such a chain (ResNets, transformers,
+        BatchNorm nets), naming the reason; ResNets and transformers are fused
+        by :mod:`wslib.fusion.residual` instead.
+    """
+    if not hasattr(model, "neuron_structure"):
+        raise TypeError(
+            f"{type(model).__name__} has no neuron_structure(); build it with build_model"
+        )
+    if any(is_batchnorm(m) for m in model.modules()):
+        raise ValueError(
+            "neuron-level fusion needs models without BatchNorm (build cnn1d/vgg11 with bn=False)"
+        )
+    names: list[str] = []
+    consumer = None
+    for group in model.neuron_structure().groups:
+        out_w = [
+            s.name
+            for s in group.slots
+            if s.role == "out" and s.name.endswith(".weight")
+        ]
+        ins = [s.name for s in group.slots if s.role == "in"]
+        if (
+            len(out_w) != 1
+            or len(ins) != 1
+            or any(s.role == "free" for s in group.slots)
+        ):
+            raise ValueError(
+                f"{type(model).__name__} group {group.name!r} is not one layer feeding one layer; "
+                "level-wise fusion supports the chain architectures mlp, cnn1d and vgg11 (no BN)"
+            )
+        producer = out_w[0].removesuffix(".weight")
+        if consumer is not None and producer != consumer:
+            raise ValueError(
+                f"group {group.name!r}: {producer} does not follow {consumer}"
+            )
+        names.append(producer)
+        consumer = ins[0].removesuffix(".weight")
+    names.append(consumer)
+    for name in names:
+        if not isinstance(model.get_submodule(name), _AFFINE):
+            raise TypeError(f"level {name!r} is not a Linear or Conv layer")
+    return names
+
+
+def level_widths(model: nn.Module) -> list[int]:
+    """Number of neurons of each hidden level."""
+    return [g.size for g in model.neuron_structure().groups]
+
+
+def check_same_architecture(
+    models: Sequence[nn.Module], same_widths: bool = True
+) -> None:
+    """Raise a ValueError unless all models share one architecture (and widths)."""
+    if not models:
+        raise ValueError("need at least one model")
+    first = models[0]
+    for i, m in enumerate(models[1:], 1):
+        if type(m) is not type(first) or list(m.state_dict()) != list(
+            first.state_dict()
+        ):
+            raise ValueError(
+                f"model {i} ({type(m).__name__}) has another architecture than model 0 "
+                f"({type(first).__name__}); fuse models of one architecture"
+            )
+        shapes = [t.dim() for t in m.state_dict().values()]
+        if shapes != [t.dim() for t in first.state_dict().values()]:
+            raise ValueError(f"model {i} has tensors of another rank than model 0")
+        if same_widths and any(
+            a.shape != b.shape
+            for a, b in zip(m.state_dict().values(), first.state_dict().values())
+        ):
+            raise ValueError(
+                f"model {i} has other layer widths than model 0 ({level_widths(m)} vs "
+                f"{level_widths(first)}); this method needs equal widths (use KF otherwise)"
+            )
+
+
+def check_fusion_set(y: torch.Tensor, n_classes: int) -> None:
+    """Raise a ValueError naming the classes that the fusion set lacks."""
+    present = set(torch.as_tensor(y).unique().tolist())
+    missing = [c for c in range(n_classes) if c not in present]
+    if missing:
+        raise ValueError(
+            f"the fusion set has no examples of classes {missing}; draw a class-balanced "
+            "fusion set (wslib.core.data.balanced_subset) from the union of the training data"
+        )
+
+
+@torch.no_grad()
+def layer_io(
+    model: nn.Module,
+    names: Sequence[str],
+    x: torch.Tensor,
+    kind: str = "output",
+    batch_size: int = 512,
+) -> dict[str, torch.Tensor]:
+    """Inputs (``kind="input"``) or outputs of the named modules on ``x`` (CPU, float32)."""
+    model.eval()
+    dev = next(model.parameters()).device
+    store: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    handles = []
+    for n in names:
+        mod = model.get_submodule(n)
+        if kind == "input":
+            handles.append(
+                mod.register_forward_pre_hook(
+                    lambda m, a, n=n: store[n].append(a[0].cpu())
+                )
+            )
+        else:
+            handles.append(
+                mod.register_forward_hook(lambda m, a, o, n=n: store[n].append(o.cpu()))
+            )
+    try:
+        for idx in batches(len(x), batch_size):
+            model(x[idx].to(dev))
+    finally:
+        for h in handles:
+            h.remove()
+    return {n: torch.cat(v) for n, v in store.items()}
+
+
+def neuron_matrix(act: torch.Tensor) -> torch.Tensor:
+    """Activations ``(N, C, *positions)`` as ``(C, N * positions)`` float64 rows."""
+    return act.movedim(1, 0).reshape(act.shape[1], -1).double()
+
+
+def from_neuron_matrix(mat: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`neuron_matrix` for ``k`` channels, shaped like ``like`` otherwise."""
+    shape = (mat.shape[0], like.shape[0], *like.shape[2:])
+    return mat.reshape(shape).movedim(0, 1)
+
+
+# --- grouping and the representation cost -----------------------------------------------------
+
+
+def weighted_centroids(
+    points: np.ndarray, weights: np.ndarray, labels: np.ndarray, k: int
+) -> np.ndarray:
+    """Importance-weighted centroid ``T_k`` of each group, shape ``(k, D)``."""
+    out = np.zeros((k, points.shape[1]))
+    np.add.at(out, labels, weights[:, None] * points)
+    total = np.bincount(labels, weights, minlength=k)
+    if (total <= 0).any():
+        raise ValueError(
+            f"groups {np.flatnonzero(total <= 0).tolist()} are empty or weightless"
+        )
+    return out / total[:, None]
+
+
+def hungarian_groups(
+    a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray
+) -> np.ndarray:
+    """Labels of HF's one-to-one grouping of two equal-size neuron sets.
+
+    The cost of merging ``a_i`` with ``b_j`` is the weighted squared distance
+    to their weighted centroid, ``wa_i wb_j / (wa_i + wb_j) ||a_i - b_j||^2``.
+    Group ``i`` holds ``a_i`` and its partner; labels are ``[0..n-1, perm]``.
+    """
+    if a.shape != b.shape:
+        raise ValueError(
+            f"HF needs two levels of equal width, got {len(a)} and {len(b)} neurons"
+        )
+    sq = (a**2).sum(1)[:, None] + (b**2).sum(1)[None, :] - 2 * a @ b.T
+    cost = (wa[:, None] * wb[None, :]) / (wa[:, None] + wb[None, :]) * np.maximum(sq, 0)
+    rows, cols = linear_sum_assignment(cost)
+    labels_b = np.empty(len(b), dtype=np.int64)
+    labels_b[cols] = rows
+    return np.concatenate([np.arange(len(a)), labels_b])
+
+
+def kmeans_groups(
+    points: np.ndarray,
+    weights: np.ndarray,
+    k: int,
+    init: np.ndarray | None = None,
+    seed: int = 0,
+) -> np.ndarray:
+    """Labels of importance-weighted k-means (squared distances) with ``k`` groups.
+
+    ``init`` (``(k, D)``) starts Lloyd's iterations there; otherwise k-means++
+    with 4 restarts.
+    """
+    if k > len(points):
+        raise ValueError(f"k={k} groups but only {len(points)} neurons")
+    km = KMeans(
+        k,
+        init="k-means++" if init is None else init,
+        n_init=4 if init is None else 1,
+        random_state=seed,
+        tol=0.0,
+        max_iter=300,
+    )
+    return km.fit(points, sample_weight=weights).labels_.astype(np.int64)
+
+
+def representation_cost(
+    points: np.ndarray, weights: np.ndarray, labels: np.ndarray, fused: np.ndarray
+) -> float:
+    """``sum_i w_i ||a_i - F_{c(i)}||^2``."""
+    return float((weights * ((points - fused[labels]) ** 2).sum(1)).sum())
+
+
+def cost_decomposition(
+    points: np.ndarray, weights: np.ndarray, labels: np.ndarray, fused: np.ndarray
+) -> dict[str, float]:
+    """Representation cost and its Theorem-1 parts (clustering + approximation error)."""
+    k = len(fused)
+    targets = weighted_centroids(points, weights, labels, k)
+    group_w = np.bincount(labels, weights, minlength=k)
+    return {
+        "cost": representation_cost(points, weights, labels, fused),
+        "clustering": float((weights * ((points - targets[labels]) ** 2).sum(1)).sum()),
+        "approximation": float((group_w * ((targets - fused) ** 2).sum(1)).sum()),
+    }
+
+
+# --- retrofitting -----------------------------------------------------------------------------
+
+
+def design_matrix(module: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+    """Rows of the affine map's inputs, ``(samples, fan_in)``, in neuron_matrix's sample order."""
+    x = inputs.double()
+    if isinstance(module, nn.Linear):
+        return (
+            x.reshape(-1, x.shape[-1])
+            if x.dim() == 2
+            else x.reshape(-1, module.in_features)
+        )
+    k, s, p = module.kernel_size, module.stride, module.padding
+    if isinstance(module, nn.Conv1d):
+        x = F.pad(x, (p[0], p[0])).unfold(2, k[0], s[0])  # (N, C, L, k)
+        return x.permute(0, 2, 1, 3).reshape(-1, x.shape[1] * k[0])
+    cols = F.unfold(x, k, padding=p, stride=s)  # (N, C*kh*kw, L)
+    return cols.transpose(1, 2).reshape(-1, cols.shape[1])
+
+
+def ridge_solve(
+    rows: Callable[[slice], torch.Tensor],
+    targets: torch.Tensor,
+    n: int,
+    ridge: float,
+    chunk: int = 256,
+) -> torch.Tensor:
+    """Ridge least squares ``A @ sol ~ targets.T`` for ``A = rows(all n examples)``, float64.
+
+    ``rows(slice)`` gives the design rows of those examples (each example has
+    ``targets.shape[1] // n`` consecutive rows); the Gram matrix is
+    accumulated over ``chunk`` examples at a time and ``ridge`` is relative to
+    its mean diagonal.
+    """
+    per_example = targets.shape[1] // n
+    gram, rhs = None, None
+    for start in range(0, n, chunk):
+        a = rows(slice(start, start + chunk))
+        t = targets[:, start * per_example : start * per_example + len(a)].double()
+        gram = a.T @ a if gram is None else gram + a.T @ a
+        rhs = a.T @ t.T if rhs is None else rhs + a.T @ t.T
+    lam = ridge * gram.diagonal().mean()
+    return torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=gram.dtype), rhs)
+
+
+def retrofit_linear(
+    module: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    ridge: float = 1e-8,
+) -> None:
+    """Closed-form ridge least squares of an affine layer to ``targets`` (``(k, samples)``).
+
+    The bias is fitted through a ones column (see :func:`ridge_solve`).
+    """
+
+    def rows(sl: slice) -> torch.Tensor:
+        a = design_matrix(module, inputs[sl])
+        return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1)
+
+    sol = ridge_solve(rows, targets, len(inputs), ridge)
+    w = sol[:-1].T.reshape(module.weight.shape)
+    with torch.no_grad():
+        module.weight.copy_(w.to(module.weight))
+        module.bias.copy_(sol[-1].to(module.bias))
+
+
+@dataclass(frozen=True)
+class GradientConfig:
+    """Adam retrofitting of one level: full-batch epochs, early stopping on a held-out part."""
+
+    lr: float = 1e-2
+    max_epochs: int = 150
+    patience: int = 10
+    val_fraction: float = 0.2
+
+
+def adam_early_stopping(
+    params: Sequence[torch.Tensor],
+    train_loss: Callable[[], torch.Tensor],
+    val_loss: Callable[[], float],
+    config: GradientConfig,
+) -> float:
+    """Full-batch Adam on ``train_loss()``; keep the values with the lowest ``val_loss()``.
+
+    Stops after ``config.patience`` epochs without improvement; returns the
+    best held-out loss.
+    """
+    opt = torch.optim.Adam(params, lr=config.lr)
+    best, since, best_values = float("inf"), 0, [p.detach().clone() for p in params]
+    for _ in range(config.max_epochs):
+        loss = train_loss()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        with torch.no_grad():
+            current = val_loss()
+        if current < best:
+            best, since, best_values = current, 0, [p.detach().clone() for p in params]
+        else:
+            since += 1
+            if since >= config.patience:
+                break
+    with torch.no_grad():
+        for p, value in zip(params, best_values):
+            p.copy_(value)
+    return best
+
+
+def held_out_split(
+    n: int, val_fraction: float, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of the held-out and the training examples, drawn once with ``seed``."""
+    n_val = max(1, round(val_fraction * n))
+    if n_val >= n:
+        raise ValueError(f"fusion set of {n} examples is too small to hold out {n_val}")
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    return order[:n_val], order[n_val:]
+
+
+def retrofit_gradient(
+    module: nn.Module,
+    inputs: torch.Tensor,
+    targets: torch.Tensor,
+    config: GradientConfig = GradientConfig(),
+    seed: int = 0,
+) -> dict[str, float]:
+    """Train an affine level on the MSE to ``targets`` (module-output shape) with Adam.
+
+    Training starts from the module's current weights. The examples are split
+    once into a training and a held-out part (``val_fraction``); the weights
+    with the lowest held-out MSE are kept (training stops after ``patience``
+    epochs without improvement).
+    """
+    val, train = held_out_split(len(inputs), config.val_fraction, seed)
+    dev = module.weight.device
+    x, t = inputs.to(dev), targets.to(dev, torch.float32)
+    x_tr, t_tr, x_val, t_val = x[train], t[train], x[val], t[val]
+    best = adam_early_stopping(
+        list(module.parameters()),
+        lambda: F.mse_loss(module(x_tr), t_tr),
+        lambda: F.mse_loss(module(x_val), t_val).item(),
+        config,
+    )
+    return {"val_mse": best}
+
+
+@dataclass
+class FusionResult:
+    """The fused model and what happened per level."""
+
+    model: nn.Module
+    levels: list[str]
+    costs: list[dict[str, float]] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def normalised_scores(scores: torch.Tensor, floor: float = 1e-6) -> np.ndarray:
+    """Scores scaled to mean 1 (every model weighs the same in total), floored above zero."""
+    s = scores.double().numpy()
+    s = s / s.mean() if s.mean() > 0 else np.ones_like(s)
+    return np.maximum(s, floor)

@@ -1,0 +1,473 @@
+"""HF / KF fusion of residual networks: ResNets with BatchNorm and pre-LN transformers.
+
+A chain net (:mod:`wslib.fusion`) is fused one layer after the other. In a
+residual network some neurons live on a *residual stream*: one channel is
+written by several layers (the stem or a projection shortcut, then every
+block of the stage) and read by all of them, so it is one neuron group of
+the neuron structure with several *taps* (the stream's value after each
+write; pre-ReLU in the ResNets). Here:
+
+1. **Grouping.** Every group (a block's inner neurons, a transformer block's
+   MLP neurons, a residual stream) is grouped once, HF or KF, from the base
+   models' activations at all of its taps side by side; its targets at each
+   tap are the importance-weighted centroids there. Stream importance is the
+   mean of the scores at the outputs of the blocks that write it.
+2. **Retrofitting**, in data-flow order, on the fused model's own inputs: each
+   affine layer, or the layers that write one stream value together (a
+   block's last conv and its projection shortcut), is fitted to the targets
+   minus what an identity shortcut already carries. Linear: ridge least
+   squares; gradient: Adam on the mean squared error with early stopping on a
+   held-out part (the same settings as for chains).
+
+Layers without a linear-in-weights role are set as follows, and stated:
+
+- **BatchNorm.** A fitted affine map ``W u + b`` becomes the conv weight ``W``
+  and a BN layer whose running statistics are those of ``W u`` on the fusion
+  set and whose gamma/beta undo them (``gamma = sqrt(var + eps)``,
+  ``beta = mean + b``): the eval-mode function is exactly the fit, and
+  train-mode BN on similar batches stays close to it.
+- **LayerNorm** gets the identity affine map (gamma 1, beta 0); it still
+  normalises, and the layer after it is fitted on its output.
+- **Attention heads are not grouped.** The fused ``qkv`` layer is fitted to
+  reproduce model 0's queries, keys and values from the fused stream; the
+  output projection is fitted to the stream targets.
+- The transformer's position embedding is fitted together with the patch
+  embedding (one offset per token and feature).
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from wslib.core.models import ResNet, Transformer
+from wslib.fusion.importance import neuron_importance
+from wslib.fusion.levels import (
+    FusionResult,
+    GradientConfig,
+    adam_early_stopping,
+    cost_decomposition,
+    design_matrix,
+    held_out_split,
+    hungarian_groups,
+    kmeans_groups,
+    normalised_scores,
+    ridge_solve,
+    weighted_centroids,
+)
+
+Taps = dict[str, torch.Tensor]
+
+
+# --- taps: every intermediate value the fusion needs --------------------------------------------
+
+
+@torch.no_grad()
+def resnet_taps(model: ResNet, x: torch.Tensor) -> Taps:
+    """Eval-mode values of a ResNet: stream sums (pre-ReLU), block inputs and inner neurons."""
+    model.eval()
+    t: Taps = {"x": x, "stem": model.stem(x)}
+    cur = F.relu(t["stem"])
+    for s, stage in enumerate(model.stages):
+        for b, block in enumerate(stage):
+            p = f"stages.{s}.{b}"
+            t[f"{p}.in"] = cur
+            t[f"{p}.bn1"] = block.bn1(block.conv1(cur))
+            t[f"{p}.h"] = F.relu(t[f"{p}.bn1"])
+            shortcut = cur if block.shortcut is None else block.shortcut(cur)
+            t[f"{p}.sum"] = block.bn2(block.conv2(t[f"{p}.h"])) + shortcut
+            cur = F.relu(t[f"{p}.sum"])
+    t["pooled"] = cur.flatten(2).mean(2)
+    t["head"] = model.head(t["pooled"])
+    return t
+
+
+@torch.no_grad()
+def transformer_taps(model: Transformer, x: torch.Tensor) -> Taps:
+    """Values of a transformer, tokens ``(N, T, D)``: stream after each write, MLP pre-activations."""
+    model.eval()
+    t: Taps = {"x": x, "embed": model.embed(x).flatten(2).transpose(1, 2) + model.pos}
+    t["tokens"] = torch.ones(
+        len(x), model.pos.shape[1], 1
+    )  # the position embedding's input
+    cur = t["embed"]
+    for i, block in enumerate(model.blocks):
+        p = f"blocks.{i}"
+        t[f"{p}.in"] = cur
+        t[f"{p}.norm1"] = block.norm1(cur)
+        t[f"{p}.qkv"] = block.attn.qkv(t[f"{p}.norm1"])
+        t[f"{p}.mix"] = block.attn.mix(t[f"{p}.qkv"])
+        t[f"{p}.attn_sum"] = cur + block.attn.proj(t[f"{p}.mix"])
+        cur = t[f"{p}.attn_sum"]
+        t[f"{p}.norm2"] = block.norm2(cur)
+        t[f"{p}.fc1"] = block.mlp.fc1(t[f"{p}.norm2"])
+        t[f"{p}.h"] = block.mlp.act(t[f"{p}.fc1"])
+        t[f"{p}.mlp_sum"] = cur + block.mlp.fc2(t[f"{p}.h"])
+        cur = t[f"{p}.mlp_sum"]
+    t["pooled"] = model.norm(cur).mean(1)
+    t["head"] = model.head(t["pooled"])
+    return t
+
+
+def tap_matrix(value: torch.Tensor, tokens: bool) -> torch.Tensor:
+    """A tap as ``(neurons, samples)`` float64 rows; samples are examples x positions (or tokens)."""
+    if tokens or value.dim() == 2:
+        return value.reshape(-1, value.shape[-1]).T.double()
+    return value.movedim(1, 0).reshape(value.shape[1], -1).double()
+
+
+# --- the plan: what is fitted, in which order, to which targets --------------------------------
+
+
+@dataclass(frozen=True)
+class Fit:
+    """One affine piece of a fitted value: ``module`` applied to the tap ``source``."""
+
+    module: str
+    source: str
+    bn: str | None = None  # the BatchNorm after a bias-free conv
+
+
+@dataclass(frozen=True)
+class Step:
+    """Fit ``fits`` (summed, one bias) so that the fused value at ``tap`` matches its targets.
+
+    ``group`` names the neuron group whose centroids are the targets (``None``:
+    the targets are the base models' values, head or attention); ``residual``
+    is the fused model's tap that an identity shortcut adds to the sum.
+    """
+
+    group: str | None
+    tap: str
+    fits: tuple[Fit, ...]
+    residual: str | None = None
+    bias: bool = True
+
+
+def resnet_plan(model: ResNet) -> list[Step]:
+    """Stem, then per block the inner neurons and the stream sum, then the head."""
+    steps = [Step("stream0", "stem", (Fit("stem.conv", "x", "stem.bn"),))]
+    stream = "stream0"
+    for s, stage in enumerate(model.stages):
+        for b, block in enumerate(stage):
+            p = f"stages.{s}.{b}"
+            steps.append(
+                Step(
+                    f"stage{s}.block{b}",
+                    f"{p}.bn1",
+                    (Fit(f"{p}.conv1", f"{p}.in", f"{p}.bn1"),),
+                )
+            )
+            fits = (Fit(f"{p}.conv2", f"{p}.h", f"{p}.bn2"),)
+            if block.shortcut is None:
+                steps.append(Step(stream, f"{p}.sum", fits, residual=f"{p}.in"))
+            else:
+                stream = f"stream{s}"
+                fits += (Fit(f"{p}.shortcut.conv", f"{p}.in", f"{p}.shortcut.bn"),)
+                steps.append(Step(stream, f"{p}.sum", fits))
+    steps.append(Step(None, "head", (Fit("head", "pooled"),)))
+    return steps
+
+
+def transformer_plan(model: Transformer) -> list[Step]:
+    """Embedding, then per block attention (qkv, proj) and MLP (fc1, fc2), then the head."""
+    steps = [
+        Step("stream", "embed", (Fit("embed", "x"), Fit("pos", "tokens")), bias=False)
+    ]
+    for i in range(len(model.blocks)):
+        p = f"blocks.{i}"
+        steps += [
+            Step(None, f"{p}.qkv", (Fit(f"{p}.attn.qkv", f"{p}.norm1"),)),
+            Step(
+                "stream",
+                f"{p}.attn_sum",
+                (Fit(f"{p}.attn.proj", f"{p}.mix"),),
+                residual=f"{p}.in",
+            ),
+            Step(f"block{i}.mlp", f"{p}.fc1", (Fit(f"{p}.mlp.fc1", f"{p}.norm2"),)),
+            Step(
+                "stream",
+                f"{p}.mlp_sum",
+                (Fit(f"{p}.mlp.fc2", f"{p}.h"),),
+                residual=f"{p}.attn_sum",
+            ),
+        ]
+    steps.append(Step(None, "head", (Fit("head", "pooled"),)))
+    return steps
+
+
+def _arch(
+    model: nn.Module,
+) -> tuple[Callable[[nn.Module, torch.Tensor], Taps], list[Step], bool]:
+    """Taps function, plan and token layout of a residual model."""
+    if isinstance(model, ResNet):
+        return resnet_taps, resnet_plan(model), False
+    if isinstance(model, Transformer):
+        return transformer_taps, transformer_plan(model), True
+    raise TypeError(f"{type(model).__name__} is not a ResNet or Transformer")
+
+
+def importance_modules(model: nn.Module) -> dict[str, list[str]]:
+    """Per neuron group, the modules whose outputs carry its neurons (scores are averaged)."""
+    if isinstance(model, ResNet):
+        mods: dict[str, list[str]] = {"stream0": ["stem"]}
+        stream = "stream0"
+        for s, stage in enumerate(model.stages):
+            for b, block in enumerate(stage):
+                p = f"stages.{s}.{b}"
+                mods[f"stage{s}.block{b}"] = [f"{p}.bn1"]
+                if block.shortcut is not None:
+                    stream = f"stream{s}"
+                    mods[stream] = []
+                mods[stream].append(p)
+        return mods
+    if isinstance(model, Transformer):
+        mods = {"stream": [f"blocks.{i}" for i in range(len(model.blocks))]}
+        mods.update(
+            {f"block{i}.mlp": [f"blocks.{i}.mlp.fc1"] for i in range(len(model.blocks))}
+        )
+        return mods
+    raise TypeError(f"{type(model).__name__} is not a ResNet or Transformer")
+
+
+def residual_importance(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    method: str,
+    progress: bool = True,
+) -> dict[str, torch.Tensor]:
+    """Importance of every neuron group of a residual model (mean over the group's modules)."""
+    mods = importance_modules(model)
+    names = [m for ms in mods.values() for m in ms]
+    scores = neuron_importance(model, names, x, y, method, progress=progress)
+    return {g: torch.stack([scores[m] for m in ms]).mean(0) for g, ms in mods.items()}
+
+
+# --- fitting one step -----------------------------------------------------------------------------
+
+
+class _Piece:
+    """Design rows and coefficients of one :class:`Fit` in the fused model."""
+
+    def __init__(self, model: nn.Module, fit: Fit, source: torch.Tensor) -> None:
+        self.model, self.fit, self.source = model, fit, source
+        self.module = model.get_submodule(fit.module) if fit.module != "pos" else None
+
+    def design(self, sl: slice) -> torch.Tensor:
+        if self.module is None:  # position embedding: one indicator column per token
+            n, t = self.source[sl].shape[:2]
+            return torch.eye(t, dtype=torch.float64).repeat(n, 1)
+        return design_matrix(self.module, self.source[sl])
+
+    @torch.no_grad()
+    def coefficients(self) -> torch.Tensor:
+        """The current map as ``(fan_in, k)`` (BN folded into the conv)."""
+        if self.module is None:  # the embedding's bias is folded into the positions
+            return (self.model.pos[0] + self.model.embed.bias).double().clone()
+        w = self.module.weight.double().reshape(self.module.weight.shape[0], -1)
+        if self.fit.bn is not None:
+            bn = self.model.get_submodule(self.fit.bn)
+            w = w * (bn.weight / (bn.running_var + bn.eps).sqrt()).double()[:, None]
+        return w.T.clone()
+
+    @torch.no_grad()
+    def write(self, coef: torch.Tensor) -> None:
+        """Set the map to ``coef``; BN gets the statistics of the new conv output, undone by gamma/beta."""
+        if self.module is None:
+            self.model.pos.copy_(coef[None].to(self.model.pos))
+            self.model.embed.bias.zero_()
+            return
+        self.module.weight.copy_(
+            coef.T.reshape(self.module.weight.shape).to(self.module.weight)
+        )
+        if self.fit.bn is None:
+            if self.module.bias is not None:
+                self.module.bias.zero_()  # the step's bias is added afterwards
+            return
+        bn = self.model.get_submodule(self.fit.bn)
+        out = self.module(self.source).transpose(0, 1).flatten(1)  # (channels, samples)
+        mean, var = out.mean(1), out.var(1, unbiased=False)
+        bn.running_mean.copy_(mean)
+        bn.running_var.copy_(var)
+        bn.weight.copy_((var + bn.eps).sqrt())
+        bn.bias.copy_(mean)
+
+    def bias_holder(self) -> torch.Tensor:
+        """The tensor to which the step's bias is added (BN beta or the layer's own bias)."""
+        if self.fit.bn is not None:
+            return self.model.get_submodule(self.fit.bn).bias
+        return self.module.bias
+
+    @torch.no_grad()
+    def current_bias(self) -> torch.Tensor:
+        """The current bias of the map (BN folded)."""
+        if self.fit.bn is None:
+            return self.module.bias.double().clone()
+        bn = self.model.get_submodule(self.fit.bn)
+        return (
+            bn.bias - bn.weight * bn.running_mean / (bn.running_var + bn.eps).sqrt()
+        ).double()
+
+
+def _rows(pieces: Sequence[_Piece], sl: slice, bias: bool) -> torch.Tensor:
+    a = torch.cat([p.design(sl) for p in pieces], 1)
+    return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1) if bias else a
+
+
+def _solve_gradient(
+    pieces: Sequence[_Piece],
+    target: torch.Tensor,
+    n: int,
+    bias: bool,
+    config: GradientConfig,
+    seed: int,
+) -> torch.Tensor:
+    """Adam on the mean squared error from the current coefficients, early stopping on held-out examples."""
+    per = target.shape[1] // n
+    a = _rows(pieces, slice(0, n), bias).float()
+    t = target.T.float()
+    start = [p.coefficients() for p in pieces]
+    if bias:
+        start.append(sum(p.current_bias() for p in pieces)[None])
+    coef = torch.cat(start).float().requires_grad_(True)
+    val, train = (
+        (
+            idx[:, None] * per + torch.arange(per)[None]
+        ).flatten()  # the rows of those examples
+        for idx in held_out_split(n, config.val_fraction, seed)
+    )
+    adam_early_stopping(
+        [coef],
+        lambda: F.mse_loss(a[train] @ coef, t[train]),
+        lambda: F.mse_loss(a[val] @ coef, t[val]).item(),
+        config,
+    )
+    return coef.detach().double()
+
+
+def _write(pieces: Sequence[_Piece], sol: torch.Tensor, bias: bool) -> None:
+    start = 0
+    for p in pieces:
+        size = p.design(slice(0, 1)).shape[1]
+        p.write(sol[start : start + size])
+        start += size
+    if bias:
+        with torch.no_grad():
+            holder = pieces[0].bias_holder()
+            holder.add_(sol[start].to(holder))
+
+
+# --- the fusion ---------------------------------------------------------------------------------
+
+
+def _group_targets(
+    plan: Sequence[Step],
+    base: Sequence[Taps],
+    scores: Sequence[dict[str, torch.Tensor]],
+    fused_sizes: dict[str, int],
+    grouping: str,
+    tokens: bool,
+    seed: int,
+) -> tuple[dict[str, torch.Tensor], dict[str, dict]]:
+    """Targets ``(k, samples)`` at every grouped tap, and what the grouping saw (for the costs)."""
+    targets, seen = {}, {}
+    for group in dict.fromkeys(s.group for s in plan if s.group is not None):
+        taps = [s.tap for s in plan if s.group == group]
+        mats = {tap: [tap_matrix(b[tap], tokens).numpy() for b in base] for tap in taps}
+        per_model = [
+            np.concatenate([mats[tap][i] for tap in taps], 1) for i in range(len(base))
+        ]
+        points = np.concatenate(per_model)
+        w = np.concatenate([normalised_scores(s[group]) for s in scores])
+        k = fused_sizes[group]
+        if grouping == "hf":
+            n0 = len(per_model[0])
+            labels = hungarian_groups(per_model[0], per_model[1], w[:n0], w[n0:])
+        else:
+            labels = kmeans_groups(
+                points, w, k, per_model[0] if k == len(per_model[0]) else None, seed
+            )
+        for tap in taps:
+            targets[tap] = torch.as_tensor(
+                weighted_centroids(np.concatenate(mats[tap]), w, labels, k)
+            )
+        seen[group] = {"taps": taps, "points": points, "weights": w, "labels": labels}
+    return targets, seen
+
+
+def fuse_residual(
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    grouping: str,
+    retrofit: str,
+    fused: nn.Module,
+    head_weights: np.ndarray,
+    scores: Sequence[dict[str, torch.Tensor]],
+    ridge: float,
+    gradient: GradientConfig,
+    seed: int,
+) -> FusionResult:
+    """HF/KF fusion of ResNets or transformers into ``fused`` (in place); see the module docstring.
+
+    Called by :func:`wslib.fusion.fuse`, which checks the inputs; ``head_weights``
+    are the normalised per-class weights of each model's logits.
+    """
+    start = time.perf_counter()
+    taps_of, plan, tokens = _arch(models[0])
+    device = next(fused.parameters()).device
+    models = [
+        copy.deepcopy(m).cpu().eval() for m in models
+    ]  # small models: fitted on the CPU
+    fused = fused.cpu().eval()
+    x = x.cpu()
+    base = [taps_of(m, x) for m in models]
+    sizes = {g.name: g.size for g in fused.neuron_structure().groups}
+    targets, seen = _group_targets(plan, base, scores, sizes, grouping, tokens, seed)
+    logits = torch.stack([b["head"].double() for b in base])
+    targets["head"] = tap_matrix(
+        (torch.as_tensor(head_weights)[:, None, :] * logits).sum(0), tokens
+    )
+    for norm in (m for m in fused.modules() if isinstance(m, nn.LayerNorm)):
+        nn.init.ones_(norm.weight)
+        nn.init.zeros_(norm.bias)
+    for i, step in enumerate(plan):
+        own = taps_of(fused, x)
+        target = (
+            targets[step.tap]
+            if step.tap in targets
+            else tap_matrix(base[0][step.tap], tokens)
+        )
+        if step.residual is not None:
+            target = target - tap_matrix(own[step.residual], tokens)
+        pieces = [_Piece(fused, f, own[f.source]) for f in step.fits]
+        if retrofit == "linear":
+            sol = ridge_solve(
+                functools.partial(_rows, pieces, bias=step.bias), target, len(x), ridge
+            )
+        else:
+            sol = _solve_gradient(pieces, target, len(x), step.bias, gradient, seed + i)
+        _write(pieces, sol, step.bias)
+    result = FusionResult(fused.eval(), [s.tap for s in plan])
+    own = taps_of(fused, x)
+    for group, g in seen.items():
+        out = np.concatenate(
+            [tap_matrix(own[tap], tokens).numpy() for tap in g["taps"]], 1
+        )
+        result.costs.append(
+            {
+                "level": group,
+                **cost_decomposition(g["points"], g["weights"], g["labels"], out),
+            }
+        )
+    result.model = fused.to(device)
+    result.seconds = time.perf_counter() - start
+    return result

@@ -1,0 +1,40 @@
+"""Low-Loss Path Finding (LLPF) and the path finders it is compared with.
+
+- :mod:`~wslib.llpf.path`: :class:`LLPFPath`, the result of every path finder;
+- :mod:`~wslib.llpf.layerwise`: M2M, M2O and the hybrid (the paper's algorithms);
+- :mod:`~wslib.llpf.curves`: Bezier / PolyChain curves (Garipov et al.);
+- :mod:`~wslib.llpf.autoneb`: AutoNEB (Draxler et al.);
+- :mod:`~wslib.llpf.evaluation`: honest evaluation of any path.
+"""
+
+from wslib.llpf.autoneb import autoneb
+from wslib.llpf.curves import fit_curve
+from wslib.llpf.evaluation import dense_curve, evaluate_path
+from wslib.llpf.layerwise import (
+    Refine,
+    data_flow_stage_names,
+    data_flow_stages,
+    hybrid,
+    m2m,
+    m2o,
+    movable_names,
+    sphere_variance_ratio,
+)
+from wslib.llpf.path import LLPFPath, check_same_architecture
+
+__all__ = [
+    "LLPFPath",
+    "Refine",
+    "autoneb",
+    "check_same_architecture",
+    "data_flow_stage_names",
+    "data_flow_stages",
+    "dense_curve",
+    "evaluate_path",
+    "fit_curve",
+    "hybrid",
+    "m2m",
+    "m2o",
+    "movable_names",
+    "sphere_variance_ratio",
+]

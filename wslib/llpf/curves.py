@@ -1,0 +1,112 @@
+"""Bezier and PolyChain curves with one trainable bend (Garipov et al., 2018).
+
+The curve between two fixed endpoints ``a`` and ``b`` through a trainable
+bend ``theta``:
+
+- Bezier: ``(1 - t)^2 a + 2 t (1 - t) theta + t^2 b``;
+- PolyChain: ``a -> theta`` for ``t < 1/2``, ``theta -> b`` after.
+
+Training draws ``t ~ U(0, 1)`` for every batch and takes an SGD step (with
+momentum) on the loss of the network at ``t`` with respect to ``theta``
+only. BatchNorm layers use batch statistics during training; when the curve
+is evaluated, :mod:`wslib.llpf.evaluation` recomputes the running statistics on the
+training set at every evaluated ``t``. The result is an
+:class:`wslib.llpf.LLPFPath` of the curve sampled at ``n_eval`` values of
+``t``, with its gradient steps and wall time, so curves and LLPF paths are
+evaluated the same way.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call
+from tqdm.auto import tqdm
+
+from wslib.core.neurons import StateDict
+from wslib.llpf.path import LLPFPath, check_same_architecture
+
+KINDS = ("bezier", "polychain")
+
+
+def curve_point(
+    a: dict[str, torch.Tensor],
+    bend: dict[str, torch.Tensor],
+    b: dict[str, torch.Tensor],
+    t: float,
+    kind: str,
+) -> dict[str, torch.Tensor]:
+    """The parameters of the curve at ``t`` (differentiable in ``bend``)."""
+    if kind == "bezier":
+        return {
+            n: (1 - t) ** 2 * a[n] + 2 * t * (1 - t) * bend[n] + t**2 * b[n] for n in a
+        }
+    if t < 0.5:
+        return {n: a[n] + 2 * t * (bend[n] - a[n]) for n in a}
+    return {n: bend[n] + (2 * t - 1) * (b[n] - bend[n]) for n in a}
+
+
+def fit_curve(
+    model: nn.Module,
+    a: StateDict,
+    b: StateDict,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    kind: str = "bezier",
+    steps: int = 1000,
+    lr: float = 0.05,
+    momentum: float = 0.9,
+    batch_size: int = 128,
+    n_eval: int = 21,
+    seed: int = 0,
+    progress: bool = True,
+) -> LLPFPath:
+    """Train the bend of a curve from ``a`` to ``b`` for ``steps`` SGD steps.
+
+    Returns the curve sampled at ``n_eval`` evenly spaced ``t`` (endpoints
+    exactly ``a`` and ``b``); ``grad_steps`` and ``seconds`` of the last
+    point are those of the training.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"unknown curve kind {kind!r}; valid: {KINDS}")
+    if steps < 0 or n_eval < 2:
+        raise ValueError("steps must be >= 0 and n_eval >= 2")
+    check_same_architecture(model, a, b)
+    probe = copy.deepcopy(model)
+    dev = next(probe.parameters()).device
+    names = [n for n, _ in probe.named_parameters()]
+    pa = {n: a[n].to(dev) for n in names}
+    pb = {n: b[n].to(dev) for n in names}
+    bend = {n: (0.5 * (pa[n] + pb[n])).clone().requires_grad_(True) for n in names}
+    buffers = {n: v.clone() for n, v in probe.named_buffers()}
+    opt = torch.optim.SGD(list(bend.values()), lr=lr, momentum=momentum)
+    gen = torch.Generator().manual_seed(seed)
+    probe.train()
+    t0 = time.perf_counter()
+    for _ in tqdm(
+        range(steps), desc=f"{kind} curve", disable=not progress, leave=False
+    ):
+        t = float(torch.rand((), generator=gen))
+        idx = torch.randint(len(x), (batch_size,), generator=gen)
+        out = functional_call(
+            probe, {**curve_point(pa, bend, pb, t, kind), **buffers}, x[idx].to(dev)
+        )
+        loss = nn.functional.cross_entropy(out, y[idx].to(dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    seconds = time.perf_counter() - t0
+    states = []
+    with torch.no_grad():
+        for t in np.linspace(0.0, 1.0, n_eval):
+            point = curve_point(pa, bend, pb, float(t), kind)
+            state = {k: v.detach().cpu().clone() for k, v in a.items()}
+            state.update({n: v.detach().cpu().clone() for n, v in point.items()})
+            states.append(state)
+    states[0] = {k: v.clone() for k, v in a.items()}
+    states[-1] = {k: v.clone() for k, v in b.items()}
+    return LLPFPath.of_run(states, steps, seconds, kind)

@@ -1,0 +1,697 @@
+"""Low-Loss Path Finding (LLPF): layer-wise paths between modes and towards the origin.
+
+Three path finders share one loop (see the LLPF paper brief):
+
+- :func:`m2m` (Algorithm 1, model to model): every tick, the tensors that have
+  started moving take a step towards the destination ``D``; every parameter
+  tensor is put back on its *variance sphere* (the variance it had in the start
+  model); a few plain SGD steps refine the point until the moving average of
+  the batch losses is under a threshold; the tensors are projected on their
+  spheres again. The last tick lands exactly on ``D``.
+- :func:`m2o` (Algorithm 2, model to origin): the same loop towards the origin,
+  without variance correction, with normalisation layers left in place and an
+  optional *angular compliance* (the learning rate of each weight tensor scaled
+  by its current variance over its start variance).
+- :func:`hybrid`: M2O until each tensor reaches the destination's variance,
+  then M2M to the destination (modes on different spheres).
+
+Layer order. A "layer" is one parameter tensor. :func:`data_flow_stages`
+groups the parameter tensors by the block that owns them, in module order,
+which for every model of :mod:`wslib.core.models` is the order of the data flow
+(input to output). Stage ``k`` starts moving at tick ``start[k]`` ("Follow
+Data Flow"); once started, a tensor keeps moving. Every tensor is trained
+during refinement from the first tick. ``all_at_once=True`` starts every
+stage at tick 0 (the ablation).
+
+Step size. As in the authors' code, a moving tensor takes the constant
+fraction ``step`` of its remaining distance to ``D`` at every tick (a weighted
+average), so the moves shrink as the path nears ``D``; the last tick sets the
+point to ``D``. The authors use ``step = 1e-3`` over 16k ticks; with fewer
+ticks, ``step=None`` picks the fraction that leaves the last stage
+``final_gap`` of its distance before the last tick. ``schedule="linear"``
+instead moves the fraction ``1 / (ticks - t)`` at tick ``t``: equal moves in
+absolute size, reaching ``D`` exactly at the last tick.
+
+BatchNorm. Running statistics are buffers, never moved nor variance-corrected;
+refinement runs in training mode, where BatchNorm uses batch statistics. The
+recorded states keep whatever running statistics the refinement left, and
+:mod:`wslib.llpf.evaluation` recomputes them on the training set before evaluating any
+point (the endpoints included), so every point is judged the same way.
+
+Checkpoints. With ``checkpoint`` set, the loop saves its whole state (current
+point, recorded points, random generator, counters) every
+``checkpoint_every`` ticks and at the end, and resumes from that file when it
+is called again with the same arguments: an interrupted run ends on the same
+path as an uninterrupted one with the same seed. The file holds only tensors,
+lists and numbers and is read with ``torch.load(weights_only=True)``; an
+unreadable one is ignored with a warning.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
+from wslib.core.neurons import StateDict
+from wslib.core.norms import norm_parameter_names
+from wslib.llpf.path import LLPFPath, check_same_architecture
+
+TickCallback = Callable[[int, nn.Module], None]
+
+
+# --- configuration and result -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Refine:
+    """Refinement by plain SGD (no momentum, no weight decay) after each move.
+
+    At least ``r_min`` steps; stop once the mean of the last ``r_min`` batch
+    losses is ``<= threshold``; at most ``r_max`` steps.
+    """
+
+    lr: float = 0.01
+    batch_size: int = 128
+    r_min: int = 5
+    r_max: int = 100
+    threshold: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.r_min <= self.r_max:
+            raise ValueError(
+                f"need 1 <= r_min <= r_max, got r_min={self.r_min}, r_max={self.r_max}"
+            )
+        if self.lr <= 0 or self.batch_size < 1:
+            raise ValueError("lr must be > 0 and batch_size >= 1")
+
+
+# --- layer order ------------------------------------------------------------------------------
+
+
+def _block_of(name: str) -> str:
+    """The block owning a parameter: its module path up to the first numeric index."""
+    parts = name.split(".")[:-1]
+    for i, part in enumerate(parts):
+        if part.isdigit():
+            return ".".join(parts[: i + 1])
+    return parts[0] if parts else name
+
+
+def _stages_by_block(model: nn.Module) -> dict[str, list[str]]:
+    stages: dict[str, list[str]] = {}
+    for name, _ in model.named_parameters():
+        stages.setdefault(_block_of(name), []).append(name)
+    return stages
+
+
+def data_flow_stages(model: nn.Module) -> list[list[str]]:
+    """Parameter names grouped by owning block, in module (= data-flow) order.
+
+    MLP: one stage per Linear; CNN: one per conv, then the head; ResNet: stem,
+    one per residual stage, head; transformer: position table, patch
+    embedding, one per block, final norm, head.
+    """
+    return list(_stages_by_block(model).values())
+
+
+def data_flow_stage_names(model: nn.Module) -> list[str]:
+    """Names of the stages of :func:`data_flow_stages` (the owning blocks), in the same order."""
+    return list(_stages_by_block(model))
+
+
+def stage_starts(
+    n_stages: int,
+    ticks: int,
+    stage_ticks: int | Sequence[int] | None,
+    all_at_once: bool = False,
+) -> list[int]:
+    """Tick at which each stage starts moving.
+
+    ``stage_ticks`` is the number of ticks between the starts of consecutive
+    stages: one int for all, a list of ``n_stages - 1`` ints, or ``None`` to
+    spread the starts evenly over the first half of the path.
+    """
+    if all_at_once:
+        return [0] * n_stages
+    if stage_ticks is None:
+        return [round(k * ticks / (2 * n_stages)) for k in range(n_stages)]
+    gaps = (
+        [stage_ticks] * (n_stages - 1)
+        if isinstance(stage_ticks, int)
+        else list(stage_ticks)
+    )
+    if len(gaps) != n_stages - 1 or any(g < 0 for g in gaps):
+        raise ValueError(
+            f"stage_ticks must be one int or {n_stages - 1} non-negative ints (gaps between "
+            f"the starts of {n_stages} stages), got {stage_ticks!r}"
+        )
+    starts = [sum(gaps[:k]) for k in range(n_stages)]
+    if starts[-1] >= ticks:
+        raise ValueError(
+            f"the last stage would start at tick {starts[-1]} >= ticks={ticks}; "
+            "use fewer stage ticks or more ticks"
+        )
+    return starts
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def tensor_variances(state: StateDict, names: Sequence[str]) -> dict[str, float]:
+    """Variance of all elements of each named tensor (0 for single-element tensors)."""
+    return {
+        n: float(state[n].float().var()) if state[n].numel() > 1 else 0.0 for n in names
+    }
+
+
+@torch.no_grad()
+def project_on_spheres(
+    model: nn.Module, target: dict[str, float], eps: float = 1e-12
+) -> None:
+    """Rescale each named parameter about its mean so that its variance is ``target[name]``."""
+    params = dict(model.named_parameters())
+    for name, v in target.items():
+        p = params[name]
+        if p.numel() < 2:
+            continue
+        mean = p.mean()
+        p.sub_(mean).mul_(torch.sqrt((v + eps) / (p.var() + eps))).add_(mean)
+
+
+def _clone(state: StateDict) -> StateDict:
+    return {k: v.detach().cpu().clone() for k, v in state.items()}
+
+
+def _fingerprint(*items: object) -> str:
+    """Checkpoint key: the run's settings, the library code and the data (see wslib.core.files)."""
+    return stable_hash([*items, code_version("wslib.core", "wslib.llpf")], length=16)
+
+
+def _refine(
+    model: nn.Module,
+    opt: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    refine: Refine,
+    gen: torch.Generator,
+) -> tuple[int, float]:
+    """SGD steps until the moving-average batch loss is under the threshold; (steps, loss)."""
+    model.train()
+    window: list[float] = []
+    dev = next(model.parameters()).device
+    steps = 0
+    while steps < refine.r_max:
+        idx = torch.randint(len(x), (refine.batch_size,), generator=gen)
+        loss = nn.functional.cross_entropy(model(x[idx].to(dev)), y[idx].to(dev))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        steps += 1
+        window = (window + [loss.item()])[-refine.r_min :]
+        if steps >= refine.r_min and sum(window) / len(window) <= refine.threshold:
+            break
+    model.eval()
+    return steps, sum(window) / len(window)
+
+
+# --- the shared loop --------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """Mutable state of one path-finding run (what a checkpoint holds)."""
+
+    tick: int
+    path: LLPFPath
+    current: StateDict
+    gen_state: torch.Tensor
+    steps: int = 0
+    seconds: float = 0.0
+
+    def save(self, path: Path, key: str) -> None:
+        """Write the run as plain tensors, lists and numbers (readable with ``weights_only=True``)."""
+        payload = {
+            "key": key,
+            "tick": self.tick,
+            "current": self.current,
+            "gen_state": self.gen_state,
+            "steps": self.steps,
+            "seconds": self.seconds,
+            "path": {f.name: getattr(self.path, f.name) for f in fields(LLPFPath)},
+        }
+        atomic_write(path, lambda tmp: torch.save(payload, tmp))
+
+    @classmethod
+    def load(cls, path: Path, key: str) -> _Run | None:
+        """The run saved at ``path`` for ``key``; None when there is none (or another run's)."""
+        if not path.exists():
+            return None
+        try:
+            saved = torch.load(path, weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
+            warnings.warn(
+                f"path checkpoint {path} is unreadable ({type(err).__name__}); "
+                "starting the run again"
+            )
+            return None
+        if not isinstance(saved, dict) or saved.get("key") != key:
+            return None
+        try:
+            return cls(
+                saved["tick"],
+                LLPFPath(**saved["path"]),
+                saved["current"],
+                saved["gen_state"],
+                saved["steps"],
+                saved["seconds"],
+            )
+        except (KeyError, TypeError) as err:
+            warnings.warn(
+                f"path checkpoint {path} is incomplete ({type(err).__name__}: {err}); "
+                "starting the run again"
+            )
+            return None
+
+
+def _run_loop(
+    model: nn.Module,
+    start: StateDict,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ticks: int,
+    move: Callable[[nn.Module, int], bool],
+    after_move: Callable[[nn.Module], None],
+    make_opt: Callable[[nn.Module], torch.optim.Optimizer],
+    refine: Refine,
+    seed: int,
+    record_every: int,
+    phase: str,
+    final_state: StateDict | None,
+    checkpoint: str | Path | None,
+    checkpoint_every: int,
+    key: str,
+    on_tick: TickCallback | None,
+    progress: bool,
+) -> LLPFPath:
+    """Move / correct / refine / correct for up to ``ticks`` ticks; record every few ticks.
+
+    ``move(model, t)`` moves the parameters in place and returns ``False``
+    when the path is complete (no more moves needed).
+    """
+    if record_every < 1:
+        raise ValueError(f"record_every must be >= 1, got {record_every}")
+    work = copy.deepcopy(model)
+    ckpt = Path(checkpoint) if checkpoint is not None else None
+    run = None if ckpt is None else _Run.load(ckpt, key)
+    if run is None:
+        gen = torch.Generator().manual_seed(seed)
+        path = LLPFPath([_clone(start)], [0], [0], [0.0], [], [phase])
+        run = _Run(0, path, _clone(start), gen.get_state())
+    gen = torch.Generator()
+    gen.set_state(run.gen_state)
+    work.load_state_dict(run.current)
+    opt = make_opt(work)
+    bar = tqdm(
+        total=ticks,
+        initial=run.tick,
+        desc=f"LLPF {phase}",
+        disable=not progress,
+        leave=False,
+    )
+    done = run.tick >= ticks
+    while not done:
+        t0 = time.perf_counter()
+        t = run.tick
+        with torch.no_grad():
+            moving = move(work, t)
+        last = t == ticks - 1 or not moving
+        if last and final_state is not None:
+            work.load_state_dict(final_state)
+            loss = float("nan")
+        else:
+            after_move(work)
+            steps, loss = _refine(work, opt, x, y, refine, gen)
+            run.steps += steps
+            after_move(work)
+        run.tick = t + 1
+        run.seconds += time.perf_counter() - t0
+        run.path.refine_loss.append(loss)
+        done = last
+        if done or run.tick % record_every == 0:
+            run.path.states.append(_clone(work.state_dict()))
+            run.path.ticks.append(run.tick)
+            run.path.grad_steps.append(run.steps)
+            run.path.seconds.append(run.seconds)
+            run.path.phase.append(phase)
+        bar.update(1)
+        if ckpt is not None and (done or run.tick % checkpoint_every == 0):
+            run.current = _clone(work.state_dict())
+            run.gen_state = gen.get_state()
+            run.save(ckpt, key)
+        if on_tick is not None:
+            on_tick(run.tick, work)
+    bar.close()
+    return run.path
+
+
+def _check_common(ticks: int, checkpoint_every: int) -> None:
+    if ticks < 1:
+        raise ValueError(f"ticks must be >= 1, got {ticks}")
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+
+
+# --- Algorithm 1: model to model --------------------------------------------------------------
+
+
+def m2m(
+    model: nn.Module,
+    start: StateDict,
+    dest: StateDict,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ticks: int = 100,
+    refine: Refine | None = None,
+    stages: Sequence[Sequence[str]] | None = None,
+    stage_ticks: int | Sequence[int] | None = None,
+    all_at_once: bool = False,
+    step: float | None = None,
+    final_gap: float = 0.01,
+    schedule: str = "geometric",
+    seed: int = 0,
+    record_every: int = 5,
+    eps: float = 1e-12,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 10,
+    on_tick: TickCallback | None = None,
+    progress: bool = True,
+) -> LLPFPath:
+    """LLPF model to model (Algorithm 1) from ``start`` to ``dest``.
+
+    Parameters
+    ----------
+    model
+        A module of the architecture of both states (used as a template, not changed).
+    start, dest
+        State dicts of the two modes.
+    x, y
+        Training data for the refinement.
+    ticks
+        Number of ticks; the last one lands on ``dest``.
+    refine
+        The refinement's SGD settings (:class:`Refine`).
+    stages
+        Parameter names per stage, input to output (default:
+        :func:`data_flow_stages`). Every parameter must be in exactly one stage.
+    stage_ticks, all_at_once
+        When each stage starts moving (see :func:`stage_starts`).
+    step, final_gap
+        Fraction of the remaining distance moved per tick; ``None`` chooses
+        ``1 - final_gap ** (1 / (ticks - 1 - last start))``.
+    schedule
+        ``"geometric"`` (constant fraction ``step``) or ``"linear"``
+        (fraction ``1 / (ticks - t)``, equal absolute moves).
+    seed
+        Seed of the refinement's batch sampling (the "path seed").
+    record_every
+        Record a point every this many ticks (the first and last always).
+    checkpoint, checkpoint_every
+        File to save the run to every ``checkpoint_every`` ticks and to
+        resume from.
+    on_tick
+        Called as ``on_tick(tick, model)`` after each tick.
+
+    Returns
+    -------
+    LLPFPath
+    """
+    check_same_architecture(model, start, dest)
+    _check_common(ticks, checkpoint_every)
+    refine = refine or Refine()
+    stages = [list(s) for s in (stages or data_flow_stages(model))]
+    names = [n for n, _ in model.named_parameters()]
+    flat = [n for s in stages for n in s]
+    if sorted(flat) != sorted(names):
+        raise ValueError(
+            "stages must list every parameter exactly once; missing "
+            f"{sorted(set(names) - set(flat))[:3]}, unknown or repeated "
+            f"{sorted({n for n in flat if n not in names or flat.count(n) > 1})[:3]}"
+        )
+    starts = stage_starts(len(stages), ticks, stage_ticks, all_at_once)
+    begin = {n: s0 for s, s0 in zip(stages, starts) for n in s}
+    if step is None:
+        if not 0 < final_gap < 1:
+            raise ValueError(f"final_gap must be in (0, 1), got {final_gap}")
+        step = 1 - final_gap ** (1 / max(1, ticks - 1 - starts[-1]))
+    if not 0 < step <= 1:
+        raise ValueError(f"step must be in (0, 1], got {step}")
+    if schedule not in ("geometric", "linear"):
+        raise ValueError(f"schedule must be 'geometric' or 'linear', got {schedule!r}")
+    target = tensor_variances(start, names)
+    dest_dev = {n: dest[n].to(next(model.parameters()).device) for n in names}
+
+    def move(work: nn.Module, t: int) -> bool:
+        for n, p in work.named_parameters():
+            if t >= begin[n]:
+                p.add_(
+                    (dest_dev[n] - p)
+                    * (step if schedule == "geometric" else 1 / (ticks - t))
+                )
+        return True
+
+    key = _fingerprint(
+        "m2m",
+        tensor_digest(start),
+        tensor_digest(dest),
+        ticks,
+        asdict(refine),
+        stages,
+        starts,
+        step,
+        schedule,
+        seed,
+        record_every,
+        eps,
+        tensor_digest(x, y),
+    )
+    return _run_loop(
+        model,
+        start,
+        x,
+        y,
+        ticks,
+        move,
+        lambda w: project_on_spheres(w, target, eps),
+        lambda w: torch.optim.SGD(w.parameters(), lr=refine.lr),
+        refine,
+        seed,
+        record_every,
+        "m2m",
+        dest,
+        checkpoint,
+        checkpoint_every,
+        key,
+        on_tick,
+        progress,
+    )
+
+
+# --- Algorithm 2: model to origin -------------------------------------------------------------
+
+
+class _ComplianceSGD:
+    """Plain SGD with one parameter group per tensor; weight tensors (dim > 1) get
+    ``lr * var(P) / v_start`` when angular compliance is on."""
+
+    def __init__(
+        self, model: nn.Module, lr: float, start_var: dict[str, float], compliance: bool
+    ):
+        self.named = list(model.named_parameters())
+        self.lr, self.start_var, self.compliance = lr, start_var, compliance
+        self.opt = torch.optim.SGD(
+            [{"params": [p], "lr": lr} for _, p in self.named], lr=lr
+        )
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.opt.zero_grad(set_to_none=set_to_none)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        if self.compliance:
+            for group, (name, p) in zip(self.opt.param_groups, self.named):
+                v0 = self.start_var.get(name, 0.0)
+                if p.dim() > 1 and v0 > 0:
+                    group["lr"] = self.lr * float(p.var()) / v0
+        self.opt.step()
+
+
+def m2o(
+    model: nn.Module,
+    start: StateDict,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ticks: int = 100,
+    shrink: float = 0.02,
+    refine: Refine | None = None,
+    compliance: bool = True,
+    target_variance: dict[str, float] | None = None,
+    seed: int = 0,
+    record_every: int = 5,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 10,
+    on_tick: TickCallback | None = None,
+    progress: bool = True,
+) -> LLPFPath:
+    """LLPF model to origin (Algorithm 2): shrink the weights towards zero while refining.
+
+    Every tick multiplies each movable parameter by ``1 - shrink``; parameters
+    of normalisation layers never move. With ``target_variance`` (name ->
+    variance), a tensor stops moving once its variance is at or below its
+    target, and the run ends when all have reached it (or after ``ticks``).
+    ``compliance`` turns angular compliance on (see :class:`_ComplianceSGD`).
+    """
+    check_same_architecture(model, start)
+    _check_common(ticks, checkpoint_every)
+    if not 0 < shrink < 1:
+        raise ValueError(f"shrink must be in (0, 1), got {shrink}")
+    refine = refine or Refine()
+    names = [n for n, _ in model.named_parameters()]
+    movable = movable_names(model)
+    if target_variance is not None:
+        unknown = set(target_variance) - set(names)
+        if unknown:
+            raise ValueError(
+                f"target_variance names unknown parameters {sorted(unknown)[:3]}"
+            )
+    start_var = tensor_variances(start, names)
+
+    def move(work: nn.Module, t: int) -> bool:
+        params = dict(work.named_parameters())
+        pending = [
+            n
+            for n in movable
+            if target_variance is None
+            or n not in target_variance
+            or float(params[n].var()) > target_variance[n]
+        ]
+        for n in pending:
+            p = params[n]
+            if target_variance is not None and n in target_variance and p.numel() > 1:
+                # do not overshoot the target sphere
+                factor = max(1 - shrink, (target_variance[n] / float(p.var())) ** 0.5)
+                p.mul_(factor)
+            else:
+                p.mul_(1 - shrink)
+        return bool(pending)
+
+    key = _fingerprint(
+        "m2o",
+        tensor_digest(start),
+        ticks,
+        shrink,
+        asdict(refine),
+        compliance,
+        target_variance,
+        seed,
+        record_every,
+        tensor_digest(x, y),
+    )
+    return _run_loop(
+        model,
+        start,
+        x,
+        y,
+        ticks,
+        move,
+        lambda w: None,
+        lambda w: _ComplianceSGD(w, refine.lr, start_var, compliance),
+        refine,
+        seed,
+        record_every,
+        "m2o",
+        None,
+        checkpoint,
+        checkpoint_every,
+        key,
+        on_tick,
+        progress,
+    )
+
+
+def sphere_variance_ratio(
+    source: StateDict, dest: StateDict, names: Sequence[str]
+) -> float:
+    """Mean over the named tensors (those with variance > 0 in ``source``) of var(dest) / var(source)."""
+    vs, vd = tensor_variances(source, names), tensor_variances(dest, names)
+    ratios = [vd[n] / vs[n] for n in names if vs[n] > 0]
+    if not ratios:
+        raise ValueError("no named tensor has a positive variance in the source state")
+    return float(sum(ratios) / len(ratios))
+
+
+def movable_names(model: nn.Module) -> list[str]:
+    """Parameter names that M2O moves: all but those of normalisation layers."""
+    frozen = norm_parameter_names(model)
+    return [n for n, _ in model.named_parameters() if n not in frozen]
+
+
+def hybrid(
+    model: nn.Module,
+    start: StateDict,
+    dest: StateDict,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    m2o_ticks: int = 100,
+    shrink: float = 0.02,
+    m2m_ticks: int = 100,
+    refine: Refine | None = None,
+    compliance: bool = True,
+    seed: int = 0,
+    record_every: int = 5,
+    progress: bool = True,
+    **m2m_options,
+) -> LLPFPath:
+    """M2O from ``start`` until each movable tensor reaches ``dest``'s variance, then M2M to ``dest``.
+
+    Works from a larger sphere to a smaller one (M2O only shrinks). Extra
+    keyword arguments go to :func:`m2m`.
+    """
+    check_same_architecture(model, start, dest)
+    first = m2o(
+        model,
+        start,
+        x,
+        y,
+        m2o_ticks,
+        shrink,
+        refine,
+        compliance,
+        tensor_variances(dest, movable_names(model)),
+        seed,
+        record_every,
+        progress=progress,
+    )
+    second = m2m(
+        model,
+        first.states[-1],
+        dest,
+        x,
+        y,
+        m2m_ticks,
+        refine,
+        seed=seed,
+        record_every=record_every,
+        progress=progress,
+        **m2m_options,
+    )
+    return first.extend(second)

@@ -1,0 +1,35 @@
+"""Path-conditioned rescaling (PathCond) of ReLU networks at initialisation.
+
+- :mod:`~wslib.pathcond.rescaling`: diag G in one backward pass, the objective
+  and its block coordinate descent, :func:`pathcond_rescale`;
+- :mod:`~wslib.pathcond.lifting`: the explicit path-lifting of tiny networks
+  (the brute-force reference);
+- :mod:`~wslib.pathcond.enorm`: ENorm, the baseline rescaling;
+- :mod:`~wslib.pathcond.experiments`: one initialisation method, one training run.
+"""
+
+from wslib.pathcond.experiments import (
+    INIT_METHODS,
+    prepare_model,
+    rescale_cost,
+    train_run,
+)
+from wslib.pathcond.rescaling import (
+    am_over_gm,
+    check_architecture,
+    diag_g,
+    optimize_rescaling,
+    pathcond_rescale,
+)
+
+__all__ = [
+    "INIT_METHODS",
+    "am_over_gm",
+    "check_architecture",
+    "diag_g",
+    "optimize_rescaling",
+    "pathcond_rescale",
+    "prepare_model",
+    "rescale_cost",
+    "train_run",
+]

@@ -1,0 +1,479 @@
+"""Path-conditioned rescaling (PathCond) of ReLU networks at initialisation.
+
+The path-lifting ``Phi(theta)`` of a ReLU network lists the product of the
+parameters along every input-to-output path (bias paths included). The
+diagonal ``g = diag(G)`` of ``G = dPhi^T dPhi`` is computed here in one
+backward pass, for every architecture of :mod:`wslib.core.models` that is a
+composition of Linear / Conv layers, BatchNorm, ReLU, average or max pooling,
+means and residual additions:
+
+- every parameter is replaced by its square, every ReLU is active (all-ones
+  input, the squared network has no negative value), so the output sum is
+  ``S = sum over paths of prod theta^2 = ||Phi||^2`` and ``g_i = dS / d(theta_i^2)``;
+- pooling and mean coefficients ``1/k`` are squared too (average pooling and
+  global means are exact);
+- max pooling keeps the max of the squared path masses: the path-lifting of
+  the network with the max routing it has at the all-ones input (approximate);
+- GELU / SiLU are treated as the identity (all "active"): the result is the
+  path-lifting of the ReLU network with the same parameters (approximate, with
+  a warning).
+
+BatchNorm. The rescaling puts the scale of a neuron in BN's gamma and beta,
+and the weights before BN are scale-free (BN divides them by their own scale).
+We use the path-lifting in which each BN channel is the linear map
+``u -> gamma * u / s_c + beta``, with ``s_c^2`` the squared path norm that
+reaches the channel (per position, averaged over positions), held constant in
+the derivative; the running statistics are not used. So:
+
+- multiplying the pre-BN weights of a channel by ``c`` leaves the ``g`` of all
+  other parameters unchanged, as it leaves the train-mode function unchanged;
+- rescaling a neuron (gamma, beta times ``lam``, consumers times ``1/lam``)
+  leaves ``Phi`` unchanged and multiplies ``g`` by ``exp(B z)`` exactly, with
+  pre-BN weights in the zero rows of ``B`` ("free" slots).
+
+Log-scales ``z`` (one per hidden neuron; scale ``lam = exp(z/2)``) change
+``g`` into ``g * exp(B z)``, with ``B`` the parameter x neuron incidence
+(+1 on "in" slots, the consumer weights; -1 on "out" slots, the producer
+weights and biases). PathCond minimises the convex
+``F(z) = p log(sum_i g_i exp((Bz)_i)) - sum_i (Bz)_i`` by block coordinate
+descent (:func:`optimize_rescaling`), then applies the rescaling in place
+(:func:`pathcond_rescale`); training then proceeds as usual.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import operator
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+from torch import fx, nn
+
+from wslib.core.neurons import (
+    NeuronGroup,
+    NeuronStructure,
+    neuron_structure,
+    rescale_state,
+)
+from wslib.core.norms import is_batchnorm
+
+METHODS = ("block", "neuron")
+_HOMOGENEOUS = (nn.ReLU, nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d)
+_APPROXIMATE = (nn.GELU, nn.SiLU)
+_LINEAR = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.BatchNorm1d, nn.BatchNorm2d)
+_NEUTRAL = (nn.Flatten, nn.Identity, nn.Dropout)
+_FUNCTIONS = {operator.add, torch.add, F.relu, torch.relu, torch.flatten, getattr}
+_METHODS = {"flatten", "mean", "relu", "add", "size", "view", "reshape"}
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+
+def check_architecture(model: nn.Module) -> bool:
+    """Check that ``model`` has a path-lifting; return True when it is only approximate.
+
+    Raises
+    ------
+    TypeError
+        When the model has no neuron structure or holds a module with no
+        path-lifting (LayerNorm, attention, ...); the message names the module.
+    """
+    neuron_structure(model)
+    approximate = False
+    for name, module in model.named_modules():
+        if list(module.children()):
+            continue
+        if isinstance(module, _APPROXIMATE):
+            approximate = True
+        elif not isinstance(module, _HOMOGENEOUS + _LINEAR + _NEUTRAL):
+            raise TypeError(
+                f"module {name!r} ({type(module).__name__}) has no path-lifting; PathCond "
+                "supports Linear/Conv layers, BatchNorm, ReLU (GELU/SiLU approximately), "
+                "average/max pooling and residual additions"
+            )
+        if is_batchnorm(module) and not module.affine:
+            raise TypeError(
+                f"BatchNorm {name!r} has no affine parameters to carry a scale"
+            )
+    if any(isinstance(p, nn.Parameter) for p in model._parameters.values()):
+        raise TypeError(
+            f"{type(model).__name__} holds top-level parameters {list(model._parameters)} "
+            "outside any layer; PathCond cannot place them on paths"
+        )
+    if approximate:
+        warnings.warn(
+            "GELU/SiLU are not positively homogeneous: the rescaling changes the function "
+            "slightly and diag(G) is that of the ReLU network (the invariance is approximate)",
+            UserWarning,
+            stacklevel=3,
+        )
+    return approximate
+
+
+def rescalable_structure(model: nn.Module) -> NeuronStructure:
+    """The neuron structure with every group rescalable (after :func:`check_architecture`)."""
+    structure = neuron_structure(model)
+    return NeuronStructure(
+        tuple(dataclasses.replace(g, rescalable=True) for g in structure.groups)
+    )
+
+
+# --- diag(G) in one backward pass ------------------------------------------------------------
+
+
+class _SquaredBN(nn.Module):
+    """BN channel of the squared network: ``gamma^2 * u / s^2 + beta^2`` (``s^2`` frozen)."""
+
+    def __init__(self, bn: nn.Module) -> None:
+        super().__init__()
+        self.weight, self.bias = bn.weight, bn.bias
+
+    def forward(self, u: torch.Tensor) -> torch.Tensor:
+        dims = [d for d in range(u.dim()) if d != 1]
+        mass = u.detach().mean(dims, keepdim=True).clamp_min(torch.finfo(u.dtype).tiny)
+        shape = [1, -1] + [1] * (u.dim() - 2)
+        return self.weight.view(shape) * u / mass + self.bias.view(shape)
+
+
+class _SquaredAvgPool(nn.Module):
+    """Average pooling with its coefficient ``1/k`` squared (sum / k^2)."""
+
+    def __init__(self, pool: nn.Module) -> None:
+        super().__init__()
+        self.pool = pool
+        kernel = pool.kernel_size
+        dims = 2 if isinstance(pool, nn.AvgPool2d) else 1
+        self.k = math.prod(kernel) if isinstance(kernel, tuple) else kernel**dims
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x) / self.k
+
+
+def _squared_mean(x: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+    """``mean`` with its coefficient squared: ``mean / n`` over the reduced entries."""
+    out = x.mean(*args, **kwargs)
+    return out * (out.numel() / x.numel())
+
+
+def _squared_network(model: nn.Module) -> fx.GraphModule:
+    """A float64 copy of ``model`` traced with torch.fx, coefficients squared, in eval mode."""
+    net = copy.deepcopy(model).double().eval()
+    try:
+        gm = fx.symbolic_trace(net)
+    except Exception as err:  # fx raises many error types for untraceable code
+        raise TypeError(
+            f"{type(model).__name__} cannot be traced for PathCond: {err}"
+        ) from err
+    for node in list(gm.graph.nodes):
+        if node.op == "call_module":
+            sub = gm.get_submodule(node.target)
+            if is_batchnorm(sub):
+                gm.add_submodule(node.target, _SquaredBN(sub))
+            elif isinstance(sub, (nn.AvgPool1d, nn.AvgPool2d)):
+                gm.add_submodule(node.target, _SquaredAvgPool(sub))
+            elif isinstance(sub, _APPROXIMATE):
+                gm.add_submodule(node.target, nn.Identity())
+        elif node.op == "call_method":
+            if node.target not in _METHODS:
+                raise TypeError(
+                    f"{type(model).__name__}: tensor method {node.target!r} has no path-lifting"
+                )
+            if node.target == "mean":
+                node.op, node.target = "call_function", _squared_mean
+        elif node.op == "call_function" and node.target not in _FUNCTIONS:
+            raise TypeError(
+                f"{type(model).__name__}: function {node.target} has no path-lifting"
+            )
+    gm.recompile()
+    with torch.no_grad():
+        for p in gm.parameters():
+            p.copy_(p * p)
+    return gm
+
+
+def diag_g(model: nn.Module, in_shape: Sequence[int]) -> dict[str, torch.Tensor]:
+    """``g = diag(dPhi^T dPhi)`` per parameter (float64, keyed like ``named_parameters``).
+
+    One forward and one backward pass of the squared network on an all-ones
+    input of shape ``(1, *in_shape)``; see the module docstring for pooling,
+    BatchNorm and GELU/SiLU.
+    """
+    check_architecture(model)
+    gm = _squared_network(model)
+    names, params = zip(*gm.named_parameters(), strict=True)
+    out = gm(torch.ones(1, *in_shape, dtype=torch.float64))
+    grads = torch.autograd.grad(out.sum(), params, allow_unused=True)
+    return {
+        n: (torch.zeros_like(p) if gr is None else gr).detach()
+        for n, p, gr in zip(names, params, grads, strict=True)
+    }
+
+
+# --- incidence and objective -----------------------------------------------------------------
+
+
+def incidence_matrix(
+    model: nn.Module, structure: NeuronStructure | None = None
+) -> tuple[sp.csr_matrix, list[str], list[tuple[str, int]]]:
+    """The sparse parameter x neuron incidence ``B`` (+1 "in" slots, -1 "out" slots).
+
+    Returns ``B`` (rows: entries of ``named_parameters`` in order, flattened;
+    columns: hidden neurons), the parameter names and the ``(group, index)`` of
+    each column. Non-rescalable groups and "free" slots give zero entries.
+    """
+    structure = structure or neuron_structure(model)
+    shapes = {n: p.shape for n, p in model.named_parameters()}
+    offsets, total = {}, 0
+    for n, shape in shapes.items():
+        offsets[n], total = total, total + math.prod(shape)
+    rows, cols, vals, neurons = [], [], [], []
+    for group in structure.groups:
+        if not group.rescalable:
+            continue
+        base = len(neurons)
+        neurons += [(group.name, i) for i in range(group.size)]
+        for slot in group.slots:
+            if slot.role == "free" or slot.name not in shapes:
+                continue
+            shape = shapes[slot.name]
+            idx = np.arange(math.prod(shape)).reshape(shape)
+            neuron = np.indices(shape)[slot.axis] // slot.block
+            rows.append(offsets[slot.name] + idx.ravel())
+            cols.append(base + neuron.ravel())
+            vals.append(np.full(idx.size, 1.0 if slot.role == "in" else -1.0))
+    b = sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(total, len(neurons)),
+    )
+    return b, list(shapes), neurons
+
+
+def objective(g: np.ndarray, bz: np.ndarray) -> float:
+    """``F(z) = p log(sum g e^{Bz}) - sum Bz`` in float64 (``bz = B @ z``)."""
+    g, bz = np.asarray(g, dtype=np.float64), np.asarray(bz, dtype=np.float64)
+    return float(g.size * np.log(np.sum(g * np.exp(bz))) - bz.sum())
+
+
+# --- block coordinate descent ----------------------------------------------------------------
+
+
+@dataclass
+class PathCondResult:
+    """Outcome of :func:`optimize_rescaling`.
+
+    ``z[g]`` are the log-scales of group ``g`` (neuron scale ``exp(z/2)``),
+    ``objective`` the value of F before the first sweep and after each sweep.
+    """
+
+    z: dict[str, np.ndarray]
+    objective: list[float]
+    seconds: float
+    method: str
+
+    @property
+    def scales(self) -> dict[str, torch.Tensor]:
+        """Neuron scales ``lam = exp(z/2)`` per group."""
+        return {k: torch.from_numpy(np.exp(v / 2)) for k, v in self.z.items()}
+
+    @property
+    def sweeps(self) -> int:
+        return len(self.objective) - 1
+
+
+@dataclass
+class _GroupView:
+    """Per-slot 3-D views ``(before, neuron, after)`` of the rescaled ``g`` of one group."""
+
+    group: NeuronGroup
+    ins: list[np.ndarray]
+    outs: list[np.ndarray]
+    n_net: int  # |in entries| - |out entries| per neuron: the column sum of B
+
+    def sums(self) -> tuple[np.ndarray, np.ndarray]:
+        bo = sum(v.sum((0, 2)) for v in self.ins)
+        c = sum(v.sum((0, 2)) for v in self.outs)
+        return np.asarray(bo, dtype=np.float64), np.asarray(c, dtype=np.float64)
+
+    def scale(self, x: np.ndarray | float, index: int | slice = slice(None)) -> None:
+        x = np.asarray(x)[..., None] if np.ndim(x) else x
+        for v in self.ins:
+            v[:, index] *= x
+        for v in self.outs:
+            v[:, index] /= x
+
+
+def _group_views(
+    g: dict[str, np.ndarray], structure: NeuronStructure
+) -> list[_GroupView]:
+    views = []
+    for group in structure.groups:
+        if not group.rescalable:
+            continue
+        ins, outs, n_net = [], [], 0
+        for slot in group.slots:
+            if slot.role == "free" or slot.name not in g:
+                continue
+            arr = g[slot.name]
+            before = math.prod(arr.shape[: slot.axis])
+            view = arr.reshape(before, group.size, -1)
+            if not np.shares_memory(view, arr):
+                raise ValueError(f"g[{slot.name!r}] must be a contiguous array")
+            (ins if slot.role == "in" else outs).append(view)
+            n_net += (1 if slot.role == "in" else -1) * view[:, 0].size
+        views.append(_GroupView(group, ins, outs, n_net))
+    return views
+
+
+def _positive_root(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """The positive root of ``a x^2 - b x - c = 0`` (a, c > 0), computed stably."""
+    disc = np.sqrt(b * b + 4 * a * c)
+    return np.where(b >= 0, (b + disc) / (2 * a), 2 * c / np.maximum(disc - b, 1e-300))
+
+
+def _block_step(view: _GroupView, total: float, p: int) -> tuple[np.ndarray, float]:
+    """Exact minimisation of F over all neurons of one group (they touch disjoint entries).
+
+    Stationarity gives ``Bo_h x_h - C_h / x_h = n T / p`` for every neuron, with
+    ``T`` the new total; so ``Bo_h x_h + C_h / x_h = sqrt((n T / p)^2 + 4 Bo_h C_h)``
+    and ``T`` is the root of the convex decreasing
+    ``phi(T) = D + sum_h sqrt((n T / p)^2 + 4 Bo_h C_h) - T``, found by Newton.
+    """
+    bo, c = view.sums()
+    active = (bo > 0) & (c > 0)
+    bo, c = bo[active], c[active]
+    rest = total - bo.sum() - c.sum()
+    a, four_bc = view.n_net / p, 4 * bo * c
+    t = total
+    for _ in range(100):
+        root = np.sqrt((a * t) ** 2 + four_bc)
+        phi = rest + root.sum() - t
+        dphi = (a * a * t / root).sum() - 1.0
+        t_new = t - phi / dphi
+        if abs(t_new - t) <= 1e-15 * abs(t_new):
+            t = t_new
+            break
+        t = t_new
+    x = np.ones(view.group.size)
+    x[active] = _positive_root(bo, np.full_like(bo, a * t), c)
+    return x, t
+
+
+def _neuron_step(view: _GroupView, h: int, total: float, p: int) -> tuple[float, float]:
+    """Closed-form minimisation of F over one neuron (plain Gauss-Seidel)."""
+    bo = float(sum(v[:, h].sum() for v in view.ins))
+    c = float(sum(v[:, h].sum() for v in view.outs))
+    if bo <= 0 or c <= 0:
+        return 1.0, total
+    n = view.n_net
+    rest = total - bo - c
+    # (p - n) Bo x^2 - n D x - (p + n) C = 0, one positive root since |n| < p
+    x = float(
+        _positive_root(
+            np.array((p - n) * bo), np.array(n * rest), np.array((p + n) * c)
+        )
+    )
+    return x, rest + bo * x + c / x
+
+
+def optimize_rescaling(
+    g: dict[str, torch.Tensor | np.ndarray],
+    structure: NeuronStructure,
+    method: str = "block",
+    max_sweeps: int = 100,
+    rtol: float = 1e-12,
+) -> PathCondResult:
+    """Minimise F(z) by coordinate descent with closed-form steps, in float64.
+
+    Parameters
+    ----------
+    g
+        ``diag(G)`` per parameter tensor (from :func:`diag_g`).
+    structure
+        The neuron structure; only rescalable groups get a scale.
+    method
+        ``"block"``: exact minimisation over each group at once (vectorised),
+        groups in data-flow order; ``"neuron"``: plain Gauss-Seidel over single
+        neurons (the reference scheme).
+    max_sweeps, rtol
+        Stop after ``max_sweeps`` sweeps or when one sweep lowers F by at most
+        ``rtol * |F|``.
+    """
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; valid: {METHODS}")
+    if max_sweeps < 0 or rtol < 0:
+        raise ValueError("max_sweeps and rtol must be non-negative")
+    start = time.perf_counter()
+    work = {
+        k: torch.as_tensor(v).detach().cpu().numpy().astype(np.float64)
+        for k, v in g.items()
+    }
+    if any((v < 0).any() or not np.isfinite(v).all() for v in work.values()):
+        raise ValueError("g must be finite and non-negative (compute it with diag_g)")
+    p = sum(v.size for v in work.values())
+    views = _group_views(work, structure)
+    z = {v.group.name: np.zeros(v.group.size) for v in views}
+
+    def value(total: float) -> float:
+        return p * math.log(total) - sum(v.n_net * z[v.group.name].sum() for v in views)
+
+    total = float(sum(v.sum() for v in work.values()))
+    history = [value(total)]
+    for _ in range(max_sweeps):
+        for view in views:
+            zg = z[view.group.name]
+            if method == "block":
+                x, _ = _block_step(view, total, p)
+                view.scale(x)
+                zg += np.log(x)
+            else:
+                for h in range(view.group.size):
+                    x, total = _neuron_step(view, h, total, p)
+                    view.scale(x, h)
+                    zg[h] += math.log(x)
+            total = float(sum(v.sum() for v in work.values()))
+        history.append(value(total))
+        if history[-2] - history[-1] <= rtol * abs(history[-1]):
+            break
+    return PathCondResult(z, history, time.perf_counter() - start, method)
+
+
+def am_over_gm(g: dict[str, torch.Tensor] | np.ndarray) -> float:
+    """Arithmetic over geometric mean of the positive entries of ``g`` (1 when uniform)."""
+    flat = (
+        np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in g.values()])
+        if isinstance(g, dict)
+        else np.asarray(g, dtype=np.float64).ravel()
+    )
+    flat = flat[flat > 0]
+    return float(np.exp(np.log(flat.mean()) - np.log(flat).mean()))
+
+
+def pathcond_rescale(
+    model: nn.Module,
+    in_shape: Sequence[int],
+    method: str = "block",
+    max_sweeps: int = 100,
+    rtol: float = 1e-12,
+) -> PathCondResult:
+    """Rescale ``model`` in place by PathCond; its function does not change.
+
+    Computes ``g = diag(G)`` (:func:`diag_g`), minimises F
+    (:func:`optimize_rescaling`) and applies neuron scales ``exp(z/2)`` with
+    :func:`wslib.core.neurons.rescale_state` (BatchNorm gamma/beta carry the scale,
+    so the function is unchanged in train and eval mode). GELU/SiLU networks
+    are rescaled too, with a warning (their function changes slightly).
+    """
+    g = diag_g(model, in_shape)
+    structure = rescalable_structure(model)
+    result = optimize_rescaling(g, structure, method, max_sweeps, rtol)
+    state = rescale_state(model.state_dict(), structure, result.scales)
+    model.load_state_dict(state)
+    return result

@@ -1,0 +1,1 @@
+"""Reproducibility machinery (no algorithm): model zoo, run cache, results files, workers, statistics."""

@@ -1,0 +1,200 @@
+"""The trained-model cache ("zoo").
+
+A model is identified by the hash of its full config::
+
+    {"data": {"name": "mnist1d", ...},        # wslib.core.data.load_dataset arguments
+     "split": {"kind": "full"}                 # or iid / dirichlet / shards + n_parts, part, ...
+     "model": {"name": "mlp", ...},            # wslib.core.models.build_model config
+     "recipe": {"epochs": 30, ...},            # wslib.core.train.Recipe fields
+     "seed": 0}
+
+The file name is the hash of the config, of the source of :mod:`wslib.core`
+(models, training and data code) and of the training data's content, so an
+edit of that code or regenerated data trains anew. The first request trains
+the model and writes ``<root>/<hash>.pt``; later
+requests load it with ``torch.load(weights_only=True)``. A checkpoint that
+cannot be read, or whose stored config or tensors do not match the request, is
+never used: it is retrained with a warning that names the file.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from wslib.core import data as wdata
+from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
+from wslib.core.models import build_model
+from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
+
+SPLITS = {  # split kind -> required keys
+    "full": (),
+    "iid": ("n_parts", "part"),
+    "dirichlet": ("n_parts", "part", "alpha"),
+    "shards": ("n_parts", "part"),
+}
+CONFIG_KEYS = ("data", "split", "model", "recipe", "seed")
+
+
+def config_hash(config: dict[str, Any]) -> str:
+    """A short stable hash of a JSON-serialisable config."""
+    return stable_hash(config)
+
+
+def split_indices(y: torch.Tensor, split: dict[str, Any]) -> np.ndarray | None:
+    """Training indices of one part of a split (``None`` for the full training set)."""
+    kind = split["kind"]
+    if kind == "full":
+        return None
+    y_np, n_parts, seed = y.numpy(), split["n_parts"], split.get("seed", 0)
+    if kind == "iid":
+        parts = wdata.iid_split(y_np, n_parts, seed)
+    elif kind == "dirichlet":
+        parts = wdata.dirichlet_split(y_np, n_parts, split["alpha"], seed)
+    else:
+        parts = wdata.shard_split(y_np, n_parts, seed)
+    return parts[split["part"]]
+
+
+def check_split(split: dict[str, Any]) -> None:
+    """Raise a clear error for an unknown split kind or missing split keys."""
+    kind = split.get("kind")
+    if kind not in SPLITS:
+        raise ValueError(f"unknown split kind {kind!r}; valid: {list(SPLITS)}")
+    missing = [k for k in SPLITS[kind] if k not in split]
+    if missing:
+        raise ValueError(f"split {kind!r} needs keys {missing} (and optionally 'seed')")
+    if kind != "full" and not 0 <= split["part"] < split["n_parts"]:
+        raise ValueError(
+            f"split part {split['part']} is not in range(n_parts={split['n_parts']})"
+        )
+
+
+class Zoo:
+    """Load-or-train cache of models under ``root`` (default ``data/zoo``)."""
+
+    def __init__(
+        self,
+        root: str | Path = "data/zoo",
+        data_root: str | Path = "data",
+        device: str | None = None,
+        progress: bool = True,
+    ) -> None:
+        self.root = Path(root)
+        self.data_root = Path(data_root)
+        self.device = pick_device(device)
+        self.progress = progress
+        self._datasets: dict[str, wdata.Dataset] = {}
+        self._digests: dict[str, str] = {}
+        self.trained = 0
+        self.loaded = 0
+
+    def dataset(self, data_config: dict[str, Any]) -> wdata.Dataset:
+        """The data set a config names, loaded once per zoo."""
+        key = json.dumps(data_config, sort_keys=True)
+        if key not in self._datasets:
+            options = {k: v for k, v in data_config.items() if k != "name"}
+            self._datasets[key] = wdata.load_dataset(
+                data_config["name"], self.data_root, **options
+            )
+        return self._datasets[key]
+
+    def data_digest(self, data_config: dict[str, Any]) -> str:
+        """Hash of the training data's content (computed once per zoo)."""
+        key = json.dumps(data_config, sort_keys=True)
+        if key not in self._digests:
+            ds = self.dataset(data_config)
+            self._digests[key] = tensor_digest(ds.x_train, ds.y_train)
+        return self._digests[key]
+
+    def path(self, config: dict[str, Any]) -> Path:
+        """Checkpoint file: config, code version of ``wslib.core`` and data content."""
+        key = {
+            "config": config,
+            "code": code_version("wslib.core"),
+            "data": self.data_digest(config["data"]),
+        }
+        return self.root / f"{stable_hash(key)}.pt"
+
+    def get(self, config: dict[str, Any]) -> nn.Module:
+        """The trained model for ``config`` (eval mode, on the zoo's device)."""
+        config = normalise_config(config)
+        path = self.path(config)
+        model = self._load(path, config) if path.exists() else None
+        if model is None:
+            model = self._train(config)
+            self.trained += 1
+        else:
+            self.loaded += 1
+        return model.eval()
+
+    def _load(self, path: Path, config: dict[str, Any]) -> nn.Module | None:
+        try:
+            ckpt = torch.load(path, map_location=self.device, weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any unreadable file is retrained, never used
+            warnings.warn(
+                f"checkpoint {path} is unreadable ({type(err).__name__}); retraining"
+            )
+            return None
+        if not isinstance(ckpt, dict) or ckpt.get("config") != json.dumps(
+            config, sort_keys=True
+        ):
+            warnings.warn(
+                f"checkpoint {path} was written for another config; retraining"
+            )
+            return None
+        model = build_model(config["model"]).to(self.device)
+        try:
+            model.load_state_dict(ckpt["state_dict"])
+        except (RuntimeError, KeyError, TypeError, AttributeError) as err:
+            first = str(err).splitlines()[0]
+            warnings.warn(
+                f"checkpoint {path} does not fit the model ({first}); retraining"
+            )
+            return None
+        return model
+
+    def _train(self, config: dict[str, Any]) -> nn.Module:
+        ds = self.dataset(config["data"])
+        idx = split_indices(ds.y_train, config["split"])
+        x, y = (
+            (ds.x_train, ds.y_train)
+            if idx is None
+            else (ds.x_train[idx], ds.y_train[idx])
+        )
+        seed_everything(config["seed"])
+        model = build_model(config["model"]).to(self.device)
+        recipe = Recipe.from_dict(config["recipe"])
+        history = fit(model, x, y, recipe, config["seed"], self.device, self.progress)
+        test_loss, test_acc = evaluate(model, ds.x_test, ds.y_test)
+        ckpt = {
+            "config": json.dumps(config, sort_keys=True),
+            "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            "history": history,
+            "test": {"loss": test_loss, "acc": test_acc},
+        }
+        atomic_write(self.path(config), lambda tmp: torch.save(ckpt, tmp))
+        return model
+
+
+def normalise_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Check a zoo config and fill the defaults that belong to a model's identity."""
+    missing = [k for k in ("data", "model", "seed") if k not in config]
+    unknown = [k for k in config if k not in CONFIG_KEYS]
+    if missing or unknown:
+        raise ValueError(
+            f"zoo config: missing keys {missing}, unknown keys {unknown}; "
+            f"expected {list(CONFIG_KEYS)} (split and recipe have defaults)"
+        )
+    out = copy.deepcopy(config)
+    out.setdefault("split", {"kind": "full"})
+    check_split(out["split"])
+    out["recipe"] = Recipe.from_dict(out.get("recipe", {})).to_dict()
+    return out
