@@ -82,10 +82,38 @@ def run_dir(top: str, profile: str, seed: int | None) -> Path:
     return path if seed is None else path / f"seed-{seed}"
 
 
+class UnknownParameter(ValueError):
+    """A profile sets a parameter that the notebook does not have."""
+
+
+def default_parameters(nb: str) -> dict[str, Any]:
+    """The values of the notebook's ``parameters`` cell (its defaults)."""
+    notebook = nbformat.read(NOTEBOOKS / f"{nb}.ipynb", as_version=4)
+    cell = next(
+        (c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])), None
+    )
+    if cell is None:
+        raise UnknownParameter(f"notebook {nb} has no cell tagged 'parameters'")
+    namespace: dict[str, Any] = {}
+    exec(cell.source, namespace)  # the notebook's own first cell: plain assignments
+    return {k: v for k, v in namespace.items() if not k.startswith("__")}
+
+
 def notebook_parameters(nb: str, profile: str, seed: int | None) -> dict[str, Any]:
-    """The profile's parameters for ``nb`` plus those set by this script."""
+    """The profile's parameters for ``nb`` plus those set by this script.
+
+    Raises :class:`UnknownParameter` when the profile names a parameter the
+    notebook does not define (papermill would only warn and ignore it).
+    """
     params = yaml.safe_load((PARAMS / f"{profile}.yaml").read_text()) or {}
     params = dict(params.get(nb) or {})
+    valid = default_parameters(nb)
+    unknown = sorted(set(params) - set(valid))
+    if unknown:
+        raise UnknownParameter(
+            f"notebooks/params/{profile}.yaml sets {', '.join(unknown)} for {nb}, "
+            f"which has no such parameter; valid: {' '.join(valid)}"
+        )
     params["profile"] = profile
     params["results_path"] = str(run_dir("results", profile, seed) / f"{nb}.json")
     if seed is not None:
@@ -172,10 +200,26 @@ def run_notebook(nb: str, profile: str, seed: int | None) -> float:
     seconds = time.perf_counter() - start
     if not results_file.exists():
         raise MissingResults(f"notebook {nb} did not write {params['results_path']}")
-    results = json.loads(results_file.read_text())
+    results = record_parameters(results_file, nb, profile, params)
     insert_run_info(executed, run_info_markdown(results, nb, seed, seconds))
     record_time(out_dir, nb, seconds)
     return seconds
+
+
+def effective_parameters(nb: str, injected: dict[str, Any]) -> dict[str, Any]:
+    """The parameters a run used: the notebook's defaults overridden by the injected ones."""
+    return {**default_parameters(nb), **injected}
+
+
+def record_parameters(
+    results_file: Path, nb: str, profile: str, injected: dict[str, Any]
+) -> dict[str, Any]:
+    """Add the notebook name, profile and effective parameters to its results file."""
+    results = json.loads(results_file.read_text())
+    params = effective_parameters(nb, injected)
+    results = {"notebook": nb, "profile": profile, "params": params, **results}
+    results_file.write_text(json.dumps(results, indent=2) + "\n")
+    return results
 
 
 def report_failure(nb: str, error: PapermillExecutionError, executed: Path) -> None:
@@ -201,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             executed = ROOT / run_dir("build", args.profile, args.seed) / f"{nb}.ipynb"
             report_failure(nb, error, executed)
             return 1
-        except MissingResults as error:
+        except (MissingResults, UnknownParameter) as error:
             print(f"\nerror: {error}", file=sys.stderr)
             return 1
         total += seconds

@@ -10,6 +10,47 @@ import seaborn as sns
 from matplotlib.axes import Axes
 
 PALETTE = sns.color_palette("colorblind")
+_C = PALETTE.as_hex()
+
+# One colour per method, the same in every chapter. Names are normalised by
+# :func:`method_colour` (lower case, spaces and hyphens as underscores).
+METHOD_COLOURS: dict[str, str] = {
+    # paths between modes (chapters 1-5)
+    "straight_line": "#7f7f7f",
+    "aligned_line": _C[7],
+    "llpf": _C[3],
+    "m2m": _C[3],
+    "m2o": _C[1],
+    "hybrid": _C[4],
+    "all_at_once": _C[8],
+    "bezier": _C[0],
+    "autoneb": _C[2],
+    # initialisation and rescaling (chapters 6-8)
+    "baseline": _C[0],
+    "kaiming": _C[7],
+    "pathcond": _C[3],
+    "enorm": _C[2],
+    # fusion (chapters 9-11)
+    "individual": "#000000",
+    "averaging": "#7f7f7f",
+    "ensemble": _C[9],
+    "last_layer_kd": _C[8],
+    "otfusion": _C[5],
+    "rebasin_wm": _C[6],
+    "rebasin_am": _C[7],
+    "hf_linear": _C[0],
+    "hf_gradient": _C[9],
+    "kf_linear": _C[3],
+    "kf_gradient": _C[1],
+}
+
+
+def method_colour(method: str) -> str:
+    """The book's colour for ``method``; unknown methods get a fixed colour from the palette."""
+    key = method.lower().replace(" ", "_").replace("-", "_")
+    if key in METHOD_COLOURS:
+        return METHOD_COLOURS[key]
+    return _C[sum(map(ord, key)) % len(_C)]
 
 
 def set_style() -> None:
@@ -24,6 +65,12 @@ def set_style() -> None:
             "axes.spines.top": False,
             "axes.spines.right": False,
             "legend.frameon": False,
+            "font.size": 10,
+            "axes.labelsize": 10,
+            "xtick.labelsize": 9,
+            "ytick.labelsize": 9,
+            "legend.fontsize": 9,
+            "legend.title_fontsize": 9,
         }
     )
 
@@ -45,6 +92,7 @@ def band(
 
 
 def label_axes(ax: Axes, xlabel: str, ylabel: str, title: str | None = None) -> None:
+    """Axis labels and an optional title."""
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:

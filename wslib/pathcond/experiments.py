@@ -13,12 +13,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from wslib.core.data import Dataset
+from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, predict, seed_everything
 from wslib.pathcond.enorm import enorm_callback
 from wslib.pathcond.rescaling import pathcond_rescale
 from wslib.runs.cache import cached_run
 
+CODE = ("wslib.core", "wslib.runs", "wslib.pathcond")  # what determines a run's result
 INIT_METHODS = ("baseline", "kaiming", "pathcond", "enorm")
 TASKS = ("classify", "autoencoder")
 
@@ -72,8 +74,9 @@ def train_run(
     """Prepare a model by ``method`` and train it with ``recipe`` (ENorm: after every step).
 
     With ``cache_dir``, the result is stored there (see :mod:`wslib.runs.cache`)
-    under the run's full description (data set, model, method, recipe, seed,
-    init scale, task), and a later call with the same description loads it.
+    under the run's full description (data set and its content, model, method,
+    recipe, seed, init scale, task) and the source of :data:`CODE`, and a later
+    call with the same description and code loads it.
 
     Returns the per-epoch training ``loss`` and running ``acc`` (from
     :func:`wslib.core.train.fit`), ``test_loss``, ``test_acc`` (NaN for the
@@ -85,8 +88,7 @@ def train_run(
     key = {
         "data": {
             "name": ds.name,
-            "n_train": len(ds.x_train),
-            "x_sum": float(ds.x_train.double().sum()),
+            "content": tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test),
         },
         "model": config,
         "method": method,
@@ -98,7 +100,7 @@ def train_run(
     run = functools.partial(
         _train_run, config, method, ds, recipe, seed, init_scale, device, task, progress
     )
-    return cached_run(cache_dir, key, run)
+    return cached_run(cache_dir, key, run, code=CODE)
 
 
 def _train_run(

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import math
 import platform
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -30,15 +32,52 @@ def hardware() -> str:
     return f"CPU {cpu}, {torch.get_num_threads()} threads"
 
 
+PACKAGES = ("numpy", "scikit-learn", "POT", "captum", "papermill")
+
+
+def git_commit(root: str | Path | None = None) -> str:
+    """The checked-out commit, with ``-dirty`` when the tree has changes; ``unknown`` outside git."""
+    root = Path(root) if root else Path(__file__).resolve().parents[2]
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{commit}-dirty" if dirty else commit
+
+
 def environment() -> dict[str, Any]:
-    """Versions and hardware, stored with every results file."""
-    return {
+    """Versions, hardware and git commit, stored with every results file."""
+    env = {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "device": "cuda" if torch.cuda.is_available() else "cpu",
-        "threads": torch.get_num_threads(),
-        "hardware": hardware(),
     }
+    for name in PACKAGES:
+        try:
+            env[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            env[name] = "not installed"
+    env.update(
+        {
+            "commit": git_commit(),
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "threads": torch.get_num_threads(),
+            "hardware": hardware(),
+        }
+    )
+    return env
 
 
 def to_jsonable(value: Any) -> Any:
@@ -71,23 +110,15 @@ class Timings(dict):
 
 
 def write_results(
-    path: str | Path,
-    notebook: str,
-    profile: str,
-    params: dict[str, Any],
-    metrics: dict[str, Any],
-    timings_s: dict[str, float],
+    path: str | Path, metrics: dict[str, Any], timings_s: dict[str, float]
 ) -> dict[str, Any]:
-    """Write one notebook's results file and return what was written."""
+    """Write one notebook's metrics, timings and environment; return what was written.
+
+    ``notebooks/run.py`` adds the notebook's name, profile and effective
+    parameters (defaults overridden by the profile and the injected values).
+    """
     record = to_jsonable(
-        {
-            "notebook": notebook,
-            "profile": profile,
-            "params": params,
-            "metrics": metrics,
-            "timings_s": timings_s,
-            "env": environment(),
-        }
+        {"metrics": metrics, "timings_s": timings_s, "env": environment()}
     )
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
