@@ -8,9 +8,10 @@ A model is identified by the hash of its full config::
      "recipe": {"epochs": 30, ...},            # wslib.core.train.Recipe fields
      "seed": 0}
 
-The file name is the hash of the config, of the source of :mod:`wslib.core`
-(models, training and data code) and of the training data's content, so an
-edit of that code or regenerated data trains anew. The first request trains
+The file name is the hash of the config, of the source of the modules that
+determine a trained model (:data:`TRAINING_CODE`: models, neurons, training and
+data code) and of the training data's content, so an edit of that code or
+regenerated data trains anew. The first request trains
 the model and writes ``<root>/<hash>.pt``; later
 requests load it with ``torch.load(weights_only=True)``. A checkpoint that
 cannot be read, or whose stored config or tensors do not match the request, is
@@ -41,6 +42,13 @@ SPLITS = {  # split kind -> required keys
     "shards": ("n_parts", "part"),
 }
 CONFIG_KEYS = ("data", "split", "model", "recipe", "seed")
+TRAINING_CODE = (
+    "wslib.core.data",
+    "wslib.core.models",
+    "wslib.core.neurons",
+    "wslib.core.train",
+    "wslib.runs.zoo",
+)
 
 
 def config_hash(config: dict[str, Any]) -> str:
@@ -115,10 +123,10 @@ class Zoo:
         return self._digests[key]
 
     def path(self, config: dict[str, Any]) -> Path:
-        """Checkpoint file: config, code version of ``wslib.core`` and data content."""
+        """Checkpoint file: config, version of the training code and data content."""
         key = {
             "config": config,
-            "code": code_version("wslib.core"),
+            "code": code_version(*TRAINING_CODE),
             "data": self.data_digest(config["data"]),
         }
         return self.root / f"{stable_hash(key)}.pt"
