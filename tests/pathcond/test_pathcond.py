@@ -21,7 +21,7 @@ from wslib.core.neurons import (
 )
 from wslib.core.train import Recipe, fit
 from wslib.pathcond.enorm import enorm_callback, enorm_step, enorm_step_pathcond_variant
-from wslib.pathcond.experiments import prepare_model, rescale_cost, train_run
+from wslib.pathcond.experiments import rescale_cost
 from wslib.pathcond.lifting import explicit_path_lifting
 from wslib.pathcond.rescaling import (
     am_over_gm,
@@ -32,6 +32,7 @@ from wslib.pathcond.rescaling import (
     pathcond_rescale,
     rescalable_structure,
 )
+from wslib.pathcond.training import prepare_model, train_run
 from wslib.runs.stats import best_rate, format_epochs, neighbour_rates, summarise_epochs
 
 TINY = {

@@ -7,7 +7,7 @@ import torch
 
 from wslib.core.data import Dataset
 from wslib.core.train import Recipe
-from wslib.pathcond.experiments import train_run
+from wslib.pathcond.training import train_run
 from wslib.runs.stats import epochs_to
 from wslib.runs.workers import run_jobs
 

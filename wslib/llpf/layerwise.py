@@ -66,6 +66,16 @@ from wslib.core.neurons import StateDict
 from wslib.core.norms import norm_parameter_names
 from wslib.llpf.path import LLPFPath, check_same_architecture
 
+# The modules whose source determines a path (its checkpoint key).
+CODE = (
+    "wslib.core.files",
+    "wslib.core.models",
+    "wslib.core.neurons",
+    "wslib.core.norms",
+    "wslib.core.train",
+    "wslib.llpf.layerwise",
+    "wslib.llpf.path",
+)
 TickCallback = Callable[[int, nn.Module], None]
 
 
@@ -194,7 +204,7 @@ def _clone(state: StateDict) -> StateDict:
 
 def _fingerprint(*items: object) -> str:
     """Checkpoint key: the run's settings, the library code and the data (see wslib.core.files)."""
-    return stable_hash([*items, code_version("wslib.core", "wslib.llpf")], length=16)
+    return stable_hash([*items, code_version(*CODE)], length=16)
 
 
 def _refine(

@@ -5,15 +5,11 @@
 - :mod:`~wslib.pathcond.lifting`: the explicit path-lifting of tiny networks
   (the brute-force reference);
 - :mod:`~wslib.pathcond.enorm`: ENorm, the baseline rescaling;
-- :mod:`~wslib.pathcond.experiments`: one initialisation method, one training run.
+- :mod:`~wslib.pathcond.training`: one initialisation method, one training run (cached);
+- :mod:`~wslib.pathcond.experiments`: the protocols the chapters run.
 """
 
-from wslib.pathcond.experiments import (
-    INIT_METHODS,
-    prepare_model,
-    rescale_cost,
-    train_run,
-)
+from wslib.pathcond.experiments import rescale_cost
 from wslib.pathcond.rescaling import (
     am_over_gm,
     check_architecture,
@@ -21,6 +17,7 @@ from wslib.pathcond.rescaling import (
     optimize_rescaling,
     pathcond_rescale,
 )
+from wslib.pathcond.training import INIT_METHODS, prepare_model, train_run
 
 __all__ = [
     "INIT_METHODS",

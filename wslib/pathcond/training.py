@@ -1,0 +1,153 @@
+"""One initialisation method (baseline, Kaiming, PathCond, ENorm), one training run, cached."""
+
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from wslib.core.data import Dataset
+from wslib.core.files import tensor_digest
+from wslib.core.models import build_model
+from wslib.core.train import Recipe, evaluate, fit, predict, seed_everything
+from wslib.pathcond.enorm import enorm_callback
+from wslib.pathcond.rescaling import pathcond_rescale
+from wslib.runs.cache import cached_run
+
+# The modules whose source determines a run's result (its run-cache key).
+CODE = (
+    "wslib.core.models",
+    "wslib.core.neurons",
+    "wslib.core.train",
+    "wslib.pathcond.enorm",
+    "wslib.pathcond.rescaling",
+    "wslib.pathcond.training",
+)
+INIT_METHODS = ("baseline", "kaiming", "pathcond", "enorm")
+TASKS = ("classify", "autoencoder")
+
+
+def prepare_model(
+    config: dict[str, Any], method: str, init_scale: float = 1.0, seed: int = 0
+) -> tuple[nn.Module, float]:
+    """Build ``config`` with ``seed``, initialise it by ``method``; return it and the rescale time.
+
+    ``baseline``: PyTorch's default initialisation; ``kaiming``: Kaiming-normal
+    weights (fan-in, ReLU gain) and zero biases; ``pathcond``: default
+    initialisation rescaled by PathCond; ``enorm``: default initialisation
+    (ENorm acts during training). Every parameter is first multiplied by
+    ``init_scale`` (low-variance initialisation), before any rescaling.
+    """
+    if method not in INIT_METHODS:
+        raise ValueError(f"unknown method {method!r}; valid: {INIT_METHODS}")
+    if init_scale <= 0:
+        raise ValueError(f"init_scale must be positive, got {init_scale}")
+    seed_everything(seed)
+    model = build_model(config)
+    with torch.no_grad():
+        if method == "kaiming":
+            for module in model.modules():
+                if isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+                    nn.init.kaiming_normal_(module.weight, nonlinearity="relu")
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
+        for p in model.parameters():
+            p.mul_(init_scale)
+    seconds = 0.0
+    if method == "pathcond":
+        start = time.perf_counter()
+        pathcond_rescale(model, config["in_shape"])
+        seconds = time.perf_counter() - start
+    return model, seconds
+
+
+def train_run(
+    config: dict[str, Any],
+    method: str,
+    ds: Dataset,
+    recipe: Recipe,
+    seed: int = 0,
+    init_scale: float = 1.0,
+    device: str | torch.device | None = None,
+    task: str = "classify",
+    progress: bool = False,
+    cache_dir: str | Path | None = None,
+) -> dict[str, Any]:
+    """Prepare a model by ``method`` and train it with ``recipe`` (ENorm: after every step).
+
+    With ``cache_dir``, the result is stored there (see :mod:`wslib.runs.cache`)
+    under the run's full description (data set and its content, model, method,
+    recipe, seed, init scale, task) and the source of :data:`CODE`, and a later
+    call with the same description and code loads it.
+
+    Returns the per-epoch training ``loss`` and running ``acc`` (from
+    :func:`wslib.core.train.fit`), ``test_loss``, ``test_acc`` (NaN for the
+    autoencoder, whose loss is the MSE of reconstructing the flattened input),
+    ``rescale_seconds`` and ``epoch_seconds``.
+    """
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
+    key = {
+        "data": {
+            "name": ds.name,
+            "content": tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test),
+        },
+        "model": config,
+        "method": method,
+        "recipe": recipe.to_dict(),
+        "seed": seed,
+        "init_scale": init_scale,
+        "task": task,
+    }
+    run = functools.partial(
+        _train_run, config, method, ds, recipe, seed, init_scale, device, task, progress
+    )
+    return cached_run(cache_dir, key, run, code=CODE)
+
+
+def _train_run(
+    config: dict[str, Any],
+    method: str,
+    ds: Dataset,
+    recipe: Recipe,
+    seed: int,
+    init_scale: float,
+    device: str | torch.device | None,
+    task: str,
+    progress: bool,
+) -> dict[str, Any]:
+    model, rescale_seconds = prepare_model(config, method, init_scale, seed)
+    on_step = enorm_callback() if method == "enorm" else None
+    auto = task == "autoencoder"
+    y_train = ds.x_train.flatten(1) if auto else ds.y_train
+    start = time.perf_counter()
+    hist = fit(
+        model,
+        ds.x_train,
+        y_train,
+        recipe,
+        seed,
+        device,
+        progress,
+        on_step=on_step,
+        loss_fn=F.mse_loss if auto else None,
+    )
+    epoch_seconds = (time.perf_counter() - start) / max(recipe.epochs, 1)
+    if auto:
+        out = predict(model, ds.x_test)
+        test_loss, test_acc = float(F.mse_loss(out, ds.x_test.flatten(1))), float("nan")
+    else:
+        test_loss, test_acc = evaluate(model, ds.x_test, ds.y_test)
+    return {
+        "loss": hist["loss"],
+        "acc": hist["acc"],
+        "test_loss": test_loss,
+        "test_acc": test_acc,
+        "rescale_seconds": rescale_seconds,
+        "epoch_seconds": epoch_seconds,
+    }
