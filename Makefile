@@ -2,7 +2,8 @@
 #   make book [PROFILE=cpu] [SEED=N]        run every notebook, then build book/_build/html
 #   make notebook NB=01_symmetries [SEED=N] [PROFILE=cpu]
 #   make data [DATA="mnist fashion_mnist cifar10 cifar100"]   download image data sets (gpu profile)
-#   make test | make clean | make clean-data
+#   make test      lint (ruff format --check, ruff check, lint-imports), then pytest
+#   make lint | make format | make clean | make clean-data
 PROFILE ?= cpu
 SEED ?=
 NB ?=
@@ -27,7 +28,7 @@ ifneq ($(filter notebook,$(GOALS)),)
   $(call check,NB,$(NB),$(NOTEBOOKS))
 endif
 
-.PHONY: book notebook data test clean clean-data
+.PHONY: book notebook data lint format test clean clean-data
 
 book: $(STAMP)
 	@start=$$(date +%s) && \
@@ -40,9 +41,20 @@ notebook: $(STAMP)
 	$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG) $(NB)
 
 data: $(STAMP)
-	$(PY) -c "import sys; from wslib.core.data import download_dataset; [print(download_dataset(n)) for n in sys.argv[1:]]" $(DATA)
+	@$(PY) notebooks/download.py $(DATA)
 
-test: $(STAMP)
+# ruff covers .py files and notebooks (pyproject.toml: extend-include); the
+# layers contract of pyproject.toml is checked by lint-imports.
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports --no-cache
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+test: lint
 	$(PY) -m pytest
 
 $(STAMP): pyproject.toml

@@ -8,12 +8,17 @@ Each notebook ``notebooks/<nb>.ipynb`` runs with the repository root as working
 directory and the parameters of ``notebooks/params/<profile>.yaml`` (plus
 ``profile``, ``results_path`` and, with ``--seed``, ``seed``). The executed copy
 goes to ``build/<profile>/<nb>.ipynb`` and the results file to
-``results/<profile>/<nb>.json`` (under ``seed-<N>/`` with ``--seed``). A "Run
-info" box is inserted under the title of each executed copy, and the wall times
-are merged into ``run_times.json`` next to the executed copies.
+``results/<profile>/<nb>.json`` (under ``seed-<N>/`` with ``--seed``); the
+results file records the notebook, the profile and the effective parameters
+(the notebook's defaults overridden by the injected ones). In each executed
+copy a "Run info" box is inserted under the title, and papermill's injected
+parameters cell is tagged ``hide-input`` (collapsed on the page, one click
+shows what ran) with its values wrapped to the page width; the wall times are
+merged into ``run_times.json`` next to the executed copies.
 
-Exit status: 0 on success, 1 when a notebook fails, 2 for an unknown profile or
-notebook.
+Every requested notebook's parameters are checked before the first one runs.
+Exit status: 0 on success, 1 when a notebook fails, 2 for an unknown profile,
+notebook or parameter (one line on stderr naming it and the valid ones).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from pprint import pformat
 from typing import Any
 
 import nbformat
@@ -158,9 +164,38 @@ def run_info_markdown(
     )
 
 
-def insert_run_info(executed: Path, markdown: str) -> None:
-    """Insert a markdown cell right after the first (title) markdown cell."""
+INJECTED_TAG = "hide-input"  # Jupyter Book: source collapsed behind a toggle
+PAGE_WIDTH = 80  # characters of code a page shows without scrolling sideways
+
+
+def injected_source(params: dict[str, Any]) -> str:
+    """The injected assignments, one per parameter, wrapped to :data:`PAGE_WIDTH`.
+
+    papermill writes each value on one line (a dict of model configs runs to
+    hundreds of characters); the same values, pretty-printed, read better.
+    """
+    lines = ["# Parameters"]
+    for name, value in params.items():
+        width = max(PAGE_WIDTH - len(name) - 3, 20)
+        text = pformat(value, width=width, sort_dicts=False)
+        lines.append(f"{name} = " + text.replace("\n", "\n" + " " * (len(name) + 3)))
+    return "\n".join(lines)
+
+
+def finish_executed_copy(executed: Path, markdown: str, params: dict[str, Any]) -> None:
+    """Insert the run info after the title; collapse and wrap the injected parameters.
+
+    The run info is a markdown cell right after the first (title) markdown
+    cell; papermill's ``injected-parameters`` cell gets :data:`INJECTED_TAG`
+    and its source is rewritten by :func:`injected_source` (same values).
+    """
     notebook = nbformat.read(executed, as_version=4)
+    for cell in notebook.cells:
+        tags = cell.metadata.setdefault("tags", [])
+        if "injected-parameters" in tags:
+            cell.source = injected_source(params)
+            if INJECTED_TAG not in tags:
+                tags.append(INJECTED_TAG)
     title = next(
         (i for i, c in enumerate(notebook.cells) if c.cell_type == "markdown"), -1
     )
@@ -201,7 +236,8 @@ def run_notebook(nb: str, profile: str, seed: int | None) -> float:
     if not results_file.exists():
         raise MissingResults(f"notebook {nb} did not write {params['results_path']}")
     results = record_parameters(results_file, nb, profile, params)
-    insert_run_info(executed, run_info_markdown(results, nb, seed, seconds))
+    info = run_info_markdown(results, nb, seed, seconds)
+    finish_executed_copy(executed, info, params)
     record_time(out_dir, nb, seconds)
     return seconds
 
@@ -236,6 +272,12 @@ def report_failure(nb: str, error: PapermillExecutionError, executed: Path) -> N
 def main(argv: list[str] | None = None) -> int:
     """Run the requested notebooks; stop at the first failure."""
     args = parse_args(argv)
+    for nb in args.notebooks:  # a typo in the last notebook's profile stops the run now
+        try:
+            notebook_parameters(nb, args.profile, args.seed)
+        except UnknownParameter as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
     total = 0.0
     for nb in args.notebooks:
         print(f"== {nb} (profile {args.profile})", flush=True)
@@ -245,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
             executed = ROOT / run_dir("build", args.profile, args.seed) / f"{nb}.ipynb"
             report_failure(nb, error, executed)
             return 1
-        except (MissingResults, UnknownParameter) as error:
+        except MissingResults as error:
             print(f"\nerror: {error}", file=sys.stderr)
             return 1
         total += seconds

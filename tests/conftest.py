@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -12,6 +14,16 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
 PROFILES = sorted(p.stem for p in (ROOT / "notebooks" / "params").glob("*.yaml"))
 SMOKE = "smoke"
+
+
+def load_script(path: str) -> ModuleType:
+    """Import a script of the repository (``notebooks/run.py``, ...) as a fresh module."""
+    file = ROOT / path
+    name = "script_" + file.stem
+    spec = importlib.util.spec_from_file_location(name, file)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

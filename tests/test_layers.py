@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -74,3 +76,43 @@ def _private_imports(path: Path) -> list[str]:
 def test_no_private_name_imported_across_modules() -> None:
     found = [hit for f in sorted(PACKAGE.rglob("*.py")) for hit in _private_imports(f)]
     assert not found, "\n".join(found)
+
+
+def test_no_private_name_imported_in_notebooks() -> None:
+    """Chapters use the library's public API only."""
+    found = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        for cell in cells:
+            if cell["cell_type"] != "code":
+                continue
+            source = "".join(cell["source"])
+            lines = [
+                ln
+                for ln in source.splitlines()
+                if not ln.lstrip().startswith(("%", "!"))
+            ]
+            tree = ast.parse("\n".join(lines))
+            found += [
+                f"{path.name}: imports {alias.name} from {node.module}"
+                for node in ast.walk(tree)
+                if isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("wslib")
+                for alias in node.names
+                if alias.name.startswith("_")
+            ]
+    assert not found, "\n".join(found)
+
+
+def test_package_map_names_every_module() -> None:
+    """``wslib/__init__.py``'s map of the package lists every module of every package."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / "__init__.py").read_text()))
+    missing = [
+        f"{package.name}.{module.stem}"
+        for package in sorted(
+            p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()
+        )
+        for module in sorted(package.glob("*.py"))
+        if module.stem != "__init__" and not re.search(rf"\b{module.stem}\b", doc)
+    ]
+    assert not missing, f"not in the map of wslib/__init__.py: {missing}"

@@ -17,7 +17,7 @@ _C = PALETTE.as_hex()
 METHOD_COLOURS: dict[str, str] = {
     # paths between modes (chapters 1-5)
     "straight_line": "#7f7f7f",
-    "aligned_line": _C[7],
+    "aligned_line": _C[9],
     "llpf": _C[3],
     "m2m": _C[3],
     "m2o": _C[1],
@@ -33,15 +33,15 @@ METHOD_COLOURS: dict[str, str] = {
     # fusion (chapters 9-11)
     "individual": "#000000",
     "averaging": "#7f7f7f",
-    "ensemble": _C[9],
-    "last_layer_kd": _C[8],
-    "otfusion": _C[5],
-    "rebasin_wm": _C[6],
-    "rebasin_am": _C[7],
+    "ensemble": _C[8],
+    "last_layer_kd": _C[5],
+    "otfusion": _C[6],
+    "rebasin_wm": _C[4],
+    "rebasin_am": _C[2],
     "hf_linear": _C[0],
     "hf_gradient": _C[9],
     "kf_linear": _C[3],
-    "kf_gradient": _C[1],
+    "kf_gradient": "#7f2704",  # dark brown-red: apart from kf_linear's vermillion
 }
 
 

@@ -13,6 +13,87 @@ import yaml
 
 from tests.conftest import NOTEBOOKS, PROFILES, ROOT, SMOKE
 
+# The top-level keys of each chapter's ``metrics`` (those of the 0.1.0 cpu
+# results), besides one entry per model / configuration named by a parameter
+# (PER_ENTRY), whose names come from the profile.
+EXPECTED_METRICS = {
+    "01_symmetries": {
+        "permutation_invariance_max_abs_diff",
+        "rescaling_invariance_max_abs_diff",
+        "width_sweep",
+    },
+    "02_layerwise": set(),
+    "03_llpf_m2m": {
+        "ablation",
+        "ablation_by_arch",
+        "max_segment_midpoint_rise",
+        "seed_std_by_arch",
+        "seed_std_peak_excess",
+    },
+    "04_llpf_baselines": set(),
+    "05_llpf_spheres": {
+        "hybrid_grad_steps",
+        "hybrid_min_test_acc",
+        "hybrid_peak_excess",
+        "m2o_final_variance_ratio",
+        "m2o_final_variance_ratio_no_compliance",
+        "m2o_peak_loss",
+        "m2o_peak_loss_no_compliance",
+        "sharp_grad_steps",
+        "sharp_peak_excess",
+        "sphere_variance_ratio",
+    },
+    "06_pathlifting": {
+        "amgm_after",
+        "amgm_before",
+        "cond_P_after",
+        "cond_P_before",
+        "diagG_max_rel_err",
+        "final_loss",
+        "function_change_max_rel",
+    },
+    "07_pathcond_mlp": {"epoch_seconds", "gelu_silu", "rescale_seconds"},
+    "08_pathcond_conv": {"rescale_over_epoch"},
+    "09_fusion_cost": {
+        "fused_test_acc",
+        "theorem1_max_abs_err",
+        "theorem1_max_rel_err",
+    },
+    "10_fusion_regimes": {
+        "acc",
+        "fusion_set_size",
+        "seconds",
+        "self_fusion",
+        "self_fusion_max_abs_diff",
+    },
+    "11_fusion_beyond": {
+        "compression_acc",
+        "compression_by_variant",
+        "different_widths",
+        "ensemble_acc",
+        "finetune_curves",
+        "finetune_epochs_to_ensemble_gap_1pt",
+        "finetune_epochs_to_ensemble_gap_1pt_by_method",
+        "fusion_set_sizes",
+        "kd_acc",
+        "per_architecture_zero_shot",
+    },
+}
+PER_ENTRY = {
+    "01_symmetries": "models",
+    "02_layerwise": "models",
+    "03_llpf_m2m": "models",
+    "04_llpf_baselines": "models",
+    "07_pathcond_mlp": "configs",
+    "08_pathcond_conv": "archs",
+}
+
+
+def expected_metrics(nb: str, params: dict) -> set[str]:
+    """The metric keys a run of ``nb`` with these (effective) parameters promises."""
+    per_entry = set(params[PER_ENTRY[nb]]) if nb in PER_ENTRY else set()
+    return EXPECTED_METRICS[nb] | per_entry
+
 
 def toc_files() -> set[str]:
     """All ``file`` entries of ``book/_toc.yml``."""
@@ -27,6 +108,10 @@ def source(nb: str) -> nbformat.NotebookNode:
 def test_there_are_notebooks_and_profiles() -> None:
     assert NOTEBOOKS
     assert {"smoke", "cpu", "gpu"} <= set(PROFILES)
+
+
+def test_every_notebook_promises_its_metrics() -> None:
+    assert sorted(EXPECTED_METRICS) == NOTEBOOKS
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS)
@@ -85,10 +170,11 @@ def test_run_rejects_unknown_names(args: list[str], message: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("nb", NOTEBOOKS)
-def test_smoke_run_wrote_metrics(smoke_book: Path, nb: str) -> None:
+def test_smoke_run_wrote_the_promised_metrics(smoke_book: Path, nb: str) -> None:
     results = json.loads((ROOT / "results" / SMOKE / f"{nb}.json").read_text())
-    assert results["profile"] == SMOKE
-    assert isinstance(results["metrics"], dict)
+    assert results["notebook"] == nb and results["profile"] == SMOKE
+    assert set(results["metrics"]) == expected_metrics(nb, results["params"])
+    assert results["timings_s"] and results["env"]["commit"]
 
 
 @pytest.mark.slow

@@ -33,7 +33,6 @@ from wslib.pathcond.rescaling import (
     rescalable_structure,
 )
 from wslib.pathcond.training import prepare_model, train_run
-from wslib.runs.stats import best_rate, format_epochs, neighbour_rates, summarise_epochs
 
 TINY = {
     "mlp": {"name": "mlp", "in_shape": [1, 5], "n_classes": 3, "widths": [4, 3]},
@@ -563,25 +562,3 @@ def test_rescale_cost_reports_medians_and_rejects_zero_repeats():
     )
     with pytest.raises(ValueError, match="repeats"):
         rescale_cost(config, ds, repeats=0)
-
-
-def test_summarise_and_format_epochs_mark_censored_runs():
-    reached = [0.5, 0.995, 1.0]
-    missed = [0.5, 0.6, 0.7]
-    assert format_epochs(summarise_epochs([reached, reached])) == "2.0 ± 0.0"
-    assert format_epochs(summarise_epochs([reached, missed])) == ">2.5 ± 0.5"
-    assert format_epochs(summarise_epochs([missed])) == "never"
-
-
-def test_best_rate_prefers_fewest_epochs_then_final_accuracy():
-    runs = {1.0: [0.5, 0.99, 0.99], 0.1: [0.99, 0.5, 0.5], 0.01: [0.3, 0.4, 0.8]}
-    assert best_rate(runs) == 0.1
-    tie = {1.0: [0.99, 0.991], 0.1: [0.99, 0.995]}
-    assert best_rate(tie) == 0.1
-    never = {1.0: [0.2, float("nan")], 0.1: [0.2, 0.4], 0.01: [0.2, 0.3]}
-    assert best_rate(never) == 0.1
-
-
-def test_neighbour_rates_round_and_skip_rates_already_tried():
-    assert neighbour_rates(0.003, [10**0.25, 10**-0.25]) == [0.00533, 0.00169]
-    assert neighbour_rates(1.0, [10**0.5, 10**-0.5], exclude=[3.16]) == [0.316]

@@ -1,8 +1,10 @@
 """The model cache: hit, miss, corrupted and mismatched checkpoints."""
 
 import json
+import shutil
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -78,6 +80,63 @@ def test_mismatched_checkpoint_is_retrained(zoo: Zoo) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         zoo.get(CONFIG)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("list", "another config"),
+        ("tensor", "another config"),
+        ("no-config", "another config"),
+        ("no-state-dict", "does not fit"),
+        ("state-dict-list", "does not fit"),
+        ("state-dict-missing-tensor", "does not fit"),
+    ],
+)
+def test_checkpoint_of_the_wrong_shape_is_retrained(
+    zoo: Zoo, damage: str, message: str
+) -> None:
+    """A file that loads but is not a checkpoint of this config: warning, retrain."""
+    good = zoo.get(CONFIG)
+    path = zoo.path(normalise_config(CONFIG))
+    ckpt = torch.load(path, weights_only=True)
+    if damage == "list":
+        ckpt = [ckpt["config"], ckpt["state_dict"]]
+    elif damage == "tensor":
+        ckpt = torch.zeros(3)
+    elif damage == "no-config":
+        del ckpt["config"]
+    elif damage == "no-state-dict":
+        del ckpt["state_dict"]
+    elif damage == "state-dict-list":
+        ckpt["state_dict"] = list(ckpt["state_dict"].values())
+    else:
+        ckpt["state_dict"].popitem()
+    torch.save(ckpt, path)
+    with pytest.warns(UserWarning, match=message):
+        again = zoo.get(CONFIG)
+    assert zoo.trained == 2 and _same(good, again)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        zoo.get(CONFIG)  # the retrained checkpoint replaced the bad one
+    assert zoo.loaded == 1
+
+
+def test_checkpoint_is_keyed_by_training_data_content(tmp_path, mnist1d_root) -> None:
+    """The same config on other data (here: shuffled labels, same size) trains anew."""
+    config = normalise_config(CONFIG)
+    zoo = Zoo(tmp_path / "zoo", data_root=mnist1d_root, device="cpu", progress=False)
+    zoo.dataset(config["data"])  # generates the cached arrays
+    other = tmp_path / "other"
+    shutil.copytree(mnist1d_root, other)
+    (cached,) = (other / "mnist1d").glob("*.npz")
+    with np.load(cached) as f:
+        arrays = dict(f)
+    arrays["y"] = np.random.default_rng(0).permutation(arrays["y"])
+    with open(cached, "wb") as f:
+        np.savez(f, **arrays)
+    shuffled = Zoo(tmp_path / "zoo", data_root=other, device="cpu", progress=False)
+    assert shuffled.path(config) != zoo.path(config)
 
 
 def test_bad_config_gets_a_clear_error(zoo: Zoo) -> None:

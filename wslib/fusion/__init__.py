@@ -4,7 +4,8 @@
 - :mod:`~wslib.fusion.hfkf`: :func:`fuse`, HF / KF for every architecture;
 - :mod:`~wslib.fusion.residual`: ResNets and transformers, one residual stream at a time;
 - :mod:`~wslib.fusion.importance`: Conductance / DeepLIFT neuron importance;
-- :mod:`~wslib.fusion.baselines`: averaging, ensembles, distillation, OTFusion, Git Re-Basin.
+- :mod:`~wslib.fusion.baselines`: averaging, ensembles, distillation, OTFusion, Git Re-Basin;
+- :mod:`~wslib.fusion.experiments`: the protocols of the fusion chapters and their tables.
 """
 
 from wslib.fusion.baselines import USES_IMPORTANCE, Ensemble, distill, fuse_by

@@ -4,7 +4,11 @@
 - :mod:`~wslib.llpf.layerwise`: M2M, M2O and the hybrid (the paper's algorithms);
 - :mod:`~wslib.llpf.curves`: Bezier / PolyChain curves (Garipov et al.);
 - :mod:`~wslib.llpf.autoneb`: AutoNEB (Draxler et al.);
-- :mod:`~wslib.llpf.evaluation`: honest evaluation of any path.
+- :mod:`~wslib.llpf.evaluation`: honest evaluation of any path;
+- :mod:`~wslib.llpf.protocols`: the runs of the LLPF chapters (refinement rule,
+  equal gradient-step budgets, M2O and the hybrid);
+- :mod:`~wslib.llpf.experiments`: their tables, metrics and run-cache keys;
+- :mod:`~wslib.llpf.figures`: the panels the LLPF chapters share.
 """
 
 from wslib.llpf.autoneb import autoneb

@@ -43,8 +43,9 @@ point, recorded points, random generator, counters) every
 ``checkpoint_every`` ticks and at the end, and resumes from that file when it
 is called again with the same arguments: an interrupted run ends on the same
 path as an uninterrupted one with the same seed. The file holds only tensors,
-lists and numbers and is read with ``torch.load(weights_only=True)``; an
-unreadable one is ignored with a warning.
+lists and numbers and is read with ``torch.load(weights_only=True)``; a file
+that is unreadable, another run's or not a whole checkpoint is ignored with a
+warning and the run starts again.
 """
 
 from __future__ import annotations
@@ -262,8 +263,12 @@ class _Run:
         atomic_write(path, lambda tmp: torch.save(payload, tmp))
 
     @classmethod
-    def load(cls, path: Path, key: str) -> _Run | None:
-        """The run saved at ``path`` for ``key``; None when there is none (or another run's)."""
+    def load(cls, path: Path, key: str, like: StateDict) -> _Run | None:
+        """The run saved at ``path`` for ``key``, whose points have the tensors of ``like``.
+
+        None when there is no file; None with a warning when the file is
+        unreadable, another run's or not a whole checkpoint.
+        """
         if not path.exists():
             return None
         try:
@@ -275,22 +280,56 @@ class _Run:
             )
             return None
         if not isinstance(saved, dict) or saved.get("key") != key:
-            return None
-        try:
-            return cls(
-                saved["tick"],
-                LLPFPath(**saved["path"]),
-                saved["current"],
-                saved["gen_state"],
-                saved["steps"],
-                saved["seconds"],
-            )
-        except (KeyError, TypeError) as err:
             warnings.warn(
-                f"path checkpoint {path} is incomplete ({type(err).__name__}: {err}); "
+                f"path checkpoint {path} was written for another run (or is not a "
+                "checkpoint); starting the run again"
+            )
+            return None
+        problem = _checkpoint_problem(saved, like)
+        if problem is not None:
+            warnings.warn(
+                f"path checkpoint {path} is incomplete ({problem}); "
                 "starting the run again"
             )
             return None
+        return cls(
+            saved["tick"],
+            LLPFPath(**saved["path"]),
+            saved["current"],
+            saved["gen_state"],
+            saved["steps"],
+            saved["seconds"],
+        )
+
+
+def _checkpoint_problem(saved: dict, like: StateDict) -> str | None:
+    """What keeps ``saved`` from being a whole checkpoint of a run on ``like``; None if nothing."""
+    kinds = {
+        "tick": int,
+        "steps": int,
+        "seconds": (int, float),
+        "gen_state": torch.Tensor,
+        "path": dict,
+        "current": dict,
+    }
+    for name, kind in kinds.items():
+        if not isinstance(saved.get(name), kind):
+            return f"{name} is a {type(saved.get(name)).__name__}"
+    state = saved["gen_state"]
+    if state.dtype != torch.uint8 or state.shape != torch.Generator().get_state().shape:
+        return "gen_state is not a generator state"
+    path = saved["path"]
+    if set(path) != {f.name for f in fields(LLPFPath)} or not all(
+        isinstance(v, list) for v in path.values()
+    ):
+        return "path does not hold the lists of a path"
+
+    def shapes(state: dict) -> dict:
+        return {k: getattr(v, "shape", None) for k, v in state.items()}
+
+    if shapes(saved["current"]) != shapes(like):
+        return "its current point has other tensors than the model"
+    return None
 
 
 def _run_loop(
@@ -322,7 +361,7 @@ def _run_loop(
         raise ValueError(f"record_every must be >= 1, got {record_every}")
     work = copy.deepcopy(model)
     ckpt = Path(checkpoint) if checkpoint is not None else None
-    run = None if ckpt is None else _Run.load(ckpt, key)
+    run = None if ckpt is None else _Run.load(ckpt, key, start)
     if run is None:
         gen = torch.Generator().manual_seed(seed)
         path = LLPFPath([_clone(start)], [0], [0], [0.0], [], [phase])

@@ -6,7 +6,10 @@
   (the brute-force reference);
 - :mod:`~wslib.pathcond.enorm`: ENorm, the baseline rescaling;
 - :mod:`~wslib.pathcond.training`: one initialisation method, one training run (cached);
-- :mod:`~wslib.pathcond.experiments`: the protocols the chapters run.
+- :mod:`~wslib.pathcond.experiments`: the protocols the chapters run (the
+  lifting demos, the grid of MLP runs, the learning-rate tuning, the costs);
+- :mod:`~wslib.pathcond.reports`: their results as text, tables and metrics;
+- :mod:`~wslib.pathcond.figures`: the chapters' figures.
 """
 
 from wslib.pathcond.experiments import rescale_cost

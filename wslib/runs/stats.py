@@ -1,10 +1,16 @@
-"""Run statistics: epochs to a threshold, their summary over seeds, speed-ups, learning-rate choice."""
+"""Run statistics: epochs to a threshold, their summary over seeds, speed-ups, learning-rate choice.
+
+The learning-rate tuning protocol (:func:`search_rates`) trains every key on a
+grid of rates, then around its best rate, and keeps the rate that reaches the
+threshold first (:func:`best_rate`).
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -85,3 +91,105 @@ def speedup(
         "upper_bound": bool(other["censored"] and not base["censored"]),
         "both_censored": bool(base["censored"] and other["censored"]),
     }
+
+
+def format_speedup(s: dict[str, Any] | None) -> str:
+    """A :func:`speedup` result as text, its censoring as a prefix.
+
+    ``">= "`` a lower bound, ``"<= "`` an upper bound, ``"~ "`` both runs cut
+    by the run length; ``"n/a"`` when the ratio is undetermined (None).
+    """
+    if s is None or s["value"] is None:
+        return "n/a"
+    if s["lower_bound"]:
+        prefix = ">= "
+    elif s["upper_bound"]:
+        prefix = "<= "
+    elif s.get("both_censored"):
+        prefix = "~ "
+    else:
+        prefix = ""
+    return f"{prefix}{s['value']:.2f}x"
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and (population) standard deviation of ``values``, as floats."""
+    return float(np.mean(values)), float(np.std(values))
+
+
+def format_mean_std(
+    values: Sequence[float], fmt: str = ".3f", std_fmt: str = ""
+) -> str:
+    """``"mean ± std"`` of ``values``, with ``fmt`` (and ``std_fmt``, default ``fmt``)."""
+    mean, std = mean_std(values)
+    return f"{mean:{fmt}} ± {std:{std_fmt or fmt}}"
+
+
+K = TypeVar("K", bound=Hashable)
+Run = dict[str, Any]
+
+
+@dataclass
+class RateSearch(Generic[K]):
+    """The learning rates tried per key (e.g. a configuration and a method), and the best.
+
+    A run is a dict with per-epoch accuracies ``"acc"``; ``runs`` maps
+    ``(key, lr)`` to it, ``tried`` lists each key's rates (decreasing) and
+    ``best`` holds each key's :func:`best_rate` over them.
+    """
+
+    threshold: float = 0.99
+    runs: dict[tuple[K, float], Run] = field(default_factory=dict)
+    tried: dict[K, list[float]] = field(default_factory=dict)
+    best: dict[K, float] = field(default_factory=dict)
+
+    def add(
+        self,
+        plan: dict[K, Sequence[float]],
+        train: Callable[[list[tuple[K, float]]], Sequence[Run]],
+    ) -> None:
+        """Train every ``(key, lr)`` of ``plan`` in one call of ``train``; update the best rates."""
+        items = [(key, lr) for key, rates in plan.items() for lr in rates]
+        for item, run in zip(items, train(items), strict=True):
+            self.runs[item] = run
+        for key, rates in plan.items():
+            self.tried[key] = sorted({*self.tried.get(key, []), *rates}, reverse=True)
+            curves = {lr: self.runs[(key, lr)]["acc"] for lr in self.tried[key]}
+            self.best[key] = best_rate(curves, self.threshold)
+
+    def hit(self, key: K, lr: float | None = None) -> int | None:
+        """Epochs to the threshold of ``key``'s run at ``lr`` (default: its best rate)."""
+        lr = self.best[key] if lr is None else lr
+        return epochs_to(self.runs[(key, lr)]["acc"], self.threshold)
+
+    def final_acc(self, key: K, lr: float | None = None) -> float:
+        """Last-epoch accuracy of ``key``'s run at ``lr`` (default: its best rate)."""
+        lr = self.best[key] if lr is None else lr
+        return float(self.runs[(key, lr)]["acc"][-1])
+
+    def reached(self, key: K) -> bool:
+        """Whether any rate tried for ``key`` reached the threshold."""
+        return any(self.hit(key, lr) is not None for lr in self.tried[key])
+
+
+def search_rates(
+    train: Callable[[list[tuple[K, float]]], Sequence[Run]],
+    keys: Sequence[K],
+    grid: Sequence[float],
+    factors: Sequence[float],
+    threshold: float = 0.99,
+) -> RateSearch[K]:
+    """The learning-rate tuning protocol: a grid, then a refinement around the best.
+
+    Every key is trained at every rate of ``grid``; then at its best rate times
+    each of ``factors`` (:func:`neighbour_rates`, rates of ``grid`` left out),
+    and the best of all the rates tried wins (:func:`best_rate`). ``train``
+    receives a list of ``(key, lr)`` and returns their runs in that order.
+    """
+    search: RateSearch[K] = RateSearch(threshold)
+    search.add({key: list(grid) for key in keys}, train)
+    refine = {
+        key: neighbour_rates(search.best[key], factors, exclude=grid) for key in keys
+    }
+    search.add(refine, train)
+    return search

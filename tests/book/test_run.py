@@ -1,0 +1,165 @@
+"""notebooks/run.py: parameter checks, effective parameters, the executed copy.
+
+The end-to-end tests run a two-cell notebook in a temporary repository root
+(``ROOT``, ``NOTEBOOKS`` and ``PARAMS`` of the script point there), so they do
+not depend on the book's chapters.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+
+import nbformat
+import pytest
+import yaml
+
+from tests.conftest import NOTEBOOKS, PROFILES, load_script
+
+TINY = "00_tiny"
+DEFAULTS = {
+    "profile": "cpu",
+    "results_path": "results/cpu/00_tiny.json",
+    "width": 3,
+    "name": "default",
+}
+
+
+@pytest.fixture()
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """run.py with its repository root in ``tmp_path`` holding one tiny notebook."""
+    module = load_script("notebooks/run.py")
+    notebooks = tmp_path / "notebooks"
+    (notebooks / "params").mkdir(parents=True)
+    parameters = "\n".join(f"{k} = {v!r}" for k, v in DEFAULTS.items())
+    body = (
+        "from wslib.runs.results import write_results\n\n"
+        'write_results(results_path, {"double": 2 * width, "name": name}, {})'
+    )
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# A tiny chapter"),
+            nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(body),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3"},
+            "language_info": {"name": "python"},
+        },
+    )
+    nbformat.write(notebook, notebooks / f"{TINY}.ipynb")
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(module, "NOTEBOOKS", notebooks)
+    monkeypatch.setattr(module, "PARAMS", notebooks / "params")
+    return module
+
+
+def write_profile(run: ModuleType, profile: str, params: dict) -> None:
+    (run.PARAMS / f"{profile}.yaml").write_text(yaml.safe_dump({TINY: params}))
+
+
+def test_default_parameters_are_the_parameters_cell(run: ModuleType) -> None:
+    assert run.default_parameters(TINY) == DEFAULTS
+
+
+def test_unknown_profile_key_stops_before_running(
+    run: ModuleType, capsys: pytest.CaptureFixture
+) -> None:
+    """One line names the key, the notebook and its valid parameters; status 2."""
+    write_profile(run, "smoke", {"widht": 5})
+    assert run.main(["--profile", "smoke"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("error: ")
+    assert "widht" in err and TINY in err
+    assert "valid: profile results_path width name" in err
+    assert not (run.ROOT / "build").exists()  # nothing ran
+
+
+def test_unknown_key_of_a_later_notebook_stops_the_first(
+    run: ModuleType, capsys: pytest.CaptureFixture
+) -> None:
+    """All requested notebooks are checked before the first one runs."""
+    first = run.NOTEBOOKS / "00_first.ipynb"
+    first.write_bytes((run.NOTEBOOKS / f"{TINY}.ipynb").read_bytes())
+    (run.PARAMS / "smoke.yaml").write_text(
+        yaml.safe_dump({"00_first": {}, TINY: {"bogus": 1}})
+    )
+    assert run.main(["--profile", "smoke"]) == 2
+    assert "bogus" in capsys.readouterr().err
+    assert not (run.ROOT / "build").exists()
+
+
+def test_run_records_effective_parameters_and_collapses_injected_cell(
+    run: ModuleType,
+) -> None:
+    write_profile(run, "smoke", {"width": 5})
+    assert run.main(["--profile", "smoke"]) == 0
+    results = json.loads((run.ROOT / "results/smoke/00_tiny.json").read_text())
+    assert results["notebook"] == TINY and results["profile"] == "smoke"
+    # defaults, overridden by the profile (width) and by run.py (profile, results_path)
+    assert results["params"] == {
+        **DEFAULTS,
+        "width": 5,
+        "profile": "smoke",
+        "results_path": "results/smoke/00_tiny.json",
+    }
+    assert results["metrics"] == {"double": 10, "name": "default"}
+    executed = nbformat.read(run.ROOT / "build/smoke/00_tiny.ipynb", as_version=4)
+    tags = [cell.metadata.get("tags", []) for cell in executed.cells]
+    assert tags[1] == ["run-info"]  # right under the title
+    injected = [t for t in tags if "injected-parameters" in t]
+    assert injected == [["injected-parameters", "hide-input"]]
+    assert ["parameters"] in tags  # the defaults cell keeps its tag
+    (cell,) = [c for c in executed.cells if "injected-parameters" in c.metadata.tags]
+    namespace: dict = {}
+    exec(cell.source, namespace)
+    assert (namespace["width"], namespace["profile"]) == (5, "smoke")
+    times = json.loads((run.ROOT / "build/smoke/run_times.json").read_text())
+    assert set(times) == {TINY}
+
+
+def test_seed_is_recorded_as_a_parameter(run: ModuleType) -> None:
+    write_profile(run, "smoke", {})
+    assert run.main(["--profile", "smoke", "--seed", "7"]) == 0
+    results = json.loads((run.ROOT / "results/smoke/seed-7/00_tiny.json").read_text())
+    assert results["params"]["seed"] == 7
+    assert results["params"]["width"] == DEFAULTS["width"]
+    assert (run.ROOT / "build/smoke/seed-7/00_tiny.ipynb").exists()
+
+
+def test_notebook_without_results_file_fails(
+    run: ModuleType, capsys: pytest.CaptureFixture
+) -> None:
+    path = run.NOTEBOOKS / f"{TINY}.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    notebook.cells[2].source = "x = 1"
+    nbformat.write(notebook, path)
+    write_profile(run, "smoke", {})
+    assert run.main(["--profile", "smoke"]) == 1
+    assert "did not write results/smoke/00_tiny.json" in capsys.readouterr().err
+
+
+def test_injected_parameters_are_wrapped_to_the_page(run: ModuleType) -> None:
+    params = {
+        "models": {
+            f"m{i}": {"name": "mlp", "widths": [256, 256, 256]} for i in range(4)
+        },
+        "n": 3,
+        "a_very_long_parameter_name_indeed_for_a_notebook_parameter": list(range(30)),
+    }
+    source = run.injected_source(params)
+    assert source.startswith("# Parameters\n")
+    assert max(map(len, source.splitlines())) <= run.PAGE_WIDTH + 10
+    namespace: dict = {}
+    exec(source, namespace)
+    assert {name: namespace[name] for name in params} == params
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_profile_key_is_a_parameter_of_its_notebook(profile: str) -> None:
+    """The book's own profiles pass the check that run.py makes before running."""
+    run = load_script("notebooks/run.py")
+    for nb in NOTEBOOKS:
+        run.notebook_parameters(nb, profile, None)

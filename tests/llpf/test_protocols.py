@@ -1,0 +1,220 @@
+"""The LLPF chapters' runs: the refinement rule, checkpoints, equal budgets, M2O and the hybrid."""
+
+from __future__ import annotations
+
+import grimp
+import numpy as np
+import pytest
+import torch
+
+from wslib.core.data import Dataset
+from wslib.core.models import build_model
+from wslib.core.train import evaluate
+from wslib.llpf.evaluation import evaluate_path
+from wslib.llpf.layerwise import (
+    data_flow_stage_names,
+    hybrid,
+    movable_names,
+    sphere_variance_ratio,
+)
+from wslib.llpf.path import LLPFPath
+from wslib.llpf.protocols import (
+    CODE,
+    PathSetup,
+    compare_at_equal_steps,
+    endpoint_loss,
+    hybrid_run,
+    m2m_path,
+    m2m_run,
+    m2o_run,
+    neb_steps_per_cycle,
+    variance_along,
+)
+
+IN = [1, 8]
+MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
+FAST = {"ticks": 4, "lr": 0.05, "r_max": 3, "record_every": 2}
+CURVE = {"kind": "bezier", "lr": 0.05, "momentum": 0.9, "n_eval": 5}
+NEB = {
+    "n_init": 1,
+    "cycles": 2,
+    "lrs": [0.1, 0.05],
+    "spring": 1.0,
+    "insert_tol": 0.05,
+    "max_pivots": 4,
+}
+
+
+def dataset(n: int = 48) -> Dataset:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2 * n, *IN, generator=g)
+    y = torch.randint(0, 3, (2 * n,), generator=g)
+    return Dataset("toy", x[:n], y[:n], x[n:], y[n:], 3)
+
+
+def pair(scale: float = 1.0) -> list[torch.nn.Module]:
+    models = []
+    for s in (0, 1):
+        torch.manual_seed(s)
+        models.append(build_model(MLP).eval())
+    with torch.no_grad():
+        for p in models[1].parameters():
+            p.mul_(scale)
+    return models
+
+
+def setup(**options) -> PathSetup:
+    return PathSetup(dataset(), batch_size=8, r_min=2, margin=0.25, **options)
+
+
+def test_endpoint_loss_is_the_larger_training_loss() -> None:
+    ds = dataset()
+    a, b = pair()
+    losses = [evaluate(m, ds.x_train, ds.y_train)[0] for m in (a, b)]
+    assert endpoint_loss([a, b], ds) == max(losses)
+    assert endpoint_loss([a], ds) == losses[0]
+
+
+def test_refine_stops_at_the_endpoint_loss_plus_the_margin() -> None:
+    s = setup()
+    a, b = pair()
+    refine = s.refine([a, b], {"lr": 0.3, "r_max": 7, "ticks": 1})
+    assert refine.threshold == endpoint_loss([a, b], s.ds) + 0.25
+    assert (refine.lr, refine.r_max, refine.batch_size, refine.r_min) == (0.3, 7, 8, 2)
+
+
+def test_checkpoint_files_are_named_by_model_seed_and_variant(tmp_path) -> None:
+    assert setup().checkpoint("mlp", 0) is None
+    s = setup(checkpoint_dir=tmp_path)
+    assert s.checkpoint("mlp", 3) == tmp_path / "mlp-seed3.pt"
+    assert s.checkpoint("mlp", 3, all_at_once=True) == tmp_path / "mlp-seed3-all.pt"
+
+
+def test_m2m_path_connects_the_pair_and_writes_its_checkpoint(tmp_path) -> None:
+    s = setup(checkpoint_dir=tmp_path)
+    a, b = pair()
+    path = m2m_path(s, [a, b], FAST, seed=0, name="mlp")
+    assert (tmp_path / "mlp-seed0.pt").exists()
+    assert all(torch.equal(path.states[0][k], v) for k, v in a.state_dict().items())
+    assert all(torch.equal(path.states[-1][k], v) for k, v in b.state_dict().items())
+    assert path.ticks == [0, 2, 4] and path.total_grad_steps > 0
+    again = m2m_path(s, [a, b], FAST, seed=0, name="mlp")  # read back
+    assert again.grad_steps == path.grad_steps and again.seconds == path.seconds
+
+
+def test_the_threshold_decides_how_long_the_refinement_runs() -> None:
+    a, b = pair()
+    ds = dataset()
+    settings = {"ticks": 3, "lr": 1e-6, "r_max": 9, "record_every": 1}
+    easy = PathSetup(ds, batch_size=8, r_min=2, margin=100.0)
+    hard = PathSetup(ds, batch_size=8, r_min=2, margin=-100.0)
+    # a tick's refinement stops after r_min steps under an easy threshold and
+    # runs to r_max under an unreachable one (the last tick lands on B, no steps)
+    assert m2m_path(easy, [a, b], settings, seed=0).total_grad_steps == 2 * 2
+    assert m2m_path(hard, [a, b], settings, seed=0).total_grad_steps == 2 * 9
+
+
+def test_m2m_run_is_the_evaluated_path_with_its_stage_names() -> None:
+    s = setup()
+    a, b = pair()
+    res = m2m_run(s, [a, b], FAST, seed=1)
+    ref = evaluate_path(
+        a,
+        m2m_path(s, [a, b], FAST, seed=1),
+        s.ds.x_train,
+        s.ds.y_train,
+        s.ds.x_test,
+        s.ds.y_test,
+        dense=1,
+        progress=False,
+    )
+    assert np.array_equal(res["train_loss"], ref["train_loss"])
+    assert res["peak_excess"] == ref["peak_excess"]
+    assert res["stage_names"] == data_flow_stage_names(a)
+
+
+def test_evaluate_uses_the_setups_dense_points() -> None:
+    a, b = pair()
+    path = LLPFPath.of_run([a.state_dict(), b.state_dict()], 0, 0.0, "x")
+    assert setup(dense=3).evaluate(a, path)["dense_loss"].shape == (1, 3)
+
+
+@pytest.mark.parametrize(
+    ("budget", "cycles", "n_init", "expected"),
+    [(100, 4, 3, 5), (1000, 2, 0, 250), (130, 2, 3, 13), (3, 4, 3, 1), (0, 1, 1, 1)],
+)
+def test_neb_cycles_are_sized_for_the_budget(
+    budget: int, cycles: int, n_init: int, expected: int
+) -> None:
+    assert neb_steps_per_cycle(budget, cycles, n_init) == expected
+
+
+def test_the_three_methods_get_the_budget_llpf_used() -> None:
+    s = setup()
+    res = compare_at_equal_steps(s, pair(), FAST, CURVE, NEB, seed=0)
+    assert list(res) == ["LLPF", "bezier", "AutoNEB"]
+    budget = res["LLPF"]["grad_steps"]
+    assert budget > 0 and res["bezier"]["grad_steps"] == budget
+    per_cycle = neb_steps_per_cycle(budget, NEB["cycles"], NEB["n_init"])
+    # one step per interior pivot per iteration; the chain only grows
+    low = per_cycle * NEB["cycles"] * NEB["n_init"]
+    high = per_cycle * NEB["cycles"] * (NEB["max_pivots"] - 2)
+    assert low <= res["AutoNEB"]["grad_steps"] <= high
+    assert len(res["bezier"]["train_loss"]) == CURVE["n_eval"]
+
+
+def test_variance_along_a_path_is_relative_to_the_reference() -> None:
+    a, _ = pair()
+    state = a.state_dict()
+    half = {k: v * 0.5 for k, v in state.items()}
+    path = LLPFPath([state, half])
+    ratio = variance_along(path, state, ["linears.0.weight", "linears.1.weight"])
+    assert ratio == pytest.approx([1.0, 0.25])
+
+
+def test_m2o_shrinks_the_variance_by_the_factor_per_tick() -> None:
+    a, _ = pair()
+    frozen = {"ticks": 5, "shrink": 0.1, "lr": 1e-12, "r_max": 1, "record_every": 1}
+    s = PathSetup(dataset(), batch_size=8, r_min=1, margin=0.0)
+    res = m2o_run(s, a, frozen, seed=0, compliance=True)
+    expected = [(1 - 0.1) ** (2 * t) for t in range(6)]
+    assert res["variance"] == pytest.approx(expected, rel=1e-4)
+    assert res["grad_steps"] == 5
+
+
+def test_hybrid_ends_on_the_destination_sphere() -> None:
+    source, dest = pair(scale=0.5)
+    s = setup()
+    res = hybrid_run(s, source, dest, {"ticks": 20, "shrink": 0.1}, FAST, seed=0)
+    names = movable_names(source)
+    ratio = sphere_variance_ratio(source.state_dict(), dest.state_dict(), names)
+    assert res["dest_variance"] == ratio
+    assert res["variance"][0] == pytest.approx(1.0)
+    assert res["variance"][-1] == pytest.approx(ratio)
+    # the switch is the last M2O point: its variance has reached the destination's
+    path = hybrid(
+        source,
+        source.state_dict(),
+        dest.state_dict(),
+        s.ds.x_train,
+        s.ds.y_train,
+        m2o_ticks=20,
+        shrink=0.1,
+        m2m_ticks=FAST["ticks"],
+        refine=s.refine([source, dest], FAST),
+        record_every=FAST["record_every"],
+        progress=False,
+    )
+    last_m2o = max(i for i, phase in enumerate(path.phase) if phase == "m2o")
+    assert 0 < res["switch"] < 1
+    assert res["switch"] == res["position"][last_m2o]
+    assert res["variance"][last_m2o] == pytest.approx(ratio, rel=0.3)
+
+
+def test_code_names_every_module_the_runs_import() -> None:
+    graph = grimp.build_graph(
+        "wslib", cache_dir=None, exclude_type_checking_imports=True
+    )
+    imported = graph.find_upstream_modules("wslib.llpf.protocols")
+    expected = imported | {"wslib.llpf.protocols", "wslib.core.models"}
+    assert set(CODE) == expected

@@ -1,0 +1,943 @@
+"""The protocols of the fusion chapters and the assembly of their results.
+
+- Chapter 9, the representation cost: :func:`cost_decompositions` (Theorem 1
+  at every level of every fusion), :func:`theorem1_gaps`,
+  :func:`approximation_shares`, :func:`importance_agreement`,
+  :func:`kf_target_map` and :func:`fused_accuracies`.
+- Chapter 10, the main table: :class:`RegimeStudy` (base models per data
+  regime, every method in every setting, each setting stored in the run cache
+  under :data:`FUSION_CODE`), :func:`summarise_runs`, :func:`accuracy_table`,
+  :func:`nested_accuracies`, :func:`importance_gains`,
+  :func:`headline_numbers` and :func:`self_fusion`.
+- Chapter 11, beyond the table: :func:`finetune_curves`,
+  :func:`epochs_within`, :func:`width_fusions`, :func:`compression`,
+  :func:`cached_size_sweep` and :func:`architecture_zero_shot`.
+
+Every function runs the same steps, in the same order and with the same seeds,
+as the chapters did before these protocols moved into the library.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from sklearn.decomposition import PCA
+from torch import nn
+from tqdm.auto import tqdm
+
+from wslib.core.data import Dataset, balanced_subset, class_counts
+from wslib.core.files import tensor_digest
+from wslib.core.models import build_model
+from wslib.core.train import Recipe, evaluate, fit, predict
+from wslib.fusion.baselines import USES_IMPORTANCE, Ensemble, distill, fuse_by
+from wslib.fusion.hfkf import augment_fusion_set, class_share, fuse, model_importance
+from wslib.fusion.levels import (
+    GradientConfig,
+    kmeans_groups,
+    layer_io,
+    neuron_matrix,
+    weighted_centroids,
+)
+from wslib.runs.cache import cached_run
+from wslib.runs.stats import epochs_to
+from wslib.runs.zoo import TRAINING_CODE, Zoo, split_indices
+
+FUSION_CODE = (
+    *TRAINING_CODE,
+    "wslib.core.matching",
+    "wslib.core.norms",
+    "wslib.fusion",
+)
+"""The modules whose source determines a cached fusion result: the code that
+trains the base models (:data:`wslib.runs.zoo.TRAINING_CODE`), the core
+modules the fusion methods call, and the whole fusion package."""
+
+AUGMENTATION = {"shift": 3, "noise": 0.1}
+"""Settings of :func:`~wslib.fusion.hfkf.augment_fusion_set` in the size sweep."""
+
+SELF_FUSION_METHODS = ("averaging", "otfusion", "rebasin_wm", "hf_linear", "kf_linear")
+"""Methods that must return a model fused with an exact copy of itself unchanged."""
+
+
+# --- shared by the three chapters -------------------------------------------------------------
+
+
+def accuracy(model: nn.Module, ds: Dataset) -> float:
+    """Test accuracy of ``model`` on the whole test set of ``ds``."""
+    return float(evaluate(model, ds.x_test, ds.y_test)[1])
+
+
+def data_digest(ds: Dataset) -> str:
+    """Hash of the content of a data set's training and test tensors."""
+    return tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test)
+
+
+def trained(
+    zoo: Zoo,
+    data: dict[str, Any],
+    model: dict[str, Any],
+    recipe: dict[str, Any],
+    seed: int,
+    split: dict[str, Any] | None = None,
+) -> nn.Module:
+    """The zoo's model of config ``model`` trained with ``recipe`` and ``seed`` (on ``split``)."""
+    config = {"data": data, "model": model, "recipe": recipe, "seed": seed}
+    return zoo.get(config if split is None else {**config, "split": split})
+
+
+def regime_models(
+    zoo: Zoo,
+    data: dict[str, Any],
+    arch: dict[str, Any],
+    recipe: dict[str, Any],
+    regime: dict[str, Any],
+    n: int,
+    s: int,
+) -> tuple[list[nn.Module], np.ndarray]:
+    """The ``n`` base models of a data regime for seed ``s`` and their per-class training counts.
+
+    Model ``i`` is trained on part ``i`` of an ``n``-way split of kind
+    ``regime["kind"]`` drawn with seed ``s`` (the full regime: the whole
+    training set), with model seed ``100 s + i``.
+    """
+    ds = zoo.dataset(data)
+    models, counts = [], []
+    for i in range(n):
+        split = (
+            regime
+            if regime["kind"] == "full"
+            else {**regime, "n_parts": n, "part": i, "seed": s}
+        )
+        models.append(trained(zoo, data, arch, recipe, 100 * s + i, split))
+        idx = split_indices(ds.y_train, split)
+        counts.append(
+            class_counts(
+                ds.y_train,
+                np.arange(len(ds.y_train)) if idx is None else idx,
+                ds.n_classes,
+            )
+        )
+    return models, np.array(counts)
+
+
+def in_words(items: Iterable[Any], last: str = "and") -> str:
+    """``a, b and c`` (``last`` joins the final pair); one item as is."""
+    words = [str(i) for i in items]
+    return (
+        words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
+    )
+
+
+def describe_model(config: Mapping[str, Any]) -> str:
+    """A model config in words, e.g. ``cnn1d (channels [16, 16])``."""
+    details = [
+        f"{k.replace('_', ' ')} {v}"
+        for k, v in config.items()
+        if k not in ("name", "in_shape", "n_classes")
+    ]
+    name = str(config["name"])
+    return f"{name} ({', '.join(details)})" if details else name
+
+
+# --- chapter 9: the representation cost -------------------------------------------------------
+
+
+def cost_decompositions(
+    models: Mapping[str, Sequence[nn.Module]],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ds: Dataset,
+    importances: Sequence[str],
+    gradient: GradientConfig,
+    seed: int = 0,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Theorem 1 at every hidden level of HF and KF fusions, with each retrofit and weighting.
+
+    HF fuses the first two models of each architecture, KF all of them, on the
+    fusion set ``(x, y)``. One row per fusion and level: architecture, method,
+    importance, level, the cost and its two parts, the fused model's test
+    accuracy on ``ds``, and the absolute and relative gap of the identity.
+    """
+    jobs = [
+        (a, g, r, imp)
+        for a in models
+        for g in ("hf", "kf")
+        for r in ("linear", "gradient")
+        for imp in importances
+    ]
+    rows = []
+    for a, g, r, imp in tqdm(jobs, desc="fusions", disable=not progress):
+        ms = models[a][:2] if g == "hf" else models[a]
+        res = fuse(ms, x, y, g, r, imp, gradient=gradient, seed=seed, progress=False)
+        acc = evaluate(res.model, ds.x_test, ds.y_test)[1]
+        for li, c in enumerate(res.costs):
+            rows.append(
+                {
+                    "arch": a,
+                    "method": f"{g.upper()}-{r}",
+                    "importance": imp,
+                    "level": li,
+                    **{k: c[k] for k in ("cost", "clustering", "approximation")},
+                    "test acc": acc,
+                }
+            )
+    costs = pd.DataFrame(rows)
+    costs["abs err"] = (
+        costs["cost"] - costs["clustering"] - costs["approximation"]
+    ).abs()
+    costs["rel err"] = costs["abs err"] / costs["cost"]
+    return costs
+
+
+def theorem1_gaps(costs: pd.DataFrame) -> dict[str, float | int]:
+    """Largest absolute and relative gap of Theorem 1 over the rows, and the number of rows."""
+    return {
+        "max_abs": float(costs["abs err"].max()),
+        "max_rel": float(costs["rel err"].max()),
+        "n_checks": len(costs),
+    }
+
+
+def cost_shares(costs: pd.DataFrame, importance: str = "uniform") -> pd.DataFrame:
+    """The rows of one weighting with the shares of the cost: ``clustering share``, ``approximation share``."""
+    view = costs[costs.importance == importance].copy()
+    view["clustering share"] = view["clustering"] / view["cost"]
+    view["approximation share"] = view["approximation"] / view["cost"]
+    return view
+
+
+def approximation_shares(
+    costs: pd.DataFrame, importance: str = "uniform"
+) -> dict[str, float]:
+    """Mean share of the approximation error for the Linear and the Gradient variants."""
+    view = cost_shares(costs, importance)
+    return {
+        retrofit: float(
+            view[view.method.str.endswith(retrofit)]["approximation share"].mean()
+        )
+        for retrofit in ("linear", "gradient")
+    }
+
+
+def fused_accuracies(costs: pd.DataFrame) -> dict[str, dict[str, dict[str, float]]]:
+    """Test accuracy of each fusion: ``{arch: {method: {importance: acc}}}``."""
+    first = costs.groupby(["arch", "method", "importance"], sort=False)[
+        "test acc"
+    ].first()
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for (a, m, imp), acc in first.items():
+        out.setdefault(a, {}).setdefault(m, {})[imp] = float(acc)
+    return out
+
+
+def fused_accuracy_table(costs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`fused_accuracies` as a table: rows (architecture, method), columns importance."""
+    return (
+        costs.groupby(["arch", "method", "importance"])["test acc"]
+        .first()
+        .unstack("importance")
+    )
+
+
+def importance_agreement(
+    scores: Mapping[str, Sequence[Mapping[str, torch.Tensor]]],
+    levels: Sequence[str],
+) -> pd.DataFrame:
+    """Per level: Spearman correlation of Conductance and DeepLIFT scores, and concentration.
+
+    ``scores[importance][model][level]`` holds one score per neuron; the scores
+    of all models are pooled. ``share of top 10% (conductance)`` is the share
+    of the total Conductance score held by the top tenth of the neurons (at
+    least one).
+    """
+    rows = []
+    for li, lv in enumerate(levels):
+        cond = torch.cat([s[lv] for s in scores["conductance"]]).numpy()
+        deep = torch.cat([s[lv] for s in scores["deeplift"]]).numpy()
+        ranked = np.sort(cond / cond.sum())[::-1]
+        rows.append(
+            {
+                "level": li,
+                "neurons": len(cond),
+                "Spearman(conductance, deeplift)": pd.Series(cond).corr(
+                    pd.Series(deep), "spearman"
+                ),
+                "share of top 10% (conductance)": ranked[
+                    : max(1, len(ranked) // 10)
+                ].sum(),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def kf_target_map(
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    level: str,
+    scores: Mapping[str, Sequence[Mapping[str, torch.Tensor]]],
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The neurons of one level of several models and their KF targets, in 2-D.
+
+    Each neuron is its activation vector on ``x``, projected on the first two
+    principal components of all neurons. For each weighting in ``scores`` the
+    neuron weights (scaled to mean 1 per model) and the weighted k-means
+    centroids (``k`` = the first model's width) are returned:
+    ``{"xy", "owner", "width", "weights": {imp: w}, "targets": {imp: xy}}``.
+    """
+    acts = [
+        neuron_matrix(o[level]).numpy()
+        for o in (layer_io(m, [level], x) for m in models)
+    ]
+    points = np.concatenate(acts)
+    owner = np.concatenate([np.full(len(a), i) for i, a in enumerate(acts)])
+    pca = PCA(2, random_state=seed).fit(points)
+    weights, targets = {}, {}
+    for imp, per_model in scores.items():
+        w = np.concatenate(
+            [s[level].numpy() / s[level].numpy().mean() for s in per_model]
+        )
+        w = np.maximum(w, 1e-6)
+        labels = kmeans_groups(points, w, len(acts[0]), acts[0], seed)
+        weights[imp] = w
+        targets[imp] = pca.transform(
+            weighted_centroids(points, w, labels, len(acts[0]))
+        )
+    return {
+        "xy": pca.transform(points),
+        "owner": owner,
+        "width": len(acts[0]),
+        "weights": weights,
+        "targets": targets,
+    }
+
+
+# --- chapter 10: the main table ---------------------------------------------------------------
+
+
+@dataclass
+class RegimeStudy:
+    """Chapter 10's protocol: every method fused from base models of every data regime.
+
+    A *setting* is a regime name, a number of models ``n`` and a seed ``s``.
+    Its base models come from :func:`regime_models`; its fusion set holds
+    ``fusion_per_class`` examples of every class drawn with seed ``s`` from the
+    whole training set. :meth:`cached_setting` stores a setting's accuracies
+    and fusion times in ``run_cache`` under :meth:`setting_key` and the source
+    of :data:`FUSION_CODE`, so an edit of the fusion package recomputes them.
+    """
+
+    zoo: Zoo
+    data: dict[str, Any]
+    arch: dict[str, Any]
+    recipe: dict[str, Any]
+    regimes: dict[str, dict[str, Any]]
+    fusion_per_class: int
+    methods: list[str]
+    importances: list[str]
+    ridge: float
+    gradient: dict[str, Any]
+    run_cache: str | Path | None = None
+
+    @property
+    def ds(self) -> Dataset:
+        """The data set of the study."""
+        return self.zoo.dataset(self.data)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """:func:`data_digest` of the study's data set (computed once)."""
+        return data_digest(self.ds)
+
+    def settings(
+        self, n_models: Iterable[int], seeds: Iterable[int]
+    ) -> list[tuple[str, int, int]]:
+        """Every (regime, n, seed), regimes outermost."""
+        return [(r, n, s) for r in self.regimes for n in n_models for s in seeds]
+
+    def base_models(
+        self, regime: str, n: int, s: int
+    ) -> tuple[list[nn.Module], np.ndarray]:
+        """The base models of a setting and their per-class training counts."""
+        return regime_models(
+            self.zoo, self.data, self.arch, self.recipe, self.regimes[regime], n, s
+        )
+
+    def fusion_set(self, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The class-balanced fusion set of seed ``s``."""
+        idx = balanced_subset(self.ds.y_train, self.fusion_per_class, s)
+        return self.ds.x_train[idx], self.ds.y_train[idx]
+
+    def train(
+        self, settings: Iterable[tuple[str, int, int]], progress: bool = True
+    ) -> None:
+        """Train (or load) the base models of every setting."""
+        for r, n, s in tqdm(list(settings), desc="base models", disable=not progress):
+            self.base_models(r, n, s)
+
+    def fuse_setting(
+        self, regime: str, n: int, s: int
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Test accuracy of every method (and importance) in one setting, and its fusion times.
+
+        ``rows``: the mean individual model, then each method with each
+        importance it uses (HF only for two models); ``times``: seconds per
+        fusion. Importance scores are computed once per base model.
+        """
+        ds = self.ds
+        models, counts = self.base_models(regime, n, s)
+        share = class_share(counts)
+        xf, yf = self.fusion_set(s)
+        rows = [
+            {
+                "method": "individual",
+                "importance": "uniform",
+                "acc": float(np.mean([accuracy(m, ds) for m in models])),
+            }
+        ]
+        times = []
+        scores = {
+            imp: [model_importance(m, xf, yf, imp, progress=False) for m in models]
+            for imp in self.importances
+        }
+        grad_config = GradientConfig(**self.gradient)
+        for method in self.methods:
+            if method.startswith("hf") and n != 2:
+                continue
+            for imp in self.importances if method in USES_IMPORTANCE else ["uniform"]:
+                t0 = time.perf_counter()
+                fused = fuse_by(
+                    method,
+                    models,
+                    xf,
+                    yf,
+                    share,
+                    imp,
+                    scores[imp],
+                    ridge=self.ridge,
+                    gradient=grad_config,
+                    seed=s,
+                )
+                times.append({"method": method, "seconds": time.perf_counter() - t0})
+                rows.append(
+                    {"method": method, "importance": imp, "acc": accuracy(fused, ds)}
+                )
+        return {"rows": rows, "times": times}
+
+    def setting_key(self, regime: str, n: int, s: int) -> dict[str, Any]:
+        """Everything besides the code that determines :meth:`fuse_setting`'s result."""
+        return {
+            "protocol": "wslib.fusion.experiments.RegimeStudy.fuse_setting",
+            "data": self.digest,
+            "arch": self.arch,
+            "recipe": self.recipe,
+            "regime": self.regimes[regime],
+            "n": n,
+            "seed": s,
+            "fusion_per_class": self.fusion_per_class,
+            "methods": self.methods,
+            "importances": self.importances,
+            "ridge": self.ridge,
+            "gradient": self.gradient,
+        }
+
+    def cached_setting(self, regime: str, n: int, s: int) -> dict[str, Any]:
+        """:meth:`fuse_setting`, read from or stored in ``run_cache``."""
+        return cached_run(
+            self.run_cache,
+            self.setting_key(regime, n, s),
+            functools.partial(self.fuse_setting, regime, n, s),
+            code=FUSION_CODE,
+        )
+
+    def run(
+        self, settings: Iterable[tuple[str, int, int]], progress: bool = True
+    ) -> tuple[pd.DataFrame, dict[str, list[float]]]:
+        """Every setting (cached): one row per setting, method and importance; fusion seconds per method."""
+        runs, seconds = [], {m: [] for m in self.methods}
+        for r, n, s in tqdm(list(settings), desc="settings", disable=not progress):
+            res = self.cached_setting(r, n, s)
+            runs += [{"regime": r, "n": n, "seed": s, **row} for row in res["rows"]]
+            for t in res["times"]:
+                seconds[t["method"]].append(t["seconds"])
+        return pd.DataFrame(runs), seconds
+
+
+def method_groups(methods: Sequence[str]) -> dict[str, list[str]]:
+    """The methods in two figure panels: the baselines, and HF/KF with two references.
+
+    Both panels show the mean individual model; the HF/KF panel also shows the
+    ensemble when it ran.
+    """
+    references = ["individual"] + (["ensemble"] if "ensemble" in methods else [])
+    return {
+        "baselines": ["individual", *(m for m in methods if m not in USES_IMPORTANCE)],
+        "HF / KF": [*references, *(m for m in methods if m in USES_IMPORTANCE)],
+    }
+
+
+def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean and std (0 for one seed) of the accuracy per regime, n, method and importance."""
+    summary = (
+        runs.groupby(["regime", "n", "method", "importance"])["acc"]
+        .agg(["mean", "std"])
+        .reset_index()
+    )
+    summary["std"] = summary["std"].fillna(0.0)
+    return summary
+
+
+def accuracy_table(
+    summary: pd.DataFrame,
+    regimes: Sequence[str],
+    n_models: Sequence[int],
+    methods: Sequence[str],
+    importances: Sequence[str],
+) -> pd.DataFrame:
+    """The main table: "mean ± std" in %, rows (method, importance), columns (regime, n)."""
+    order = ["individual", *methods]
+    table = summary.assign(
+        cell=lambda d: [
+            f"{100 * m:.1f} ± {100 * v:.1f}" for m, v in zip(d["mean"], d["std"])
+        ]
+    )
+    table = table.pivot(
+        index=["method", "importance"], columns=["regime", "n"], values="cell"
+    )
+    table = table.reindex(columns=[(r, n) for r in regimes for n in n_models])
+    table = table.reindex(
+        sorted(table.index, key=lambda k: (order.index(k[0]), importances.index(k[1])))
+    )
+    return table.fillna("n/a")
+
+
+def nested_accuracies(
+    summary: pd.DataFrame, regimes: Iterable[str], n_models: Iterable[int]
+) -> dict[str, dict[str, dict[str, dict[str, dict[str, float]]]]]:
+    """``acc[regime][str(n)][method][importance] = {"mean", "std"}`` for the results file."""
+    acc: dict = {r: {str(n): {} for n in n_models} for r in regimes}
+    for row in summary.itertuples():
+        acc[row.regime][str(row.n)].setdefault(row.method, {})[row.importance] = {
+            "mean": float(row.mean),
+            "std": float(row.std),
+        }
+    return acc
+
+
+def best_importance(summary: pd.DataFrame, method: str) -> pd.DataFrame:
+    """For each regime and n, the summary row of ``method`` with its best importance."""
+    rows = summary[summary.method == method]
+    return rows.loc[rows.groupby(["regime", "n"])["mean"].idxmax()]
+
+
+def importance_pivot(summary: pd.DataFrame) -> pd.DataFrame:
+    """Mean accuracy of the HF/KF variants: rows (regime, n, method), columns importance."""
+    hfkf = summary[summary.method.isin(USES_IMPORTANCE)]
+    return hfkf.pivot(
+        index=["regime", "n", "method"], columns="importance", values="mean"
+    )
+
+
+def importance_gains(summary: pd.DataFrame, importances: Sequence[str]) -> pd.DataFrame:
+    """Accuracy gain (points) of each non-uniform importance over uniform weights, per HF/KF cell."""
+    wide = importance_pivot(summary)
+    return pd.DataFrame(
+        {
+            imp: 100 * (wide[imp] - wide["uniform"])
+            for imp in importances
+            if imp != "uniform"
+        }
+    )
+
+
+def summary_cell(
+    summary: pd.DataFrame, regime: str, n: int, method: str, importance: str = "uniform"
+) -> float:
+    """Mean accuracy (%) of one cell of the table; NaN when the method did not run there."""
+    rows = summary[
+        (summary.regime == regime)
+        & (summary.n == n)
+        & (summary.method == method)
+        & (summary.importance == importance)
+    ]
+    return float(100 * rows["mean"].iloc[0]) if len(rows) else float("nan")
+
+
+def headline_numbers(
+    summary: pd.DataFrame, n_models: Sequence[int], importances: Sequence[str]
+) -> dict[str, float | int]:
+    """The numbers the chapter's closing text quotes (accuracies in %, gaps in points).
+
+    Sharded and full regimes with the fewest models (``n0``), the sharded
+    regime with the most (``n_max``), the gains of Conductance and DeepLIFT
+    over uniform weights and KF-Linear minus KF-Gradient averaged over cells.
+    """
+    n0, n_max = n_models[0], n_models[-1]
+
+    def cell(r: str, n: int, method: str, imp: str = "uniform") -> float:
+        return summary_cell(summary, r, n, method, imp)
+
+    best_cond = max(
+        cell("sharded", n0, m, "conductance")
+        for m in USES_IMPORTANCE
+        if not (m.startswith("hf") and n0 != 2)
+    )
+    best_full = max(
+        cell("full", n0, m, imp) for m in USES_IMPORTANCE for imp in importances
+    )
+    wide = importance_pivot(summary)
+    gains = importance_gains(summary, importances)
+    return {
+        "n0": int(n0),
+        "n_max": int(n_max),
+        "sh_best_cond": best_cond,
+        "sh_ot": cell("sharded", n0, "otfusion"),
+        "sh_avg": cell("sharded", n0, "averaging"),
+        "sh_ens": cell("sharded", n0, "ensemble"),
+        "sh_gap_ot": best_cond - cell("sharded", n0, "otfusion"),
+        "sh_gap_avg": best_cond - cell("sharded", n0, "averaging"),
+        "full_best": best_full,
+        "full_indiv": cell("full", n0, "individual"),
+        "full_gap": best_full - cell("full", n0, "individual"),
+        "kf_lin_minus_grad": float(
+            100
+            * (
+                wide.xs("kf_linear", level="method")
+                - wide.xs("kf_gradient", level="method")
+            )
+            .to_numpy()
+            .mean()
+        ),
+        "shmax_ens": cell("sharded", n_max, "ensemble"),
+        "shmax_indiv": cell("sharded", n_max, "individual"),
+        "shmax_kf": max(
+            cell("sharded", n_max, m, imp)
+            for m in ("kf_linear", "kf_gradient")
+            for imp in importances
+        ),
+        "shmax_ot": cell("sharded", n_max, "otfusion"),
+        "gain_conductance": float(gains["conductance"].mean()),
+        "gain_deeplift": float(gains["deeplift"].mean()),
+        "gain_positive_share": float((gains > 0).to_numpy().mean()),
+    }
+
+
+def mean_seconds(seconds: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """Mean seconds per fusion of each method that ran."""
+    return {m: float(np.mean(v)) for m, v in seconds.items() if v}
+
+
+def self_fusion(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    x_test: torch.Tensor,
+    methods: Sequence[str] = SELF_FUSION_METHODS,
+    ridge: float = 1e-8,
+) -> dict[str, float]:
+    """Largest output difference on ``x_test`` between ``model`` and its fusion with a copy of itself."""
+    pair = [model, copy.deepcopy(model)]
+    ref = predict(model, x_test)
+    return {
+        m: float(
+            (predict(fuse_by(m, pair, x, y, ridge=ridge), x_test) - ref).abs().max()
+        )
+        for m in methods
+    }
+
+
+# --- chapter 11: beyond the table -------------------------------------------------------------
+
+
+def finetune_curves(
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ds: Dataset,
+    recipe: Recipe,
+    gradient: GradientConfig,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, list[float]]:
+    """Test accuracy of fused models before and after each epoch of training on all of ``ds``.
+
+    ``models`` are fused on ``(x, y)`` by KF-Linear, KF-Gradient (uniform
+    weights) and vanilla averaging; each fused model is then trained with
+    ``recipe`` on the whole training set. Entry 0 of a curve is zero-shot.
+    """
+    starts = {
+        "KF-Linear": fuse_by("kf_linear", models, x, y),
+        "KF-Gradient": fuse_by(
+            "kf_gradient", models, x, y, gradient=gradient, seed=seed
+        ),
+        "averaging": fuse_by("averaging", models, x, y),
+    }
+    curves = {}
+    for name, model in tqdm(starts.items(), desc="fine-tuning", disable=not progress):
+        model = copy.deepcopy(model)
+        accs = [accuracy(model, ds)]
+        fit(
+            model,
+            ds.x_train,
+            ds.y_train,
+            recipe,
+            seed,
+            progress=False,
+            on_epoch=lambda epoch, m, accs=accs: accs.append(accuracy(m, ds)),
+        )
+        curves[name] = accs
+    return curves
+
+
+def epochs_within(
+    curve: Sequence[float], target: float, gap: float = 0.01
+) -> int | None:
+    """Fine-tuning epochs until ``curve`` comes within ``gap`` of ``target``.
+
+    ``curve[0]`` is the accuracy before fine-tuning (0 epochs when it is
+    already within ``gap``); None when no epoch gets there.
+    """
+    if curve[0] >= target - gap:
+        return 0
+    return epochs_to(curve[1:], target - gap)
+
+
+def width_fusions(
+    models: Sequence[nn.Module],
+    variants: Sequence[Mapping[str, Any]],
+    arch: Mapping[str, Any],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ds: Dataset,
+    gradient: GradientConfig,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """KF fusion of models of different widths into a model of each width.
+
+    ``models[i]`` is ``arch`` updated by ``variants[i]``; rows: each base
+    model's test accuracy, then KF-Linear and KF-Gradient into each variant.
+    """
+    rows = [
+        {"model": f"base {v}", "test acc": accuracy(m, ds)}
+        for v, m in zip(variants, models)
+    ]
+    for v in variants:
+        torch.manual_seed(seed)
+        target = build_model({**arch, **v})
+        for retrofit in ("linear", "gradient"):
+            res = fuse(
+                models,
+                x,
+                y,
+                "kf",
+                retrofit,
+                fused=target,
+                gradient=gradient,
+                seed=seed,
+                progress=False,
+            )
+            rows.append(
+                {"model": f"KF-{retrofit} -> {v}", "test acc": accuracy(res.model, ds)}
+            )
+    return rows
+
+
+def compression(
+    wide: nn.Module,
+    narrow: Mapping[str, Any],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ds: Dataset,
+    gradient: GradientConfig,
+    kd_epochs: int,
+    seed: int = 0,
+    importances: Sequence[str] = ("uniform", "conductance"),
+) -> dict[str, Any]:
+    """A wide model compressed into the ``narrow`` config with the fusion set only.
+
+    KF with one base model (each weighting in ``importances``, both retrofits)
+    against knowledge distillation of a fresh narrow model for ``kd_epochs``.
+    Returns ``{"variants": {name: acc}, "kd_acc": acc}``.
+    """
+    variants = {}
+    for imp in importances:
+        for retrofit in ("linear", "gradient"):
+            torch.manual_seed(seed)
+            target = build_model(dict(narrow))
+            res = fuse(
+                [wide],
+                x,
+                y,
+                "kf",
+                retrofit,
+                imp,
+                fused=target,
+                gradient=gradient,
+                seed=seed,
+                progress=False,
+            )
+            variants[f"KF-{retrofit} ({imp})"] = accuracy(res.model, ds)
+    torch.manual_seed(seed)
+    student = distill(build_model(dict(narrow)), wide, x, kd_epochs, seed=seed)
+    return {"variants": variants, "kd_acc": accuracy(student, ds)}
+
+
+def size_sweep(
+    models: Sequence[nn.Module],
+    share: np.ndarray,
+    ds: Dataset,
+    sizes: Sequence[int],
+    copies: int,
+    gradient: GradientConfig,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[dict[str, Any]]:
+    """Zero-shot accuracy of KF-Linear / KF-Gradient (Conductance) per fusion-set size.
+
+    For each number of examples per class in ``sizes``, a balanced fusion set
+    is drawn with ``seed`` and used as is and with ``copies`` augmented copies
+    (:data:`AUGMENTATION`).
+    """
+    rows = []
+    for per_class in tqdm(sizes, desc="fusion-set sizes", disable=not progress):
+        idx = balanced_subset(ds.y_train, per_class, seed)
+        for aug in (False, True):
+            x_s, y_s = ds.x_train[idx], ds.y_train[idx]
+            if aug:
+                x_s, y_s = augment_fusion_set(
+                    x_s, y_s, copies, **AUGMENTATION, seed=seed
+                )
+            for method in ("kf_linear", "kf_gradient"):
+                fused = fuse_by(
+                    method,
+                    models,
+                    x_s,
+                    y_s,
+                    share,
+                    "conductance",
+                    gradient=gradient,
+                    seed=seed,
+                )
+                rows.append(
+                    {
+                        "per class": per_class,
+                        "size": len(idx),
+                        "augmented": aug,
+                        "method": method,
+                        "test acc": accuracy(fused, ds),
+                    }
+                )
+    return rows
+
+
+def augmentation_gain(rows: Sequence[Mapping[str, Any]]) -> float:
+    """Mean accuracy gain (points) of augmentation at the smallest fusion set, over the methods."""
+    sizes = pd.DataFrame(rows)
+    wide = sizes.pivot_table(
+        index=["method", "size"], columns="augmented", values="test acc"
+    )
+    gain = (wide[True] - wide[False]).xs(min(sizes["size"]), level="size")
+    return float(100 * gain.mean())
+
+
+def cached_size_sweep(
+    zoo: Zoo,
+    data: dict[str, Any],
+    arch: dict[str, Any],
+    recipe: dict[str, Any],
+    sizes: Sequence[int],
+    copies: int,
+    gradient: dict[str, Any],
+    seed: int = 0,
+    run_cache: str | Path | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`size_sweep` on the two models of the sharded regime, stored in ``run_cache``.
+
+    The key holds the data content, the base models' configs, the sweep's
+    settings and the source of :data:`FUSION_CODE`.
+    """
+    ds = zoo.dataset(data)
+    key = {
+        "protocol": "wslib.fusion.experiments.size_sweep",
+        "data": data_digest(ds),
+        "arch": arch,
+        "recipe": recipe,
+        "seed": seed,
+        "fusion_sizes": list(sizes),
+        "augment_copies": copies,
+        "augmentation": AUGMENTATION,
+        "gradient": gradient,
+    }
+
+    def compute() -> dict[str, Any]:
+        models, counts = regime_models(
+            zoo, data, arch, recipe, {"kind": "shards"}, 2, seed
+        )
+        rows = size_sweep(
+            models,
+            class_share(counts),
+            ds,
+            sizes,
+            copies,
+            GradientConfig(**gradient),
+            seed,
+        )
+        return {"rows": rows}
+
+    return cached_run(run_cache, key, compute, code=FUSION_CODE)["rows"]
+
+
+def architecture_zero_shot(
+    zoo: Zoo,
+    data: dict[str, Any],
+    architectures: Mapping[str, Mapping[str, Any]],
+    methods: Sequence[str],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    gradient: GradientConfig,
+    seed: int = 0,
+    progress: bool = True,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Two models per architecture (full data) fused by each method, zero-shot.
+
+    ``architectures[name]`` holds a ``model`` config and its ``recipe``. Rows:
+    the architecture, the mean individual and the ensemble accuracy, then one
+    accuracy per method (None where the method does not apply). Also returns
+    one line per method that does not apply, with the first line of its error.
+    """
+    ds = zoo.dataset(data)
+    rows, skipped = [], []
+    for name, spec in tqdm(
+        architectures.items(), desc="architectures", disable=not progress
+    ):
+        models = [
+            trained(zoo, data, spec["model"], spec["recipe"], 100 * seed + i)
+            for i in range(2)
+        ]
+        row = {
+            "architecture": name,
+            "individual": float(np.mean([accuracy(m, ds) for m in models])),
+            "ensemble": accuracy(Ensemble(models), ds),
+        }
+        for method in methods:
+            try:
+                row[method] = accuracy(
+                    fuse_by(method, models, x, y, gradient=gradient, seed=seed), ds
+                )
+            except ValueError as err:
+                skipped.append(
+                    f"{name} / {method}: not applicable ({str(err).splitlines()[0][:90]})"
+                )
+                row[method] = None
+        rows.append(row)
+    return rows, skipped

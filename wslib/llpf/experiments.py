@@ -1,0 +1,424 @@
+"""Result assembly of the LLPF chapters (2-5): tables, metrics and run-cache keys.
+
+The runs themselves are in :mod:`wslib.llpf.protocols`; this module turns their
+evaluated paths (dicts of :func:`wslib.llpf.evaluation.evaluate_path`) into
+the tables the chapters show and the metrics their results files hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from torch import nn
+
+from wslib.core.files import tensor_digest
+from wslib.core.interpolation import linear_path
+from wslib.llpf.layerwise import data_flow_stage_names, data_flow_stages
+from wslib.llpf.protocols import CODE, PathSetup, compare_at_equal_steps
+from wslib.runs.cache import cached_run
+
+if TYPE_CHECKING:
+    from wslib.core.data import Dataset
+
+Result = Mapping[str, Any]
+# Metric-name prefix of each method of chapter 4 (the curve's kind maps to "bezier").
+METHOD_PREFIX = {"LLPF": "llpf", "AutoNEB": "autoneb"}
+
+
+def profile_folder(root: str | Path | None, profile: str) -> Path | None:
+    """``root/profile`` (None when ``root`` is None: no files)."""
+    return None if root is None else Path(root) / profile
+
+
+# --- chapter 2: one layer at a time ------------------------------------------
+
+
+def layerwise_lines(
+    a: nn.Module, b: nn.Module, ts: Sequence[float], ds: Dataset
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The straight line from ``a`` to ``b`` for the whole model and for each stage alone.
+
+    A stage's line moves only that stage's tensors (from
+    :func:`wslib.llpf.data_flow_stages`), every other tensor stays at ``a``.
+    Returns the whole model's :func:`~wslib.core.interpolation.linear_path`
+    (training set) and one per stage name.
+    """
+    sa, sb = a.state_dict(), b.state_dict()
+    whole = linear_path(a, sa, sb, ts, ds.x_train, ds.y_train)
+    single = {
+        stage: linear_path(a, sa, sb, ts, ds.x_train, ds.y_train, names=names)
+        for stage, names in zip(data_flow_stage_names(a), data_flow_stages(a))
+    }
+    return whole, single
+
+
+def stage_list(models: Mapping[str, nn.Module]) -> str:
+    """The data-flow stages of each model, as text: ``"mlp: linears.0, linears.1; ..."``."""
+    return "; ".join(
+        f"{name}: {', '.join(data_flow_stage_names(model))}"
+        for name, model in models.items()
+    )
+
+
+def layer_panels(
+    single: Mapping[str, Mapping[str, Any]], per_panel: int = 7
+) -> list[tuple[str, list[str]]]:
+    """``(model, stages)`` for each panel of a figure: a model's stages, at most ``per_panel`` a panel.
+
+    Stages are split into as few panels as needed, of sizes that differ by at most one.
+    """
+    panels = []
+    for name, lines in single.items():
+        stages = list(lines)
+        n = -(-len(stages) // per_panel)
+        bounds = np.linspace(0, len(stages), n + 1).round().astype(int)
+        panels.extend((name, stages[i:j]) for i, j in zip(bounds[:-1], bounds[1:]))
+    return panels
+
+
+def _line_row(model: str, moved: str, base: float, res: Result) -> dict[str, Any]:
+    loss = res["train_loss"]
+    return {
+        "model": model,
+        "moved": moved,
+        "loss at A": base,
+        "loss after first step": float(loss[1]),
+        "loss at end": float(loss[-1]),
+        "barrier": float(res["barrier"]),
+    }
+
+
+def layerwise_table(
+    whole: Mapping[str, Result], single: Mapping[str, Mapping[str, Result]]
+) -> pd.DataFrame:
+    """One row per model and moved part (whole model, each stage alone)."""
+    rows = []
+    for name, res in whole.items():
+        base = float(res["train_loss"][0])
+        rows.append(_line_row(name, "whole model", base, res))
+        rows.extend(
+            _line_row(name, f"only {stage}", base, line)
+            for stage, line in single[name].items()
+        )
+    return pd.DataFrame(rows)
+
+
+def first_step_increase(res: Result) -> float:
+    """Training loss after the first step of a line minus the loss at its start."""
+    return float(res["train_loss"][1] - res["train_loss"][0])
+
+
+def layerwise_metrics(
+    whole: Mapping[str, Result], single: Mapping[str, Mapping[str, Result]]
+) -> dict[str, dict[str, float]]:
+    """Chapter 2's metrics: barrier and first-step increase, whole model vs worst single stage."""
+    return {
+        name: {
+            "whole_barrier": float(whole[name]["barrier"]),
+            "max_single_layer_barrier": max(
+                float(r["barrier"]) for r in single[name].values()
+            ),
+            "whole_first_step_increase": first_step_increase(whole[name]),
+            "max_single_first_step_increase": max(
+                first_step_increase(r) for r in single[name].values()
+            ),
+        }
+        for name in whole
+    }
+
+
+# --- chapter 3: M2M paths ----------------------------------------------------
+
+
+def line_table(
+    lines: Mapping[str, Result], end_losses: Mapping[str, float]
+) -> pd.DataFrame:
+    """Per model: the larger endpoint loss, the straight line's barrier and lowest test accuracy."""
+    return pd.DataFrame(
+        {
+            name: {
+                "endpoint loss (max)": end_losses[name],
+                "barrier": float(res["barrier"]),
+                "min test acc": float(res["test_acc"].min()),
+            }
+            for name, res in lines.items()
+        }
+    ).T
+
+
+def m2m_summary(
+    lines: Mapping[str, Result], paths: Mapping[str, Result]
+) -> pd.DataFrame:
+    """Per model: straight-line barrier against the M2M path's peak excess, accuracy and cost."""
+    return pd.DataFrame(
+        {
+            name: {
+                "linear barrier": float(lines[name]["barrier"]),
+                "LLPF peak excess": res["peak_excess"],
+                "LLPF min test acc": res["min_test_acc"],
+                "endpoint test acc (min)": float(min(res["test_acc"][[0, -1]])),
+                "gradient steps": res["grad_steps"],
+                "seconds": res["seconds"],
+            }
+            for name, res in paths.items()
+        }
+    ).T
+
+
+def segment_rises(res: Result) -> np.ndarray:
+    """Per segment: the largest loss inside it minus the larger loss at its two ends."""
+    loss = np.asarray(res["train_loss"])
+    ends = np.maximum(loss[:-1], loss[1:])
+    return np.asarray(res["dense_loss"]).max(1) - ends
+
+
+def seed_table(seed_runs: Mapping[str, Sequence[Result]]) -> pd.DataFrame:
+    """Per model: mean and spread over path seeds of the peak excess, accuracy and steps."""
+    return pd.DataFrame(
+        {
+            name: {
+                "peak excess mean": np.mean([r["peak_excess"] for r in runs]),
+                "peak excess std": np.std([r["peak_excess"] for r in runs]),
+                "min test acc mean": np.mean([r["min_test_acc"] for r in runs]),
+                "gradient steps mean": np.mean([r["grad_steps"] for r in runs]),
+            }
+            for name, runs in seed_runs.items()
+        }
+    ).T
+
+
+def ablation_table(
+    paths: Mapping[str, Result], ablation: Mapping[str, Result]
+) -> pd.DataFrame:
+    """Per ablated model: peak excess and gradient steps, data-flow order vs all at once."""
+    return pd.DataFrame(
+        {
+            name: {
+                "FDF peak excess": paths[name]["peak_excess"],
+                "all-at-once peak excess": res["peak_excess"],
+                "FDF gradient steps": paths[name]["grad_steps"],
+                "all-at-once gradient steps": res["grad_steps"],
+            }
+            for name, res in ablation.items()
+        }
+    ).T
+
+
+def _ablation_pair(fdf: Result, all_at_once: Result) -> dict[str, float]:
+    return {
+        "fdf_peak_excess": float(fdf["peak_excess"]),
+        "all_at_once_peak_excess": float(all_at_once["peak_excess"]),
+    }
+
+
+def m2m_metrics(
+    lines: Mapping[str, Result],
+    paths: Mapping[str, Result],
+    seeds: pd.DataFrame,
+    ablation: Mapping[str, Result],
+) -> dict[str, Any]:
+    """Chapter 3's metrics: per model, over path seeds (``seeds``, :func:`seed_table`), the ablation."""
+    metrics: dict[str, Any] = {
+        name: {
+            "linear_barrier": float(lines[name]["barrier"]),
+            "llpf_peak_excess": float(res["peak_excess"]),
+            "llpf_min_test_acc": float(res["min_test_acc"]),
+            "grad_steps": int(res["grad_steps"]),
+            "seconds": float(res["seconds"]),
+        }
+        for name, res in paths.items()
+    }
+    std = seeds["peak excess std"]
+    metrics["seed_std_peak_excess"] = float(std.iloc[0])
+    metrics["seed_std_by_arch"] = {n: float(std.loc[n]) for n in seeds.index}
+    first = next(iter(ablation))
+    metrics["ablation"] = _ablation_pair(paths[first], ablation[first])
+    metrics["ablation_by_arch"] = {
+        n: _ablation_pair(paths[n], res) for n, res in ablation.items()
+    }
+    metrics["max_segment_midpoint_rise"] = max(
+        float(segment_rises(res).max()) for res in paths.values()
+    )
+    return metrics
+
+
+# --- chapter 4: LLPF against Bezier curves and AutoNEB -----------------------
+
+
+def comparison_key(
+    setup: PathSetup,
+    model: Mapping[str, Any],
+    pair: Sequence[nn.Module],
+    llpf: Mapping[str, Any],
+    curve: Mapping[str, Any],
+    neb: Mapping[str, Any],
+    seed: int,
+) -> dict[str, Any]:
+    """Everything that determines :func:`~wslib.llpf.protocols.compare_at_equal_steps`.
+
+    The data and the two modes enter by the digest of their content, the
+    model by its config (its code enters the cache key through
+    :data:`wslib.llpf.protocols.CODE`).
+    """
+    ds = setup.ds
+    return {
+        "protocol": "compare_at_equal_steps",
+        "data": tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test),
+        "model": dict(model),
+        "modes": [tensor_digest(m.state_dict()) for m in pair],
+        "path_seed": seed,
+        "llpf": dict(llpf),
+        "r_min": setup.r_min,
+        "batch_size": setup.batch_size,
+        "threshold_margin": setup.margin,
+        "curve": dict(curve),
+        "neb": dict(neb),
+        "dense": setup.dense,
+    }
+
+
+def compare_methods(
+    setup: PathSetup,
+    models: Mapping[str, Mapping[str, Any]],
+    modes: Mapping[str, Sequence[nn.Module]],
+    llpf: Mapping[str, Mapping[str, Any]],
+    curve: Mapping[str, Any],
+    neb: Mapping[str, Any],
+    seeds: Sequence[int],
+    run_cache: str | Path | None = None,
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """:func:`~wslib.llpf.protocols.compare_at_equal_steps` for every model and path seed.
+
+    Each run is stored in ``run_cache`` (see :func:`wslib.runs.cache.cached_run`)
+    under :func:`comparison_key` and the source of
+    :data:`wslib.llpf.protocols.CODE`. Returns ``runs[model][method]``: the
+    evaluated paths of the seeds, in order.
+    """
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for name in models:
+        runs[name] = {}
+        for s in seeds:
+            key = comparison_key(
+                setup, models[name], modes[name], llpf[name], curve, neb, s
+            )
+            result = cached_run(
+                run_cache,
+                key,
+                lambda name=name, s=s: compare_at_equal_steps(
+                    setup, modes[name], llpf[name], curve, neb, s, name
+                ),
+                code=CODE,
+            )
+            for method, res in result.items():
+                runs[name].setdefault(method, []).append(res)
+    return runs
+
+
+def comparison_table(
+    runs: Mapping[str, Mapping[str, Sequence[Result]]],
+) -> pd.DataFrame:
+    """One row per model and method: peak excess over the seeds, worst loss, cost."""
+    rows = []
+    for name, methods in runs.items():
+        for method, res in methods.items():
+            excess = [r["peak_excess"] for r in res]
+            rows.append(
+                {
+                    "model": name,
+                    "method": method,
+                    "peak excess mean": np.mean(excess),
+                    "peak excess std": np.std(excess),
+                    "worst peak loss": max(r["peak_loss"] for r in res),
+                    "min test acc": min(r["min_test_acc"] for r in res),
+                    "gradient steps (mean)": np.mean([r["grad_steps"] for r in res]),
+                    "seconds (mean)": np.mean([r["seconds"] for r in res]),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def best_method(compare: pd.DataFrame, model: str) -> str:
+    """The method with the lowest mean peak excess on ``model``."""
+    rows = compare[compare.model == model]
+    return str(rows.loc[rows["peak excess mean"].idxmin(), "method"])
+
+
+def method_prefix(method: str) -> str:
+    """Metric-name prefix of a method of chapter 4 (any curve kind: ``bezier``)."""
+    return METHOD_PREFIX.get(method, "bezier")
+
+
+def paper_table(compare: pd.DataFrame) -> pd.DataFrame:
+    """The paper's comparison of path finders, with this run's numbers."""
+    rows = []
+    for method, res in compare.groupby("method", sort=False):
+        rows.append(
+            {
+                "method": method,
+                "architectures run here": ", ".join(res.model),
+                "consistency (max seed std of peak excess)": float(
+                    res["peak excess std"].max()
+                ),
+                "crosses spheres": "yes (hybrid, chapter 5)"
+                if method == "LLPF"
+                else "not tested",
+                "worst training loss on the path": float(res["worst peak loss"].max()),
+            }
+        )
+    return pd.DataFrame(rows).set_index("method")
+
+
+def comparison_metrics(compare: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Chapter 4's metrics: per model and method, the columns of :func:`comparison_table`."""
+    metrics: dict[str, dict[str, float]] = {}
+    for row in compare.to_dict("records"):
+        prefix = method_prefix(row["method"])
+        metrics.setdefault(row["model"], {}).update(
+            {
+                f"{prefix}_peak_excess": float(row["peak excess mean"]),
+                f"{prefix}_peak_excess_std": float(row["peak excess std"]),
+                f"{prefix}_grad_steps": float(row["gradient steps (mean)"]),
+                f"{prefix}_worst_peak_loss": float(row["worst peak loss"]),
+            }
+        )
+    return metrics
+
+
+# --- chapter 5: across variance spheres --------------------------------------
+
+
+def m2o_table(m2o_runs: Mapping[str, Result]) -> pd.DataFrame:
+    """Per M2O variant: final variance ratio, peak training loss, final test accuracy, steps."""
+    return pd.DataFrame(
+        {
+            label: {
+                "final variance ratio": float(res["variance"][-1]),
+                "peak training loss": float(np.max(res["train_loss"])),
+                "final test acc": float(res["test_acc"][-1]),
+                "gradient steps": res["grad_steps"],
+            }
+            for label, res in m2o_runs.items()
+        }
+    ).T
+
+
+def spheres_metrics(
+    with_compliance: Result, without: Result, hybrid: Result, sharp: Result
+) -> dict[str, float | int]:
+    """Chapter 5's metrics: M2O with and without compliance, the hybrid, sharp minima."""
+    return {
+        "m2o_final_variance_ratio": float(with_compliance["variance"][-1]),
+        "m2o_final_variance_ratio_no_compliance": float(without["variance"][-1]),
+        "m2o_peak_loss": float(np.max(with_compliance["train_loss"])),
+        "m2o_peak_loss_no_compliance": float(np.max(without["train_loss"])),
+        "hybrid_peak_excess": float(hybrid["peak_excess"]),
+        "hybrid_min_test_acc": float(hybrid["min_test_acc"]),
+        "hybrid_grad_steps": int(hybrid["grad_steps"]),
+        "sphere_variance_ratio": float(hybrid["dest_variance"]),
+        "sharp_peak_excess": float(sharp["peak_excess"]),
+        "sharp_grad_steps": int(sharp["grad_steps"]),
+    }
