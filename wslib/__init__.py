@@ -5,7 +5,9 @@ The package is layered; a package imports only those listed before it::
     wslib.core       what every chapter builds on: neurons (the neuron structure,
                      permutations, rescalings), models, data and splits, train,
                      norms (BatchNorm / LayerNorm helpers), interpolation,
-                     matching (Git Re-Basin), files (hashes, atomic writes)
+                     matching (Git Re-Basin), files (hashes, atomic writes),
+                     connectivity (modes and the line between them, chapters
+                     1-2), describe (names of models and data for the text)
     wslib.runs       reproducibility machinery, no algorithm: zoo (trained-model
                      cache), cache (run cache), results (results files), workers
                      (process pools), stats (epochs to a threshold, summaries,
@@ -13,11 +15,14 @@ The package is layered; a package imports only those listed before it::
     wslib.plotting   one style and one colour per method for the whole book
     wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), path
                      (the result type of every path finder), curves (Bezier),
-                     autoneb, evaluation, experiments
+                     autoneb, evaluation; protocols (the chapters' runs),
+                     experiments (their tables and metrics), figures
     wslib.pathcond   PathCond: rescaling (diag G, the solver), lifting (explicit
-                     path-lifting), enorm, experiments
+                     path-lifting), enorm, training (one cached run);
+                     experiments (the chapters' protocols), reports (tables,
+                     text, verdicts), figures
     wslib.fusion     HF / KF fusion: levels, hfkf, residual, importance,
-                     baselines, experiments
+                     baselines, experiments (protocols and result assembly)
 
 The three paper packages never import each other (``tests/test_layers.py``).
 """
