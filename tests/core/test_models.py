@@ -24,6 +24,12 @@ TINY_TRANSFORMER = {"embed_dim": 16, "depth": 2, "heads": 2, "mlp_dim": 24}
 CONFIGS = {
     "mlp": {"name": "mlp", **SEQ, "widths": [16, 12]},
     "mlp_gelu": {"name": "mlp", **SEQ, "widths": [16, 12], "activation": "gelu"},
+    "mlp_no_output_bias": {
+        "name": "mlp",
+        **SEQ,
+        "widths": [16, 12],
+        "output_bias": False,
+    },
     "cnn1d": {"name": "cnn1d", **SEQ, "channels": [6, 8, 5]},
     "cnn1d_avg_bn": {
         "name": "cnn1d",
@@ -53,6 +59,7 @@ CONFIGS = {
         "pool": "avg",
         "fully_conv": True,
     },
+    "cifar_nv": {"name": "cifar_nv", **IMG, "width": 0.05},
     "resnet18": {"name": "resnet18", **IMG, "width": 0.0625},
     "vgg11": {"name": "vgg11", **IMG, "width": 0.0625},
     "vgg11_bn": {"name": "vgg11", **IMG, "width": 0.0625, "bn": True},

@@ -34,6 +34,7 @@ _POOL = {
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
 _VGG11_PLAN = (64, "P", 128, "P", 256, 256, "P", 512, 512, "P", 512, 512, "P")
 _RESNET18_WIDTHS = (64, 128, 256, 512)
+_CIFAR_NV_PLAN = (128, 128, 128, "P", 256, 256, 256, "P", 320, 320)
 
 
 # --- slot helpers ----------------------------------------------------------------------------
@@ -87,7 +88,9 @@ class MLP(nn.Module):
     """Flatten, ``Linear -> activation`` per hidden width, then a Linear head.
 
     ``linears`` holds every Linear layer, head last. Only ReLU groups are
-    rescalable; GELU and SiLU are not positively homogeneous.
+    rescalable; GELU and SiLU are not positively homogeneous. With
+    ``output_bias=False`` the head has no bias, the layout of the PathCond
+    paper's MLPs.
     """
 
     def __init__(
@@ -96,6 +99,7 @@ class MLP(nn.Module):
         n_classes: int,
         widths: Sequence[int],
         activation: str = "relu",
+        output_bias: bool = True,
     ) -> None:
         super().__init__()
         if activation not in _ACTIVATIONS:
@@ -103,8 +107,10 @@ class MLP(nn.Module):
                 f"activation {activation!r}; expected one of {list(_ACTIVATIONS)}"
             )
         sizes = [math.prod(in_shape), *widths, n_classes]
+        n_layers = len(sizes) - 1
         self.linears = nn.ModuleList(
-            nn.Linear(a, b) for a, b in itertools.pairwise(sizes)
+            nn.Linear(a, b, bias=output_bias or i < n_layers - 1)
+            for i, (a, b) in enumerate(itertools.pairwise(sizes))
         )
         self.act = _ACTIVATIONS[activation]()
         self.rescalable = activation == "relu"
@@ -260,10 +266,12 @@ class BasicBlock(nn.Module):
         self.bn2 = _BN[dims](c_out)
         projects = stride != 1 or c_in != c_out
         self.shortcut = ConvBN(dims, c_in, c_out, 1, stride) if projects else None
+        # One ReLU module per use, so attribution hooks (captum's DeepLIFT) see each.
+        self.relu1, self.relu2 = nn.ReLU(), nn.ReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x)))))
-        return F.relu(y + (x if self.shortcut is None else self.shortcut(x)))
+        y = self.bn2(self.conv2(self.relu1(self.bn1(self.conv1(x)))))
+        return self.relu2(y + (x if self.shortcut is None else self.shortcut(x)))
 
 
 class ResNet(nn.Module):
@@ -292,6 +300,7 @@ class ResNet(nn.Module):
             raise ValueError("blocks_per_stage must be >= 1 and kernel_size odd")
         dims = len(in_shape) - 1
         self.stem = ConvBN(dims, in_shape[0], widths[0], kernel_size, 1)
+        self.stem_relu = nn.ReLU()
         stages = []
         channels = widths[0]
         for s, width in enumerate(widths):
@@ -305,7 +314,7 @@ class ResNet(nn.Module):
         self.head = nn.Linear(channels, n_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = self.stages(F.relu(self.stem(x)))
+        x = self.stages(self.stem_relu(self.stem(x)))
         return self.head(x.flatten(2).mean(2))
 
     def neuron_structure(self) -> NeuronStructure:
@@ -464,9 +473,10 @@ def mlp(
     n_classes: int,
     widths: Sequence[int] = (256, 256),
     activation: str = "relu",
+    output_bias: bool = True,
 ) -> MLP:
-    """Fully connected net on the flattened input."""
-    return MLP(in_shape, n_classes, widths, activation)
+    """Fully connected net on the flattened input (``output_bias``: a bias in the head)."""
+    return MLP(in_shape, n_classes, widths, activation, output_bias)
 
 
 def cnn1d(
@@ -546,6 +556,20 @@ def transformer1d(
     return Transformer(shape, n_classes, patch_size, embed_dim, depth, heads, mlp_dim)
 
 
+def cifar_nv(in_shape: Sequence[int], n_classes: int, width: float = 1.0) -> ConvNet:
+    """Fully convolutional CIFAR-NV-like net: 9 convolutions, 3x3, ReLU, max pooling.
+
+    Eight ``Conv -> ReLU`` layers in three stages (3, 3, 2 convolutions, 2x max
+    pooling after the first two), then a conv head to ``n_classes`` channels and
+    global average pooling, the layout of the net PathCond and ENorm use on
+    CIFAR-10. The channel counts (``_CIFAR_NV_PLAN``, scaled by ``width``) are
+    this library's choice.
+    """
+    plan = [p if p == "P" else _scaled([p], width)[0] for p in _CIFAR_NV_PLAN]
+    shape = _check_shape(in_shape, 2, "cifar_nv")
+    return ConvNet(shape, n_classes, plan, 3, "max", False, "conv")
+
+
 def resnet18(in_shape: Sequence[int], n_classes: int, width: float = 1.0) -> ResNet:
     """CIFAR ResNet-18 (3x3 stem, no max pool); ``width`` multiplies all channel counts."""
     shape = _check_shape(in_shape, 2, "resnet18")
@@ -580,6 +604,7 @@ _FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "cnn2d": cnn2d,
     "resnet1d": resnet1d,
     "transformer1d": transformer1d,
+    "cifar_nv": cifar_nv,
     "resnet18": resnet18,
     "vgg11": vgg11,
     "vit": vit,
