@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import multiprocessing
 import sys
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -12,7 +14,13 @@ import numpy as np
 import pytest
 import torch
 
-from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
+from wslib.core.files import (
+    atomic_write,
+    code_version,
+    entry_lock,
+    stable_hash,
+    tensor_digest,
+)
 
 WRITERS, WRITES = 4, 20
 PAYLOAD_BYTES = 256 * 1024  # large enough that a write takes several system calls
@@ -154,3 +162,21 @@ def test_digest_of_numpy_and_torch_agree_for_state_dicts() -> None:
     assert tensor_digest(state) == tensor_digest(
         {k: np.asarray(v) for k, v in state.items()}
     )
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="entries are locked on POSIX only")
+def test_entry_lock_makes_a_second_process_wait(tmp_path: Path) -> None:
+    entry, events = tmp_path / "entry.json", []
+
+    def neighbour() -> None:
+        with entry_lock(entry):
+            events.append(("neighbour", entry.exists()))
+
+    with entry_lock(entry):
+        thread = threading.Thread(target=neighbour)
+        thread.start()
+        time.sleep(0.2)
+        events.append(("owner", None))
+        entry.write_text("{}")
+    thread.join(timeout=5)
+    assert events == [("owner", None), ("neighbour", True)]

@@ -7,6 +7,8 @@ including :func:`code_version` of the packages that compute them and
 :func:`atomic_write`: a uniquely named temporary file in the same folder,
 renamed into place, so concurrent writers (worker processes, cluster jobs)
 never leave half a file and never clobber each other's temporary file.
+:func:`entry_lock` lets a second process wait for an entry that another one is
+computing instead of computing it twice (two notebooks run side by side).
 
 These helpers live in ``core`` (not ``runs``) because the generated-data cache
 of :mod:`wslib.core.data` needs them and ``core`` imports nothing above it.
@@ -20,12 +22,18 @@ import importlib
 import json
 import os
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+try:  # POSIX; elsewhere entries are not locked (a second process computes its own copy)
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None
 
 
 def stable_hash(obj: Any, length: int = 20) -> str:
@@ -83,3 +91,22 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+@contextmanager
+def entry_lock(path: str | Path) -> Iterator[None]:
+    """Hold an exclusive lock on cache entry ``path`` (a hidden ``.lock`` file beside it).
+
+    Check for the entry inside the lock: a process that waited finds the file
+    its neighbour wrote and loads it.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "a") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_UN)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from wslib.core.files import atomic_write, code_version, stable_hash
+from wslib.core.files import atomic_write, code_version, entry_lock, stable_hash
 from wslib.runs.results import to_jsonable
 
 
@@ -38,16 +38,18 @@ def cached_run(
         return compute()
     key = to_jsonable({**key, "code": code_version(*code)})
     path = Path(root) / f"{stable_hash(key)}.json"
-    stored = _read(path)
-    if stored is not None:
-        if stored.get("key") == key and isinstance(stored.get("result"), dict):
-            return stored["result"]
-        warnings.warn(
-            f"cached run {path} was written for another run or is incomplete; recomputing"
-        )
-    result = to_jsonable(compute())
-    text = json.dumps({"key": key, "result": result})
-    atomic_write(path, lambda tmp: tmp.write_text(text))
+    with entry_lock(path):  # a neighbour computing the same run: wait, then read it
+        stored = _read(path)
+        if stored is not None:
+            if stored.get("key") == key and isinstance(stored.get("result"), dict):
+                return stored["result"]
+            warnings.warn(
+                f"cached run {path} was written for another run or is incomplete; "
+                "recomputing"
+            )
+        result = to_jsonable(compute())
+        text = json.dumps({"key": key, "result": result})
+        atomic_write(path, lambda tmp: tmp.write_text(text))
     return result
 
 

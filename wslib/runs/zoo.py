@@ -31,7 +31,13 @@ import torch
 from torch import nn
 
 from wslib.core import data as wdata
-from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
+from wslib.core.files import (
+    atomic_write,
+    code_version,
+    entry_lock,
+    stable_hash,
+    tensor_digest,
+)
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
 
@@ -135,12 +141,13 @@ class Zoo:
         """The trained model for ``config`` (eval mode, on the zoo's device)."""
         config = normalise_config(config)
         path = self.path(config)
-        model = self._load(path, config) if path.exists() else None
-        if model is None:
-            model = self._train(config)
-            self.trained += 1
-        else:
-            self.loaded += 1
+        with entry_lock(path):  # a neighbour training the same model: wait, then load
+            model = self._load(path, config) if path.exists() else None
+            if model is None:
+                model = self._train(config)
+                self.trained += 1
+            else:
+                self.loaded += 1
         return model.eval()
 
     def _load(self, path: Path, config: dict[str, Any]) -> nn.Module | None:
