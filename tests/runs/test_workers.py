@@ -9,7 +9,7 @@ from wslib.core.data import Dataset
 from wslib.core.train import Recipe
 from wslib.pathcond.training import train_run
 from wslib.runs.stats import epochs_to
-from wslib.runs.workers import run_jobs
+from wslib.runs.workers import default_workers, run_jobs
 
 
 def test_results_do_not_depend_on_the_number_of_workers():
@@ -43,3 +43,12 @@ def test_order_is_kept_and_errors_surface():
 def test_workers_must_be_positive():
     with pytest.raises(ValueError, match="workers must be at least 1"):
         run_jobs(epochs_to, [{"acc": [1.0]}], workers=0)
+
+
+def test_workers_follow_the_environment_when_notebooks_share_the_cores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("WSLIB_WORKERS", "3")
+    assert default_workers() == 3
+    monkeypatch.delenv("WSLIB_WORKERS")
+    assert default_workers() >= 1

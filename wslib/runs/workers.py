@@ -8,7 +8,11 @@ thread, and so does a job run here when there is a single worker, so a job's
 result does not depend on the number of workers. Each job runs under the
 caller's warning filters, so ``warnings.catch_warnings`` around
 :func:`run_jobs` acts on the jobs too. On a GPU the jobs run here, one after
-the other, since they would share the one device.
+the other, since they would share the one device. ``notebooks/run.py`` sets
+``WSLIB_WORKERS`` when it runs notebooks side by side, so that they share the
+cores instead of each taking all of them. Workers ignore Ctrl-C (the notebook's
+process handles it and shuts the pool down), so stopping a kernel prints no
+traceback from each worker.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import atexit
 import multiprocessing
 import os
+import signal
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -30,7 +35,9 @@ T = TypeVar("T")
 
 
 def default_workers() -> int:
-    """One worker per CPU core this process may use; one if CUDA is available."""
+    """``WSLIB_WORKERS`` if set, else one worker per CPU core (one if CUDA is available)."""
+    if os.environ.get("WSLIB_WORKERS"):
+        return int(os.environ["WSLIB_WORKERS"])
     if torch.cuda.is_available():
         return 1
     if hasattr(os, "sched_getaffinity"):
@@ -59,6 +66,7 @@ def _shutdown_pools() -> None:
 
 
 def _one_thread() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
 
 
