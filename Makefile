@@ -1,11 +1,13 @@
 # Run the notebooks, build the study book and test it.
-#   make book [PROFILE=cpu] [SEED=N]        run every notebook, then build book/_build/html
+#   make book [PROFILE=cpu] [SEED=N] [JOBS=J]   run every notebook (J side by side,
+#                                            default one per core), then build book/_build/html
 #   make notebook NB=01_symmetries [SEED=N] [PROFILE=cpu]
 #   make data [DATA="mnist fashion_mnist cifar10 cifar100"]   download image data sets (gpu profile)
 #   make test      lint (ruff format --check, ruff check, lint-imports), then pytest
 #   make lint | make format | make clean | make clean-data
 PROFILE ?= cpu
 SEED ?=
+JOBS ?=
 NB ?=
 DATA ?= mnist fashion_mnist cifar10 cifar100
 
@@ -14,7 +16,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILES := $(sort $(basename $(notdir $(wildcard notebooks/params/*.yaml))))
 NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.ipynb))))
-SEED_ARG := $(if $(SEED),--seed $(SEED))
+SEED_ARG := $(if $(SEED),--seed $(SEED))$(if $(JOBS), --jobs $(JOBS))
 EXECUTED := build/$(PROFILE)$(if $(SEED),/seed-$(SEED))
 
 # Check the arguments while the makefile is read, before anything is built:

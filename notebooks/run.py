@@ -2,7 +2,7 @@
 
 Usage::
 
-    python notebooks/run.py --profile cpu [--seed N] [NB ...]
+    python notebooks/run.py --profile cpu [--seed N] [--jobs J] [NB ...]
 
 Each notebook ``notebooks/<nb>.ipynb`` runs with the repository root as working
 directory and the parameters of ``notebooks/params/<profile>.yaml`` (plus
@@ -16,17 +16,30 @@ parameters cell is tagged ``hide-input`` (collapsed on the page, one click
 shows what ran) with its values wrapped to the page width; the wall times are
 merged into ``run_times.json`` next to the executed copies.
 
-Every requested notebook's parameters are checked before the first one runs.
-Exit status: 0 on success, 1 when a notebook fails, 2 for an unknown profile,
-notebook or parameter (one line on stderr naming it and the valid ones).
+Notebooks run ``--jobs`` at a time (default: one per CPU core, at most
+:data:`MAX_JOBS`), each kernel computing on ONE CPU thread, whatever the number
+of jobs: the book's small models train no faster on two threads than on one,
+and a fixed thread count keeps every metric independent of how many notebooks
+run side by side. Two notebooks that need the same zoo model or cached run do
+not compute it twice: the second waits for the first (``entry_lock``). The
+notebooks' worker pools (``wslib.runs.workers``) share the cores
+(``WSLIB_WORKERS``).
+
+Every requested notebook's parameters are checked before the first one runs;
+a failed notebook is reported (cell, error, partial executed copy) and the
+others go on. Exit status: 0 on success, 1 when a notebook fails, 2 for an
+unknown profile, notebook or parameter (one line on stderr naming it and the
+valid ones).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from pathlib import Path
 from pprint import pformat
@@ -37,9 +50,12 @@ import papermill
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
+from wslib.core.files import atomic_write, entry_lock
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 PARAMS = NOTEBOOKS / "params"
+MAX_JOBS = 4  # notebooks side by side by default (they share one GPU when there is one)
 
 
 class MissingResults(RuntimeError):
@@ -70,9 +86,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--seed", type=int, help="seed passed to every notebook")
     parser.add_argument(
+        "--jobs",
+        type=int,
+        default=default_jobs(),
+        help=f"notebooks run side by side (default: one per core, at most {MAX_JOBS})",
+    )
+    parser.add_argument(
         "notebooks", nargs="*", metavar="NB", help="notebook stems (default: all)"
     )
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if args.profile not in available_profiles():
         fail_usage("profile", args.profile, available_profiles())
     for nb in args.notebooks:
@@ -80,6 +104,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             fail_usage("notebook", nb, available_notebooks())
     args.notebooks = args.notebooks or available_notebooks()
     return args
+
+
+def cores() -> int:
+    """CPU cores this process may use."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def default_jobs() -> int:
+    """One notebook per core, at most :data:`MAX_JOBS`."""
+    return min(cores(), MAX_JOBS)
+
+
+def one_thread_kernels(jobs: int) -> None:
+    """Kernels started from now on compute on one thread; worker pools share the cores."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    os.environ["WSLIB_WORKERS"] = str(max(1, cores() // jobs))
 
 
 def run_dir(top: str, profile: str, seed: int | None) -> Path:
@@ -207,12 +250,16 @@ def finish_executed_copy(executed: Path, markdown: str, params: dict[str, Any]) 
 def record_time(out_dir: Path, nb: str, seconds: float) -> None:
     """Merge one notebook's wall time into ``<out_dir>/run_times.json``."""
     path = out_dir / "run_times.json"
-    times = json.loads(path.read_text()) if path.exists() else {}
-    times[nb] = round(seconds, 2)
-    path.write_text(json.dumps(dict(sorted(times.items())), indent=2) + "\n")
+    with entry_lock(path):  # notebooks side by side finish at any time
+        times = json.loads(path.read_text()) if path.exists() else {}
+        times[nb] = round(seconds, 2)
+        text = json.dumps(dict(sorted(times.items())), indent=2) + "\n"
+        atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
-def run_notebook(nb: str, profile: str, seed: int | None) -> float:
+def run_notebook(
+    nb: str, profile: str, seed: int | None, progress_bar: bool = True
+) -> float:
     """Execute one notebook, add its run info and return its wall time in seconds."""
     out_dir = ROOT / run_dir("build", profile, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -227,7 +274,7 @@ def run_notebook(nb: str, profile: str, seed: int | None) -> float:
         parameters=params,
         kernel_name="python3",
         cwd=ROOT,
-        progress_bar=True,
+        progress_bar=progress_bar,
         extra_arguments=[
             "--IPKernelApp.log_level=ERROR"
         ],  # no kernel start-up warnings
@@ -269,8 +316,50 @@ def report_failure(nb: str, error: PapermillExecutionError, executed: Path) -> N
     )
 
 
+def run_one(nb: str, args: argparse.Namespace, alone: bool) -> bool:
+    """Run one notebook; report a failure in a few lines. True on success."""
+    executed = ROOT / run_dir("build", args.profile, args.seed) / f"{nb}.ipynb"
+    try:
+        seconds = run_notebook(nb, args.profile, args.seed, progress_bar=alone)
+    except PapermillExecutionError as error:
+        report_failure(nb, error, executed)
+        return False
+    except MissingResults as error:
+        print(f"\nerror: {error}", file=sys.stderr)
+        return False
+    print(f"{nb}: {seconds:.1f} s", flush=True)
+    return True
+
+
+def run_all(args: argparse.Namespace) -> list[str]:
+    """Run the notebooks ``args.jobs`` at a time, in order; the names of those that failed."""
+    jobs = args.jobs
+    one_thread_kernels(jobs)
+    failed: list[str] = []
+    with ThreadPoolExecutor(jobs) as pool:
+        running: dict[Future, str] = {}
+        queue = list(args.notebooks)
+        while queue or running:
+            while queue and len(running) < jobs:
+                nb = queue.pop(0)
+                print(f"== {nb} (profile {args.profile})", flush=True)
+                running[pool.submit(run_one, nb, args, jobs == 1)] = nb
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                nb = running.pop(future)
+                failed += [] if future.result() else [nb]
+            if jobs > 1:
+                total, left = len(args.notebooks), len(queue) + len(running)
+                print(
+                    f"   {total - left}/{total} done; running: "
+                    f"{', '.join(running.values()) or 'none'}",
+                    flush=True,
+                )
+    return failed
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the requested notebooks; stop at the first failure."""
+    """Run the requested notebooks; 1 if any failed, 2 for bad arguments."""
     args = parse_args(argv)
     for nb in args.notebooks:  # a typo in the last notebook's profile stops the run now
         try:
@@ -278,21 +367,16 @@ def main(argv: list[str] | None = None) -> int:
         except UnknownParameter as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
-    total = 0.0
-    for nb in args.notebooks:
-        print(f"== {nb} (profile {args.profile})", flush=True)
-        try:
-            seconds = run_notebook(nb, args.profile, args.seed)
-        except PapermillExecutionError as error:
-            executed = ROOT / run_dir("build", args.profile, args.seed) / f"{nb}.ipynb"
-            report_failure(nb, error, executed)
-            return 1
-        except MissingResults as error:
-            print(f"\nerror: {error}", file=sys.stderr)
-            return 1
-        total += seconds
-        print(f"{nb}: {seconds:.1f} s", flush=True)
-    print(f"{len(args.notebooks)} notebook(s) in {total:.1f} s")
+    args.jobs = min(args.jobs, len(args.notebooks))
+    start = time.perf_counter()
+    failed = run_all(args)
+    wall = time.perf_counter() - start
+    print(
+        f"{len(args.notebooks)} notebook(s) in {wall:.1f} s wall, {args.jobs} at a time"
+    )
+    if failed:
+        print(f"error: failed: {' '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -163,3 +163,44 @@ def test_every_profile_key_is_a_parameter_of_its_notebook(profile: str) -> None:
     run = load_script("notebooks/run.py")
     for nb in NOTEBOOKS:
         run.notebook_parameters(nb, profile, None)
+
+
+def copy_tiny(run: ModuleType, name: str, body: str | None = None) -> None:
+    """Another notebook like the tiny one, optionally with another last cell."""
+    notebook = nbformat.read(run.NOTEBOOKS / f"{TINY}.ipynb", as_version=4)
+    if body is not None:
+        notebook.cells[2].source = body
+    nbformat.write(notebook, run.NOTEBOOKS / f"{name}.ipynb")
+
+
+def test_notebooks_side_by_side_compute_on_one_thread_each(run: ModuleType) -> None:
+    body = (
+        "import torch\nfrom wslib.runs.results import write_results\n"
+        'write_results(results_path, {"threads": torch.get_num_threads()}, {})'
+    )
+    copy_tiny(run, "00_threads", body)
+    (run.PARAMS / "cpu.yaml").write_text("{}")
+    assert run.main(["--profile", "cpu", "--jobs", "2"]) == 0
+    for nb in ("00_threads", TINY):
+        assert (run.ROOT / f"results/cpu/{nb}.json").exists()
+    results = json.loads((run.ROOT / "results/cpu/00_threads.json").read_text())
+    assert results["metrics"] == {"threads": 1}
+    times = json.loads((run.ROOT / "build/cpu/run_times.json").read_text())
+    assert set(times) == {"00_threads", TINY}
+
+
+def test_a_failed_notebook_is_named_and_the_others_go_on(
+    run: ModuleType, capsys: pytest.CaptureFixture
+) -> None:
+    copy_tiny(run, "00_broken", "raise ValueError('planted failure')")
+    (run.PARAMS / "cpu.yaml").write_text("{}")
+    assert run.main(["--profile", "cpu", "--jobs", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "notebook 00_broken failed" in err and "planted failure" in err
+    assert "failed: 00_broken" in err
+    assert (run.ROOT / "results/cpu/00_tiny.json").exists()
+
+
+def test_jobs_must_be_positive(run: ModuleType) -> None:
+    with pytest.raises(SystemExit):
+        run.parse_args(["--jobs", "0"])
