@@ -2,6 +2,7 @@
 #   make book [PROFILE=cpu] [SEED=N] [JOBS=J]   run every notebook (J side by side,
 #                                            default one per core), then build book/_build/html
 #   make notebook NB=01_symmetries [SEED=N] [PROFILE=cpu]
+#   make sweep SEEDS="0 1 2" [NB="03_llpf_m2m ..."] [PROFILE=cpu] [EXECUTOR=local|slurm]
 #   make data [DATA="mnist fashion_mnist cifar10 cifar100"]   download image data sets (gpu profile)
 #   make test      lint (ruff format --check, ruff check, lint-imports), then pytest
 #   make lint | make format | make clean | make clean-data
@@ -9,6 +10,8 @@ PROFILE ?= cpu
 SEED ?=
 JOBS ?=
 NB ?=
+SEEDS ?= 0 1 2
+EXECUTOR ?= local
 DATA ?= mnist fashion_mnist cifar10 cifar100
 
 VENV := .venv
@@ -29,8 +32,12 @@ endif
 ifneq ($(filter notebook,$(GOALS)),)
   $(call check,NB,$(NB),$(NOTEBOOKS))
 endif
+ifneq ($(filter sweep,$(GOALS)),)
+  $(call check,PROFILE,$(PROFILE),$(PROFILES))
+  $(call check,EXECUTOR,$(EXECUTOR),local slurm)
+endif
 
-.PHONY: book notebook data lint format test clean clean-data
+.PHONY: book notebook sweep data lint format test clean clean-data
 
 book: $(STAMP)
 	@start=$$(date +%s) && \
@@ -41,6 +48,11 @@ book: $(STAMP)
 
 notebook: $(STAMP)
 	$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG) $(NB)
+
+# One job per (notebook, seed); a restarted sweep runs only what is missing.
+sweep: $(STAMP)
+	$(PY) notebooks/sweep.py --profile $(PROFILE) --executor $(EXECUTOR) \
+		--seeds $(SEEDS) $(if $(JOBS),--jobs $(JOBS)) $(NB)
 
 data: $(STAMP)
 	@$(PY) notebooks/download.py $(DATA)

@@ -35,6 +35,7 @@ valid ones).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -50,7 +51,7 @@ import papermill
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from wslib.core.files import atomic_write, entry_lock
+from wslib.core.files import atomic_write, code_version, entry_lock, stable_hash
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -257,6 +258,15 @@ def record_time(out_dir: Path, nb: str, seconds: float) -> None:
         atomic_write(path, lambda tmp: tmp.write_text(text))
 
 
+def code_fingerprint(nb: str) -> str:
+    """Hash of the library's source and the notebook's, recorded in its results file.
+
+    ``notebooks/sweep.py`` reruns a job whose results carry another fingerprint.
+    """
+    notebook = hashlib.sha256((NOTEBOOKS / f"{nb}.ipynb").read_bytes()).hexdigest()
+    return stable_hash({"wslib": code_version("wslib"), "notebook": notebook})
+
+
 def run_notebook(
     nb: str, profile: str, seed: int | None, progress_bar: bool = True
 ) -> float:
@@ -267,6 +277,7 @@ def run_notebook(
     params = notebook_parameters(nb, profile, seed)
     results_file = ROOT / params["results_path"]
     results_file.unlink(missing_ok=True)
+    code = code_fingerprint(nb)
     start = time.perf_counter()
     papermill.execute_notebook(
         NOTEBOOKS / f"{nb}.ipynb",
@@ -282,7 +293,7 @@ def run_notebook(
     seconds = time.perf_counter() - start
     if not results_file.exists():
         raise MissingResults(f"notebook {nb} did not write {params['results_path']}")
-    results = record_parameters(results_file, nb, profile, params)
+    results = record_parameters(results_file, nb, profile, params, code)
     info = run_info_markdown(results, nb, seed, seconds)
     finish_executed_copy(executed, info, params)
     record_time(out_dir, nb, seconds)
@@ -295,12 +306,18 @@ def effective_parameters(nb: str, injected: dict[str, Any]) -> dict[str, Any]:
 
 
 def record_parameters(
-    results_file: Path, nb: str, profile: str, injected: dict[str, Any]
+    results_file: Path, nb: str, profile: str, injected: dict[str, Any], code: str
 ) -> dict[str, Any]:
-    """Add the notebook name, profile and effective parameters to its results file."""
+    """Add the notebook name, profile, effective parameters and code fingerprint."""
     results = json.loads(results_file.read_text())
-    params = effective_parameters(nb, injected)
-    results = {"notebook": nb, "profile": profile, "params": params, **results}
+    params = json.loads(json.dumps(effective_parameters(nb, injected)))
+    results = {
+        "notebook": nb,
+        "profile": profile,
+        "params": params,
+        "code": code,
+        **results,
+    }
     results_file.write_text(json.dumps(results, indent=2) + "\n")
     return results
 

@@ -1,7 +1,9 @@
 """The JSON run cache: hit, miss, unreadable, mismatched and outdated files."""
 
 import json
+import multiprocessing
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -119,3 +121,23 @@ def test_cached_path_metrics_give_the_same_curve(tmp_path) -> None:
         pos, loss = dense_curve(got)
         ref_pos, ref_loss = dense_curve(res)
         assert np.array_equal(pos, ref_pos) and np.array_equal(loss, ref_loss)
+
+
+def _count_and_compute(root: str, log: str) -> dict:
+    def compute() -> dict:
+        with open(log, "a") as handle:
+            handle.write("computed\n")
+        time.sleep(0.3)
+        return {"value": 1}
+
+    return cached_run(root, {"run": "shared"}, compute, code=("wslib.runs.cache",))
+
+
+def test_processes_sharing_an_entry_compute_it_once(tmp_path: Path) -> None:
+    """Jobs on several processes (or nodes) asking for one run: one computes, all get it."""
+    log = tmp_path / "log.txt"
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(3) as pool:
+        results = pool.starmap(_count_and_compute, [(str(tmp_path), str(log))] * 3)
+    assert results == [{"value": 1}] * 3
+    assert log.read_text().splitlines() == ["computed"]

@@ -1,0 +1,272 @@
+"""Run the book's notebooks over several seeds, each (notebook, seed) its own job.
+
+Usage::
+
+    python notebooks/sweep.py --seeds 0 1 2 [--profile cpu] [--executor local|slurm]
+                              [--cluster-config sweep.yaml] [NB ...]
+
+Each job is ``notebooks/run.py --profile P --seed S --jobs 1 NB``, so its
+results land where ``make notebook SEED=S`` puts them
+(``results/<profile>/seed-<S>/<NB>.json``), its executed copy and its log
+(``<NB>.log``) under ``build/<profile>/seed-<S>/``. A job whose results file
+records the same effective parameters and the same code fingerprint (the
+library's source and the notebook's) is skipped, so a killed sweep restarted
+runs only what is missing. After the jobs, every swept notebook's seeds are
+summarised in ``results/<profile>/seeds/<NB>.json`` (see
+:mod:`wslib.runs.sweeps`).
+
+Executors:
+
+- ``local`` (default): ``--jobs`` jobs at a time (default: one per core), each
+  kernel on one CPU thread, so a job's metrics do not depend on the pool size.
+- ``slurm``: the same jobs submitted with submitit. ``--cluster-config`` (YAML)
+  sets ``partition``, ``timeout_min``, ``cpus_per_task``, ``gpus_per_node``,
+  ``mem_gb`` and ``workdir``: the checkout the jobs run in, which must be on a
+  file system every node sees (its ``data/``, ``results/`` and caches are
+  shared; every cache entry is written atomically and locked while it is
+  computed). ``cluster: local`` runs the jobs through submitit's local executor
+  (what the tests use; no Slurm needed).
+
+Progress shows jobs done / running / failed; a failed job is named with its
+seed, its partial executed copy and the end of its log, and the others go on.
+Exit status: 0 when every job succeeded, 1 when one failed, 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import run as runner
+import yaml
+
+from wslib.runs.sweeps import write_summary
+
+POLL_S = 2.0  # seconds between looks at the running jobs
+SLURM_KEYS = {
+    "cluster": str,
+    "partition": str,
+    "timeout_min": int,
+    "cpus_per_task": int,
+    "gpus_per_node": int,
+    "mem_gb": int,
+    "workdir": str,
+}
+
+
+class Handle(Protocol):
+    """What both executors return per job (a Future or a submitit Job)."""
+
+    def done(self) -> bool: ...
+
+    def exception(self) -> BaseException | None: ...
+
+
+@dataclass(frozen=True)
+class Job:
+    """One notebook at one seed."""
+
+    nb: str
+    seed: int
+    profile: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.nb} seed {self.seed}"
+
+    def folder(self, root: Path) -> Path:
+        return root / runner.run_dir("build", self.profile, self.seed)
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable,
+            "notebooks/run.py",
+            "--profile",
+            self.profile,
+            "--seed",
+            str(self.seed),
+            "--jobs",
+            "1",
+            self.nb,
+        ]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse and validate the command line (exit status 2 on a bad value)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, nargs="+", required=True)
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--executor", choices=("local", "slurm"), default="local")
+    parser.add_argument("--cluster-config", type=Path, default=Path("sweep.yaml"))
+    parser.add_argument("--jobs", type=int, default=runner.cores())
+    parser.add_argument("notebooks", nargs="*", metavar="NB")
+    args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.profile not in runner.available_profiles():
+        runner.fail_usage("profile", args.profile, runner.available_profiles())
+    for nb in args.notebooks:
+        if nb not in runner.available_notebooks():
+            runner.fail_usage("notebook", nb, runner.available_notebooks())
+    args.notebooks = args.notebooks or runner.available_notebooks()
+    return args
+
+
+def is_current(job: Job) -> bool:
+    """The job's results exist for the same effective parameters and code."""
+    params = runner.notebook_parameters(job.nb, job.profile, job.seed)
+    path = runner.ROOT / params["results_path"]
+    try:
+        results = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    expected = json.loads(json.dumps(runner.effective_parameters(job.nb, params)))
+    return results.get("params") == expected and results.get(
+        "code"
+    ) == runner.code_fingerprint(job.nb)
+
+
+def job_env() -> dict[str, str]:
+    """The environment of a job: one CPU thread, one worker."""
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "WSLIB_WORKERS": "1",
+    }
+
+
+def run_local(job: Job) -> None:
+    """Run one job here; raise with the end of its log when it fails."""
+    log = job.folder(runner.ROOT) / f"{job.nb}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        done = subprocess.run(
+            job.command(),
+            cwd=runner.ROOT,
+            env=job_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
+        )
+    if done.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-6:]
+        raise RuntimeError("\n".join([f"log: {log}", *tail]))
+
+
+def local_submitter(jobs: int) -> tuple[Callable[[Job], Handle], Callable[[], None]]:
+    """Submit to a pool of ``jobs`` threads, each running one job's process."""
+    pool = ThreadPoolExecutor(jobs)
+
+    def submit(job: Job) -> Future:
+        return pool.submit(run_local, job)
+
+    return submit, pool.shutdown
+
+
+def read_cluster_config(path: Path) -> dict[str, Any]:
+    """The Slurm settings; a clear error for a missing file or an unknown key."""
+    if not path.exists():
+        raise SystemExit(
+            f"error: no cluster config {path}; write one with the keys "
+            f"{', '.join(SLURM_KEYS)} (see the README, 'Sweeps')"
+        )
+    config = yaml.safe_load(path.read_text()) or {}
+    unknown = sorted(set(config) - set(SLURM_KEYS))
+    if unknown:
+        raise SystemExit(
+            f"error: {path} sets {', '.join(unknown)}; valid: {' '.join(SLURM_KEYS)}"
+        )
+    return config
+
+
+def slurm_submitter(path: Path) -> tuple[Callable[[Job], Handle], Callable[[], None]]:
+    """Submit each job with submitit (Slurm, or its local executor for tests)."""
+    import submitit
+
+    config = read_cluster_config(path)
+    workdir = Path(config.pop("workdir", runner.ROOT))
+    cluster = config.pop("cluster", "slurm")
+    executor = submitit.AutoExecutor(folder=workdir / "build/submitit", cluster=cluster)
+    partition = config.pop("partition", None)
+    if partition and cluster == "slurm":
+        config["slurm_partition"] = partition
+    executor.update_parameters(name="wslib-sweep", **config)
+
+    def submit(job: Job) -> Handle:
+        command = submitit.helpers.CommandFunction(
+            job.command(), cwd=workdir, env=job_env(), verbose=False
+        )
+        return executor.submit(command)
+
+    return submit, lambda: None
+
+
+def progress(done: int, running: int, failed: int, total: int) -> None:
+    print(f"   {done}/{total} done, {running} running, {failed} failed", flush=True)
+
+
+def sweep(jobs: list[Job], submit: Callable[[Job], Handle], width: int) -> list[Job]:
+    """Run ``jobs``, at most ``width`` at once; return those that failed."""
+    queue, running, failed, finished = list(jobs), {}, [], 0
+    while queue or running:
+        while queue and len(running) < width:
+            job = queue.pop(0)
+            running[job] = submit(job)
+        time.sleep(POLL_S if running else 0)
+        for job in [j for j, h in running.items() if h.done()]:
+            error = running.pop(job).exception()
+            finished += 1
+            if error is not None:
+                failed.append(job)
+                copy = job.folder(runner.ROOT) / f"{job.nb}.ipynb"
+                print(
+                    f"error: {job.name} failed; partial executed copy: {copy}\n"
+                    f"    {str(error).strip()}".replace("\n", "\n    "),
+                    file=sys.stderr,
+                    flush=True,
+                )
+            else:
+                print(f"{job.name}: done", flush=True)
+            progress(finished, len(running), len(failed), len(jobs))
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the sweep, then summarise each notebook's seeds."""
+    args = parse_args(argv)
+    jobs = [Job(nb, s, args.profile) for nb in args.notebooks for s in args.seeds]
+    try:
+        todo = [job for job in jobs if not is_current(job)]
+    except runner.UnknownParameter as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    print(f"{len(jobs)} jobs, {len(jobs) - len(todo)} already done", flush=True)
+    if args.executor == "local":
+        submit, close = local_submitter(args.jobs)
+        width = args.jobs
+    else:
+        submit, close = slurm_submitter(args.cluster_config)
+        width = len(todo) or 1
+    start = time.perf_counter()
+    try:
+        failed = sweep(todo, submit, width)
+    finally:
+        close()
+    for nb in args.notebooks:
+        write_summary(runner.ROOT / "results" / args.profile, nb)
+    print(f"sweep: {len(todo)} jobs run in {time.perf_counter() - start:.0f} s")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""notebooks/sweep.py: one job per (notebook, seed), resumable, failures named.
+
+The sweeps run a tiny notebook in a temporary repository root holding copies
+of run.py and sweep.py, as separate processes, the way ``make sweep`` does.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.conftest import ROOT
+
+BODY = (
+    "from wslib.runs.results import write_results\n\n"
+    'write_results(results_path, {"value": 10 * seed + width}, {})'
+)
+
+
+def tiny_notebook(path: Path, body: str = BODY) -> None:
+    parameters = 'profile = "cpu"\nresults_path = "r.json"\nseed = 0\nwidth = 3'
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# A tiny chapter"),
+            nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(body),
+        ],
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3"},
+            "language_info": {"name": "python"},
+        },
+    )
+    nbformat.write(notebook, path)
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    """A repository root with run.py, sweep.py, one tiny notebook and a cpu profile."""
+    notebooks = tmp_path / "notebooks"
+    (notebooks / "params").mkdir(parents=True)
+    for script in ("run.py", "sweep.py"):
+        shutil.copy(ROOT / "notebooks" / script, notebooks / script)
+    (notebooks / "params" / "cpu.yaml").write_text("{}\n")
+    tiny_notebook(notebooks / "00_tiny.ipynb")
+    return tmp_path
+
+
+def sweep(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "notebooks/sweep.py", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def value(repo: Path, seed: int) -> float:
+    results = json.loads((repo / f"results/cpu/seed-{seed}/00_tiny.json").read_text())
+    return results["metrics"]["value"]
+
+
+def test_each_seed_is_a_job_and_the_seeds_are_summarised(repo: Path) -> None:
+    done = sweep(repo, "--seeds", "1", "2", "--jobs", "2")
+    assert done.returncode == 0, done.stderr
+    assert (value(repo, 1), value(repo, 2)) == (13, 23)
+    summary = json.loads((repo / "results/cpu/seeds/00_tiny.json").read_text())
+    stats = summary["metrics"]["value"]
+    assert summary["seeds"] == [1, 2]
+    assert stats["values"] == {"1": 13.0, "2": 23.0}
+    assert (stats["n"], stats["mean"]) == (2, 18.0)
+    assert "2/2 done, 0 running, 0 failed" in done.stdout
+
+
+def test_a_restarted_sweep_runs_only_what_is_missing(repo: Path) -> None:
+    assert sweep(repo, "--seeds", "1", "2").returncode == 0
+    kept = repo / "results/cpu/seed-1/00_tiny.json"
+    stamp = kept.stat().st_mtime_ns
+    # a job killed mid-run leaves no results file (run.py removes it first)
+    (repo / "results/cpu/seed-2/00_tiny.json").unlink()
+    again = sweep(repo, "--seeds", "1", "2")
+    assert again.returncode == 0, again.stderr
+    assert "2 jobs, 1 already done" in again.stdout
+    assert kept.stat().st_mtime_ns == stamp
+    assert value(repo, 2) == 23
+
+
+def test_an_edited_notebook_reruns_its_jobs(repo: Path) -> None:
+    assert sweep(repo, "--seeds", "1").returncode == 0
+    tiny_notebook(repo / "notebooks/00_tiny.ipynb", BODY.replace("10 *", "100 *"))
+    again = sweep(repo, "--seeds", "1")
+    assert "1 jobs, 0 already done" in again.stdout
+    assert value(repo, 1) == 103
+
+
+def test_a_failed_job_is_named_and_the_others_go_on(repo: Path) -> None:
+    failing = BODY.replace(
+        "write_results(", "assert seed != 2, 'planted'\nwrite_results("
+    )
+    tiny_notebook(repo / "notebooks/00_tiny.ipynb", failing)
+    done = sweep(repo, "--seeds", "1", "2")
+    assert done.returncode == 1
+    assert "00_tiny seed 2 failed" in done.stderr
+    assert "build/cpu/seed-2/00_tiny.ipynb" in done.stderr
+    assert "planted" in done.stderr
+    assert value(repo, 1) == 13
+
+
+def test_the_cluster_path_runs_through_submitit(repo: Path) -> None:
+    config = repo / "sweep.yaml"
+    config.write_text("cluster: local\ntimeout_min: 5\n")
+    done = sweep(repo, "--seeds", "1", "2", "--executor", "slurm")
+    assert done.returncode == 0, done.stderr
+    assert (value(repo, 1), value(repo, 2)) == (13, 23)
+    assert list((repo / "build/submitit").iterdir())  # submitit's job folder
+
+
+def test_an_unknown_cluster_setting_is_named(repo: Path) -> None:
+    (repo / "sweep.yaml").write_text("cluster: local\npartiton: gpu\n")
+    done = sweep(repo, "--seeds", "1", "--executor", "slurm")
+    assert done.returncode != 0
+    assert "sweep.yaml sets partiton; valid:" in done.stderr
