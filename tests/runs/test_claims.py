@@ -1,0 +1,82 @@
+"""The claims registry and its verdict rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import NOTEBOOKS
+from wslib.runs.claims import (
+    CLAIMS,
+    FAILS,
+    HOLDS,
+    MIXED,
+    NOT_RUN,
+    PAPERS,
+    Claim,
+    claim_stats,
+    ledger,
+    verdict,
+)
+
+BELOW = Claim("c", "llpf", "x is small", "nb", "x", "<", 0.1)
+
+
+def stats(mean: float, low: float | None = None, high: float | None = None) -> dict:
+    if low is None:
+        return {"n": 1, "mean": mean, "std": None, "ci95": None}
+    return {"n": 3, "mean": mean, "std": 1.0, "ci95": [low, high]}
+
+
+@pytest.mark.parametrize(
+    ("summary", "expected"),
+    [
+        (None, NOT_RUN),
+        (stats(0.05), HOLDS),
+        (stats(0.15), FAILS),
+        (stats(0.05, 0.02, 0.08), HOLDS),
+        (stats(0.15, 0.12, 0.18), FAILS),
+        (stats(0.09, 0.05, 0.13), MIXED),
+    ],
+)
+def test_verdict_reads_the_whole_interval(summary: dict | None, expected: str) -> None:
+    assert verdict(BELOW, summary) == expected
+
+
+def test_above_rules_are_mirrored() -> None:
+    above = Claim("c", "llpf", "x is large", "nb", "x", ">", 1.0)
+    assert verdict(above, stats(1.5, 1.2, 1.8)) == HOLDS
+    assert verdict(above, stats(0.9, 0.8, 0.95)) == FAILS
+    assert verdict(above, stats(1.0, 0.9, 1.1)) == MIXED
+
+
+def test_a_ratio_claim_divides_seed_by_seed() -> None:
+    claim = Claim("r", "llpf", "a/b small", "nb", "a", "<", 0.5, per="b")
+    metrics = {
+        "a": {"values": {"0": 1.0, "1": 3.0}},
+        "b": {"values": {"0": 4.0, "1": 4.0}},
+    }
+    result = claim_stats(claim, metrics)
+    assert result["values"] == {"0": 0.25, "1": 0.75}
+    assert result["mean"] == 0.5
+    assert claim_stats(claim, {}) is None
+
+
+def test_ledger_reads_every_seed_present(tmp_path: Path) -> None:
+    for seed, x in ((0, 0.01), (1, 0.02), (2, 0.03)):
+        path = tmp_path / f"seed-{seed}" / "nb.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"params": {"seed": seed}, "metrics": {"x": x}}))
+    (row,) = ledger(tmp_path, (BELOW,))
+    assert row["stats"]["n"] == 3
+    assert row["verdict"] == HOLDS
+
+
+def test_the_registry_is_well_formed() -> None:
+    ids = [c.id for c in CLAIMS]
+    assert len(ids) == len(set(ids))
+    assert {c.paper for c in CLAIMS} <= set(PAPERS)
+    assert {c.chapter for c in CLAIMS} <= set(NOTEBOOKS)
+    assert all(c.op in "<>" for c in CLAIMS)
