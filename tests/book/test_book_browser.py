@@ -23,6 +23,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.conftest import NOTEBOOKS, ROOT
+from wslib.runs.claims import CLAIMS
 
 pytestmark = pytest.mark.slow
 
@@ -162,3 +163,15 @@ def test_chapter_shows_a_figure_and_no_traceback(
     assert page_title(browser)
     assert "Traceback (most recent call last)" not in browser.page_source
     assert loaded_figures(browser, 1) >= 1
+
+
+def test_claims_ledger_shows_every_claim_and_its_plots(
+    browser: webdriver.Chrome, site: str
+) -> None:
+    browser.get(f"{site}/ledger.html")
+    assert "Claims ledger" in page_title(browser)
+    rows = browser.find_elements(By.CSS_SELECTOR, "article table tbody tr")
+    assert len(rows) == len(CLAIMS)
+    papers = {claim.paper for claim in CLAIMS}
+    assert loaded_figures(browser, len(papers)) >= len(papers)
+    screenshot(browser, "ledger")

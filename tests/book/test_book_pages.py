@@ -23,6 +23,7 @@ import yaml
 from myst_nb.core.variables import format_plain_text
 
 from tests.conftest import NOTEBOOKS, ROOT, SMOKE, load_script
+from wslib.runs.claims import CLAIMS, NOT_RUN, ledger
 
 slow = pytest.mark.slow  # the tests that read the smoke book
 
@@ -324,3 +325,15 @@ def test_number_pattern() -> None:
     pattern = number(4000)
     assert pattern.search("on 4000 examples") and pattern.search("(4,000 signals)")
     assert not pattern.search("14000 or 40000 or 0.4000 or 4000.5")
+
+
+@slow
+def test_every_claim_is_measured_in_the_smoke_profile(
+    pages: dict, smoke_book: Path
+) -> None:
+    """Each claim names a metric its chapter writes: none is "not run" in smoke."""
+    rows = ledger(ROOT / "results" / "smoke", CLAIMS)
+    missing = [r["claim"].id for r in rows if r["verdict"] == NOT_RUN]
+    assert not missing, f"claims whose metric no smoke run wrote: {missing}"
+    text = pages[smoke_book / "ledger.html"].text
+    assert all(claim.text in text for claim in CLAIMS)
