@@ -9,6 +9,7 @@
 PROFILE ?= cpu
 SEED ?=
 JOBS ?=
+ALLOW_CPU ?=
 NB ?=
 SEEDS ?= 0 1 2
 EXECUTOR ?= local
@@ -19,7 +20,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILES := $(sort $(basename $(notdir $(wildcard notebooks/params/*.yaml))))
 NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.ipynb))))
-SEED_ARG := $(if $(SEED),--seed $(SEED))$(if $(JOBS), --jobs $(JOBS))
+SEED_ARG := $(if $(SEED),--seed $(SEED))$(if $(JOBS), --jobs $(JOBS))$(if $(ALLOW_CPU), --allow-cpu)
 EXECUTED := build/$(PROFILE)$(if $(SEED),/seed-$(SEED))
 
 # Check the arguments while the makefile is read, before anything is built:

@@ -25,6 +25,10 @@ not compute it twice: the second waits for the first (``entry_lock``). The
 notebooks' worker pools (``wslib.runs.workers``) share the cores
 (``WSLIB_WORKERS``).
 
+The ``gpu`` profile refuses to start without a usable CUDA device (it would
+quietly run on the CPU for days), naming the CUDA version torch was built
+for; ``--allow-cpu`` runs it anyway.
+
 Every requested notebook's parameters are checked before the first one runs;
 a failed notebook is reported (cell, error, partial executed copy) and the
 others go on. Exit status: 0 on success, 1 when a notebook fails, 2 for an
@@ -48,6 +52,7 @@ from typing import Any
 
 import nbformat
 import papermill
+import torch
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
@@ -93,6 +98,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"notebooks run side by side (default: one per core, at most {MAX_JOBS})",
     )
     parser.add_argument(
+        "--allow-cpu",
+        action="store_true",
+        help="run the gpu profile even when no CUDA device is usable",
+    )
+    parser.add_argument(
         "notebooks", nargs="*", metavar="NB", help="notebook stems (default: all)"
     )
     args = parser.parse_args(argv)
@@ -105,6 +115,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             fail_usage("notebook", nb, available_notebooks())
     args.notebooks = args.notebooks or available_notebooks()
     return args
+
+
+GPU_PROFILES = ("gpu",)  # profiles sized for a CUDA device
+
+
+def missing_cuda(profile: str, allow_cpu: bool) -> str | None:
+    """Why ``profile`` cannot start here (no usable CUDA device), or None."""
+    if profile not in GPU_PROFILES or allow_cpu or torch.cuda.is_available():
+        return None
+    built = torch.version.cuda
+    needs = (
+        f"this torch {torch.__version__} is built for CUDA {built} and needs an "
+        f"NVIDIA driver that supports CUDA {built} or newer"
+        if built
+        else f"this torch {torch.__version__} is a CPU-only build; install a CUDA build"
+    )
+    return (
+        f"profile '{profile}' needs a CUDA device and torch sees none ({needs}; "
+        "check `nvidia-smi`). To run it on the CPU anyway (days, not hours), "
+        "pass --allow-cpu (make book PROFILE=gpu ALLOW_CPU=1)."
+    )
 
 
 def cores() -> int:
@@ -385,6 +416,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {error}", file=sys.stderr)
             return 2
     args.jobs = min(args.jobs, len(args.notebooks))
+    problem = missing_cuda(args.profile, args.allow_cpu)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     start = time.perf_counter()
     failed = run_all(args)
     wall = time.perf_counter() - start

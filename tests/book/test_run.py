@@ -204,3 +204,17 @@ def test_a_failed_notebook_is_named_and_the_others_go_on(
 def test_jobs_must_be_positive(run: ModuleType) -> None:
     with pytest.raises(SystemExit):
         run.parse_args(["--jobs", "0"])
+
+
+def test_gpu_profile_refuses_to_start_without_cuda(
+    run: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """No silent fallback to days of CPU time: one line naming CUDA and the way out."""
+    monkeypatch.setattr(run.torch.cuda, "is_available", lambda: False)
+    write_profile(run, "gpu", {})
+    assert run.main(["--profile", "gpu"]) == 2
+    err = capsys.readouterr().err
+    assert "needs a CUDA device" in err and "--allow-cpu" in err
+    assert not (run.ROOT / "build").exists()
+    assert run.missing_cuda("gpu", allow_cpu=True) is None
+    assert run.missing_cuda("cpu", allow_cpu=False) is None
