@@ -41,3 +41,19 @@ def smoke_book() -> Path:
         if done.returncode != 0:
             pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")
     return ROOT / "book" / "_build" / "html"
+
+
+OTHER_SEED = 1  # the smoke book runs each notebook's default seed (0)
+
+
+@pytest.fixture(scope="session")
+def smoke_other_seed(smoke_book: Path) -> Path:
+    """Every notebook run again in the smoke profile with ``seed`` = OTHER_SEED.
+
+    Returns the results folder of that run (``results/smoke/seed-<OTHER_SEED>``).
+    """
+    script = ["notebooks/run.py", "--profile", SMOKE, "--seed", str(OTHER_SEED)]
+    done = subprocess.run([sys.executable, *script], cwd=ROOT, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")
+    return ROOT / "results" / SMOKE / f"seed-{OTHER_SEED}"
