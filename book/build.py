@@ -2,13 +2,15 @@
 
 Usage::
 
-    python book/build.py build/<profile>[/seed-<N>]
+    python book/build.py build/<profile>[/seed-<N>] [--edition full|student]
 
 Replaces ``book/chapters/`` with the executed notebooks of that folder, ends
-each with the claims it tests and writes the claims ledger (``book/ledger.py``,
-from every results file of the profile under ``results/``), then runs
-``jupyter-book build`` strictly (every warning is an error, all of them are
-listed) into ``book/_build/html``. Exit status: that of jupyter-book, or 2 when
+each with the claims it tests, writes the claims ledger (``book/ledger.py``,
+from every results file of the profile under ``results/``) and the course guide
+(``book/course.py``), then runs ``jupyter-book build`` strictly (every warning
+is an error, all of them are listed) into ``book/_build/html``. The student
+edition (``--edition student``) removes every solution and goes to
+``book/_student/_build/html``. Exit status: that of jupyter-book, or 2 when
 the folder holds no executed notebook.
 """
 
@@ -18,8 +20,11 @@ import argparse
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
+import yaml
+from course import strip_solutions, write_guide
 from ledger import append_claims, write_ledger
 
 BOOK = Path(__file__).resolve().parent
@@ -46,33 +51,63 @@ def results_dir(executed: Path) -> Path:
     return ROOT / "results" / profile
 
 
-def build_book() -> int:
+# Where each edition's HTML goes (jupyter-book writes <path-output>/_build/html).
+EDITIONS = {
+    "full": BOOK / "_build" / "html",
+    "student": BOOK / "_student" / "_build" / "html",
+}
+
+
+def edition_config(edition: str, folder: Path) -> Path:
+    """The book's configuration, with plain solutions hidden in the student edition."""
+    config = yaml.safe_load((BOOK / "_config.yml").read_text())
+    if edition == "student":
+        config.setdefault("sphinx", {}).setdefault("config", {})["hide_solutions"] = (
+            True
+        )
+    path = folder / "_config.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def build_book(edition: str = "full") -> int:
     """Run jupyter-book (from this Python's environment) on ``book/``; return its exit status."""
     jupyter_book = Path(sys.executable).parent / "jupyter-book"
-    command = [
-        str(jupyter_book),
-        "build",
-        str(BOOK),
-        "--all",
-        "--warningiserror",
-        "--keep-going",
-    ]
-    return subprocess.run(command, check=False).returncode
+    output = EDITIONS[edition]
+    with tempfile.TemporaryDirectory() as folder:
+        command = [
+            str(jupyter_book),
+            "build",
+            str(BOOK),
+            "--all",
+            "--warningiserror",
+            "--keep-going",
+            "--config",
+            str(edition_config(edition, Path(folder))),
+        ]
+        if edition != "full":
+            command += ["--path-output", str(output.parents[1])]
+        return subprocess.run(command, check=False).returncode
 
 
 def main(argv: list[str] | None = None) -> int:
     """Copy the executed notebooks and build the book."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("executed", type=Path, help="folder of executed notebooks")
+    parser.add_argument("--edition", choices=sorted(EDITIONS), default="full")
     args = parser.parse_args(argv)
     if not copy_chapters(args.executed):
         print(f"error: no executed notebooks in {args.executed}", file=sys.stderr)
         return 2
     results = results_dir(args.executed)
-    for chapter in sorted(CHAPTERS.glob("*.ipynb")):
+    chapters = sorted(CHAPTERS.glob("*.ipynb"))
+    for chapter in chapters:
         append_claims(chapter, results)
+        if args.edition == "student":
+            strip_solutions(chapter)
     write_ledger(results, BOOK)
-    return build_book()
+    write_guide(chapters, args.executed / "run_times.json", BOOK)
+    return build_book(args.edition)
 
 
 if __name__ == "__main__":

@@ -57,3 +57,13 @@ def smoke_other_seed(smoke_book: Path) -> Path:
     if done.returncode != 0:
         pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")
     return ROOT / "results" / SMOKE / f"seed-{OTHER_SEED}"
+
+
+@pytest.fixture(scope="session")
+def student_book(smoke_book: Path) -> Path:
+    """The student edition of the smoke book (every solution removed); its HTML folder."""
+    script = ["book/build.py", f"build/{SMOKE}", "--edition", "student"]
+    done = subprocess.run([sys.executable, *script], cwd=ROOT, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")
+    return ROOT / "book" / "_student" / "_build" / "html"

@@ -64,16 +64,27 @@ def ensure_chromium() -> None:
     )
 
 
-@pytest.fixture(scope="module")
-def site(smoke_book: Path) -> Iterator[str]:
-    """The built book served on 127.0.0.1 at a free port; yields its base URL."""
-    handler = functools.partial(QuietHandler, directory=str(smoke_book))
+def serve(folder: Path) -> Iterator[str]:
+    """``folder`` served on 127.0.0.1 at a free port; yields its base URL."""
+    handler = functools.partial(QuietHandler, directory=str(folder))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_port}"
     server.shutdown()
     server.server_close()
+
+
+@pytest.fixture(scope="module")
+def site(smoke_book: Path) -> Iterator[str]:
+    """The built book (with solutions), served; yields its base URL."""
+    yield from serve(smoke_book)
+
+
+@pytest.fixture(scope="module")
+def student_site(student_book: Path) -> Iterator[str]:
+    """The student edition, served; yields its base URL."""
+    yield from serve(student_book)
 
 
 @pytest.fixture(scope="module")
@@ -175,3 +186,23 @@ def test_claims_ledger_shows_every_claim_and_its_plots(
     papers = {claim.paper for claim in CLAIMS}
     assert loaded_figures(browser, len(papers)) >= len(papers)
     screenshot(browser, "ledger")
+
+
+SOLUTIONS = "return document.querySelectorAll('article .solution').length;"
+
+
+def test_student_edition_has_exercises_and_no_solution(
+    browser: webdriver.Chrome, site: str, student_site: str
+) -> None:
+    """Every chapter: exercises in both editions, solutions only in the default one."""
+    for nb in NOTEBOOKS:
+        browser.get(f"{site}/chapters/{nb}.html")
+        text = browser.find_element(By.TAG_NAME, "article").text
+        exercises = browser.find_elements(By.CSS_SELECTOR, "article .exercise")
+        assert exercises and browser.execute_script(SOLUTIONS) > 0, nb
+        browser.get(f"{student_site}/chapters/{nb}.html")
+        student = browser.find_element(By.TAG_NAME, "article").text
+        assert browser.find_elements(By.CSS_SELECTOR, "article .exercise"), nb
+        assert browser.execute_script(SOLUTIONS) == 0, nb
+        assert "Solution to" in text and "Solution to" not in student, nb
+    screenshot(browser, "student_edition")
