@@ -3,6 +3,8 @@
 #                                            default one per core), then build book/_build/html
 #   make notebook NB=01_symmetries [SEED=N] [PROFILE=cpu]
 #   make sweep SEEDS="0 1 2" [NB="03_llpf_m2m ..."] [PROFILE=cpu] [EXECUTOR=local|slurm]
+#   make book EDITION=student                   the same book without solutions (book/_student/)
+#   make publish [EDITION=full|student] [PUSH=1]   commit the built HTML to the gh-pages branch
 #   make data [DATA="mnist fashion_mnist cifar10 cifar100"]   download image data sets (gpu profile)
 #   make test      lint (ruff format --check, ruff check, lint-imports), then pytest
 #   make lint | make format | make clean | make clean-data
@@ -12,6 +14,9 @@ JOBS ?=
 ALLOW_CPU ?=
 NB ?=
 SEEDS ?= 0 1 2
+EDITION ?= full
+PUSH ?=
+GHP_IMPORT ?= $(VENV)/bin/ghp-import
 EXECUTOR ?= local
 DATA ?= mnist fashion_mnist cifar10 cifar100
 
@@ -33,18 +38,23 @@ endif
 ifneq ($(filter notebook,$(GOALS)),)
   $(call check,NB,$(NB),$(NOTEBOOKS))
 endif
+ifneq ($(filter book publish,$(GOALS)),)
+  $(call check,EDITION,$(EDITION),full student)
+endif
 ifneq ($(filter sweep,$(GOALS)),)
   $(call check,PROFILE,$(PROFILE),$(PROFILES))
   $(call check,EXECUTOR,$(EXECUTOR),local slurm)
 endif
 
-.PHONY: book notebook sweep data lint format test clean clean-data
+HTML := $(if $(filter student,$(EDITION)),book/_student/_build/html,book/_build/html)
+
+.PHONY: book notebook sweep publish data lint format test clean clean-data
 
 book: $(STAMP)
 	@start=$$(date +%s) && \
 	$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG) && \
-	$(PY) book/build.py $(EXECUTED) && \
-	echo "Book built: open $(CURDIR)/book/_build/html/index.html" && \
+	$(PY) book/build.py $(EXECUTED) --edition $(EDITION) && \
+	echo "Book built: open $(CURDIR)/$(HTML)/index.html" && \
 	echo "Wall time of the whole build: $$(( $$(date +%s) - start )) s"
 
 notebook: $(STAMP)
@@ -54,6 +64,13 @@ notebook: $(STAMP)
 sweep: $(STAMP)
 	$(PY) notebooks/sweep.py --profile $(PROFILE) --executor $(EXECUTOR) \
 		--seeds $(SEEDS) $(if $(JOBS),--jobs $(JOBS)) $(NB)
+
+# The built HTML of one edition as the only commit of branch gh-pages (with
+# .nojekyll, so GitHub Pages serves Sphinx's _static folder); PUSH=1 pushes it.
+publish:
+	@test -f $(HTML)/index.html || { echo "error: no built $(EDITION) edition in $(HTML); run make book EDITION=$(EDITION) first" >&2; exit 2; }
+	$(GHP_IMPORT) -n -f -b gh-pages -m "Publish the $(EDITION) edition of the book" $(if $(PUSH),-p) $(HTML)
+	@echo "Published $(HTML) to branch gh-pages$(if $(PUSH), and pushed it)"
 
 data: $(STAMP)
 	@$(PY) notebooks/download.py $(DATA)
@@ -78,7 +95,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 clean:
-	rm -rf build results book/_build book/chapters
+	rm -rf build results book/_build book/_student book/chapters book/ledger.md book/guide.md book/_static/ledger
 
 clean-data:
 	find data -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
