@@ -11,7 +11,8 @@ results land where ``make notebook SEED=S`` puts them
 (``<NB>.log``) under ``build/<profile>/seed-<S>/``. A job whose results file
 records the same effective parameters and the same code fingerprint (the
 library's source and the notebook's) is skipped, so a killed sweep restarted
-runs only what is missing. After the jobs, every swept notebook's seeds are
+runs only what is missing; so is a seed that ``make book`` already ran with the
+same parameters. After the jobs, every swept notebook's seeds are
 summarised in ``results/<profile>/seeds/<NB>.json`` (see
 :mod:`wslib.runs.sweeps`).
 
@@ -121,18 +122,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def is_current(job: Job) -> bool:
-    """The job's results exist for the same effective parameters and code."""
-    params = runner.notebook_parameters(job.nb, job.profile, job.seed)
-    path = runner.ROOT / params["results_path"]
+def same_run(path: Path, params: dict[str, Any], code: str) -> bool:
+    """The results file at ``path`` records ``params`` (its own path aside) and ``code``."""
     try:
         results = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return False
-    expected = json.loads(json.dumps(runner.effective_parameters(job.nb, params)))
-    return results.get("params") == expected and results.get(
-        "code"
-    ) == runner.code_fingerprint(job.nb)
+    recorded = {**results.get("params", {}), "results_path": params["results_path"]}
+    return recorded == params and results.get("code") == code
+
+
+def is_current(job: Job) -> bool:
+    """The job's results exist for the same effective parameters and code.
+
+    ``make book``'s own run of the notebook (``results/<profile>/<nb>.json``)
+    counts when its seed and every other parameter are the job's: the default
+    seed is then not run twice.
+    """
+    injected = runner.notebook_parameters(job.nb, job.profile, job.seed)
+    params = json.loads(json.dumps(runner.effective_parameters(job.nb, injected)))
+    code = runner.code_fingerprint(job.nb)
+    own = runner.ROOT / params["results_path"]
+    default = runner.ROOT / "results" / job.profile / f"{job.nb}.json"
+    return same_run(own, params, code) or same_run(default, params, code)
 
 
 def job_env() -> dict[str, str]:

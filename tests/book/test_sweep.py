@@ -126,3 +126,20 @@ def test_an_unknown_cluster_setting_is_named(repo: Path) -> None:
     done = sweep(repo, "--seeds", "1", "--executor", "slurm")
     assert done.returncode != 0
     assert "sweep.yaml sets partiton; valid:" in done.stderr
+
+
+def test_the_seed_make_book_ran_is_not_run_again(repo: Path) -> None:
+    book = subprocess.run(
+        [sys.executable, "notebooks/run.py", "--profile", "cpu"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert book.returncode == 0, book.stderr
+    done = sweep(repo, "--seeds", "0", "1")
+    assert done.returncode == 0, done.stderr
+    assert "2 jobs, 1 already done" in done.stdout
+    assert not (repo / "results/cpu/seed-0").exists()
+    summary = json.loads((repo / "results/cpu/seeds/00_tiny.json").read_text())
+    assert summary["metrics"]["value"]["values"] == {"0": 3.0, "1": 13.0}
