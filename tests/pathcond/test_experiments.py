@@ -13,7 +13,7 @@ from wslib.core.models import build_model
 from wslib.core.train import Recipe
 from wslib.pathcond import experiments
 from wslib.pathcond.experiments import (
-    PLAIN_SWEEPS,
+    PAPER_SWEEPS,
     Job,
     RunGrid,
     diag_g_check,
@@ -170,16 +170,33 @@ def fake_jobs(monkeypatch):
 
 def test_job_defaults_come_from_the_config_and_recipe(grid):
     job = grid.job("low", "pathcond", 3)
-    assert job == Job("low", (8, 8), 0.1, "relu", "pathcond", 0.1, 3, 2)
+    assert job == Job("low", (8, 8), 0.1, "relu", "pathcond", 0.1, 3, 2, True)
     other = grid.job(
         "low", "baseline", 0, lr=0.5, epochs=7, widths=[4], activation="gelu"
     )
-    assert other == Job("low", (4,), 0.1, "gelu", "baseline", 0.5, 0, 7)
+    assert other == Job("low", (4,), 0.1, "gelu", "baseline", 0.5, 0, 7, True)
+
+
+def test_output_bias_from_the_base_or_the_configuration():
+    base = {**BASE, "output_bias": False}
+    configs = {**CONFIGS, "low_bias": {**CONFIGS["low"], "output_bias": True}}
+    grid = RunGrid(base, toy_data(), RECIPE, configs)
+    paper, bias = (grid.job(c, "pathcond", 0) for c in ("low", "low_bias"))
+    assert not paper.output_bias and bias.output_bias
+    for job, expected in ((paper, False), (bias, True)):
+        config = grid.arguments(job)["config"]
+        assert config["output_bias"] is expected
+        assert (build_model(config).linears[-1].bias is not None) is expected
 
 
 def test_arguments_build_the_model_config_and_recipe(grid):
     kwargs = grid.arguments(grid.job("low", "pathcond", 3, lr=0.5, activation="gelu"))
-    assert kwargs["config"] == {**BASE, "widths": [8, 8], "activation": "gelu"}
+    assert kwargs["config"] == {
+        **BASE,
+        "widths": [8, 8],
+        "activation": "gelu",
+        "output_bias": True,
+    }
     assert kwargs["recipe"] == Recipe(**{**RECIPE, "lr": 0.5})
     assert (kwargs["method"], kwargs["seed"], kwargs["init_scale"]) == (
         "pathcond",
@@ -281,13 +298,29 @@ def test_layer_scale_rows_describe_every_layer_before_and_after():
     assert torch.allclose(g_before[head], g_after[head])
 
 
-def test_solver_comparison_reaches_f_no_higher_than_plain_sweeps():
-    row = solver_comparison(BASE, "const", CONFIGS["const"], toy_data(), 32, 0, 1)
-    assert row["config"] == "const"
-    assert row["F block"] <= row[f"F {PLAIN_SWEEPS} plain sweeps"] * (1 + 1e-9)
-    assert row["rescale / epoch"] == pytest.approx(
-        row["rescale s (total)"] / row["epoch s"]
+def test_solver_comparison_converged_against_ten_sweeps():
+    cfg = {"widths": [8, 24, 6], "init_scale": 0.1}
+    row = solver_comparison(BASE, "low", cfg, 0, 2)
+    assert row["config"] == "low"
+    full = row["F (converged)"]
+    block, neuron = (
+        row[f"F ({k}, {PAPER_SWEEPS} sweeps)"] for k in ("block", "per neuron")
     )
+    assert full <= block * (1 - 1e-12) and full <= neuron  # F < 0 here
+    assert block <= neuron + 1e-9 * abs(neuron)
+    assert row["sweeps (converged)"] > PAPER_SWEEPS
+    assert 0 < row["median scale diff. (10 sweeps vs converged)"] < 1
+    with pytest.raises(ValueError, match="repeats"):
+        solver_comparison(BASE, "low", CONFIGS["low"], 0, 0)
+
+
+def test_cost_rows_one_per_configuration():
+    rows = experiments.cost_rows(BASE, CONFIGS, toy_data(), 8, 0, 2)
+    assert [r["config"] for r in rows] == list(CONFIGS)
+    for r in rows:
+        assert r["rescale_over_epoch"] == pytest.approx(
+            r["rescale_seconds"] / r["epoch_seconds"]
+        )
 
 
 # --- chapter 8 and costs ----------------------------------------------------------

@@ -14,8 +14,10 @@ from tests.pathcond.planted import (
     run,
     toy_data,
 )
-from wslib.pathcond.experiments import PLAIN_SWEEPS, RunGrid
+from wslib.pathcond.experiments import RunGrid
 from wslib.pathcond.reports import (
+    ablation_rows,
+    ablation_text,
     activation_rows,
     add_cost_metrics,
     arch_metrics,
@@ -27,22 +29,28 @@ from wslib.pathcond.reports import (
     data_text,
     dataset_name,
     epochs_rows,
+    grid_edge_text,
     long_rows,
     long_text,
+    methods_list,
     mlp_metrics,
     mlp_text,
     model_text,
     percent,
+    pooling_text,
     rate_range_text,
     reached_text,
     setup_rows,
     sgd_text,
     size_points,
+    solver_text,
     speedup_rows,
+    speedup_verdict,
     speedups_text,
     summarise_grid,
     summarise_runs,
     sweep_rows,
+    tuned_verdict_text,
 )
 from wslib.runs.stats import RateSearch, summarise_epochs
 
@@ -223,8 +231,10 @@ def test_mlp_metrics_speedups_and_long_texts(grid, search):
     )
     assert "no baseline run of the sweep reached 99%" in text
     rows = long_rows(long, search.best)
-    assert rows[1]["lr"] == 0.3 and rows[1]["epochs to 99% (mean)"] == 2.0
-    assert rows[0]["reached"] == "0/2" and rows[0]["test acc."] == pytest.approx(0.4)
+    assert rows[1]["lr"] == 0.3 and rows[1]["epochs to 99%"] == "2.0 ± 0.0"
+    assert rows[1]["speed-up"] == ">= 1.50x" and rows[0]["speed-up"] == ""
+    assert rows[0]["reached"] == "0/2" and rows[0]["test acc."] == "0.400 ± 0.100"
+    assert rows[0]["epochs to 99%"] == "never"
 
 
 def test_long_text_has_no_note_when_the_baseline_reached_the_threshold(search):
@@ -281,22 +291,99 @@ def test_add_cost_metrics():
     rows = [
         {
             "config": c,
-            "rescale s (total)": r,
-            "epoch s": e,
-            "F block": 1.0,
-            f"F {PLAIN_SWEEPS} plain sweeps": 2.0,
+            "rescale_seconds": r,
+            "epoch_seconds": e,
+            "rescale_over_epoch": r / e,
         }
         for c, r, e in (("const", 1.0, 4.0), ("low", 3.0, 8.0))
     ]
+    solver = [{"config": "low", "F (converged)": 1.0, "s (converged)": 0.5}]
     metrics = {"const": {}, "low": {}}
-    add_cost_metrics(metrics, rows)
+    add_cost_metrics(metrics, rows, solver)
     assert metrics["const"] == {
         "rescale_seconds": 1.0,
         "epoch_seconds": 4.0,
-        "F_block": 1.0,
-        f"F_plain_{PLAIN_SWEEPS}_sweeps": 2.0,
+        "rescale_over_epoch": 0.25,
     }
+    assert metrics["low"]["solver"] == {"F (converged)": 1.0, "s (converged)": 0.5}
     assert (metrics["rescale_seconds"], metrics["epoch_seconds"]) == (2.0, 6.0)
+
+
+def test_speedup_verdict_respects_censoring():
+    def s(value, lower=False, upper=False, both=False):
+        return {
+            "value": value,
+            "lower_bound": lower,
+            "upper_bound": upper,
+            "both_censored": both,
+        }
+
+    assert speedup_verdict(s(1.2)) == "faster"
+    assert speedup_verdict(s(0.8)) == "slower"
+    assert speedup_verdict(s(1.0)) == "tied"
+    assert speedup_verdict(s(1.0, upper=True)) == "undecided"
+    assert speedup_verdict(s(1.5, lower=True)) == "faster"
+    assert speedup_verdict(s(1.5, upper=True)) == "undecided"
+    assert speedup_verdict(s(0.5, upper=True)) == "slower"
+    assert speedup_verdict(s(0.5, lower=True)) == "undecided"
+    assert speedup_verdict(s(1.5, both=True)) == "undecided"
+    assert speedup_verdict(s(None)) == "undecided"
+
+
+def test_tuned_verdict_text():
+    long = {
+        **long_summaries(),
+        ("even", "baseline"): summarise_runs([run(FAST, 0.6), run(FAST, 0.6)]),
+        ("even", "pathcond"): summarise_runs([run(SLOW, 0.5), run(SLOW, 0.5)]),
+    }
+    assert tuned_verdict_text(long, ["low", "even"]) == (
+        "PathCond reaches the threshold sooner than the baseline on `low`; later than "
+        "the baseline on `even`; its mean test accuracy is higher on `low` and not "
+        "higher on `even`"
+    )
+    long[("tie", "baseline")] = long[("tie", "pathcond")] = long[("even", "pathcond")]
+    assert tuned_verdict_text(long, ["tie"]) == (
+        "PathCond reaches the threshold after as many epochs (mean) as the baseline on "
+        "`tie`; its mean test accuracy is not higher on every one"
+    )
+    assert tuned_verdict_text(long, ["even"]) == (
+        "PathCond reaches the threshold later than the baseline on `even`; its mean "
+        "test accuracy is not higher on every one"
+    )
+    long[("none", "baseline")] = long[("even", "baseline")]
+    long[("none", "pathcond")] = summarise_runs([run(NEVER, 0.7), run(NEVER, 0.7)])
+    assert tuned_verdict_text(long, ["none"]).startswith(
+        "PathCond reaches the threshold later than the baseline on `none`"
+    )
+    long[("open", "baseline")] = long[("open", "pathcond")] = long[("none", "pathcond")]
+    assert "run length leaves open on `open`" in tuned_verdict_text(long, ["open"])
+    with pytest.raises(ValueError, match="at least one configuration"):
+        tuned_verdict_text(long, [])
+
+
+def test_ablation_rows_and_text(grid):
+    summaries = summarise_grid(grid, [0, 1])
+    rows = ablation_rows(summaries, {"low": "const"}, BASE, CONFIGS)
+    assert [(r["config"], r["method"]) for r in rows] == [
+        ("const", "baseline"),
+        ("const", "pathcond"),
+        ("low", "baseline"),
+        ("low", "pathcond"),
+    ]
+    assert rows[0]["layout"] == "with output bias"
+    paper = {**CONFIGS, "const": {**CONFIGS["const"], "output_bias": False}}
+    assert ablation_rows(summaries, {"low": "const"}, BASE, paper)[0]["layout"] == (
+        "no output bias (paper)"
+    )
+    gaps = [
+        summaries[(n, "pathcond")]["final_acc"]
+        - summaries[(n, "baseline")]["final_acc"]
+        for n in ("const", "low")
+    ]
+    assert ablation_text(summaries, {"low": "const"}) == (
+        f"on `const` {gaps[0]:+.3f} without the output bias and {gaps[1]:+.3f} with it "
+        "(`low`)"
+    )
 
 
 # --- chapter 8 --------------------------------------------------------------------
@@ -355,3 +442,61 @@ def test_cost_metrics():
         }
     ]
     assert cost_metrics(rows) == {"m": {"n_params": 10.0, "ratio": 0.5}}
+
+
+def test_solver_text():
+    row = {
+        "config": "low",
+        "F (converged)": 1.0,
+        "F (block, 10 sweeps)": 1.5,
+        "F (per neuron, 10 sweeps)": 2.0,
+        "s (converged)": 0.2,
+        "s (block, 10 sweeps)": 0.05,
+        "s (per neuron, 10 sweeps)": 0.5,
+        "sweeps (converged)": 40,
+        "median scale diff. (10 sweeps vs converged)": 0.125,
+    }
+    assert solver_text([row]) == (
+        "on `low` the converged solver takes 0.2 s (40 sweeps), 10 block sweeps "
+        "0.05 s and 10 per-neuron sweeps 0.5 s; 10 block sweeps leave F 0.5 above "
+        "the converged value and neuron scales that differ from the converged ones "
+        "by a median 12.5%"
+    )
+
+
+def test_methods_list_in_first_use_order():
+    text = methods_list(
+        {
+            "a": {"methods": ["pathcond", "baseline"]},
+            "b": {"methods": ["baseline", "enorm"]},
+        }
+    )
+    lines = text.splitlines()
+    assert len(lines) == 3 and "(`pathcond`)" in lines[0] and lines[-1].endswith(".")
+    assert "**baseline**" in lines[1] and "(`enorm`)" in lines[2]
+
+
+def test_pooling_text():
+    avg = {"name": "cnn1d", "pool": "avg", "fully_conv": True}
+    assert pooling_text(avg).endswith("is exact")
+    assert pooling_text({"name": "cifar_nv"}).endswith("an approximation")
+    assert pooling_text({**avg, "pool": "max"}).endswith("an approximation")
+    assert "(no pooling)" in pooling_text({**avg, "pool": None})
+    assert pooling_text({**avg, "pool": None}).endswith("is exact")
+    assert pooling_text({"name": "cnn2d", "fully_conv": True}).endswith("approximation")
+
+
+def test_model_text_names_cifar_nv():
+    config = {"name": "cifar_nv", "in_shape": [3, 32, 32], "n_classes": 10}
+    assert model_text(config) == "CIFAR-NV-like net (9 convolutions, max pooling)"
+    assert model_text({**config, "width": 0.5}).endswith(", width 0.5")
+
+
+def test_grid_edge_text():
+    search = RateSearch(0.99)
+    search.best = {("low", "baseline"): 0.1, ("low", "pathcond"): 0.01}
+    assert grid_edge_text(search, [1.0, 0.1, 0.01]) == (
+        "At an end of the grid (a better rate may lie outside it): pathcond on `low` "
+        "(lr 0.01)"
+    )
+    assert grid_edge_text(search, [1.0, 0.1, 0.01, 0.001]).startswith("No best rate")

@@ -10,9 +10,13 @@ they are rescaled with their neuron, so the network function is unchanged.
 The original applies one cycle after every SGD step (:func:`enorm_callback`
 with ``fit(on_step=...)``).
 
-:func:`enorm_step_pathcond_variant` is the variant used in the PathCond
-authors' experiments: once per epoch, biases left unscaled (the function
-changes).
+:func:`enorm_step_authors` is the variant in the PathCond authors'
+experiments (their copy of Stock et al.'s ``ENorm._step_fc`` with no biases
+registered): every scale is computed from the norms *before* the cycle (the
+loop reuses norms it computed one layer earlier), the last hidden layer is
+never visited (the loop stops one layer early), and biases are not rescaled
+(the function changes). :func:`enorm_step_pathcond_variant` applies it once
+per epoch.
 """
 
 from __future__ import annotations
@@ -85,12 +89,38 @@ def enorm_step(model: nn.Module, p: float = 2.0, rescale_bias: bool = True) -> N
     model.load_state_dict(state)
 
 
+@torch.no_grad()
+def enorm_step_authors(model: nn.Module, p: float = 2.0) -> None:
+    """One cycle of the PathCond authors' ENorm in place (see the module docstring).
+
+    All scales ``lam = (b / a)^(1 / (2p))`` come from the state before the
+    cycle; the last rescalable group keeps scale 1; biases are not rescaled.
+    """
+    if p <= 0:
+        raise ValueError(f"p must be positive, got {p}")
+    structure = _structure(model)
+    state = dict(model.state_dict())
+    groups = [g for g in structure.groups if g.rescalable][:-1]
+    scales, kept = {}, []
+    for group in groups:
+        a, b = _norm(state, group, "out", p), _norm(state, group, "in", p)
+        ok = (a > 0) & (b > 0)
+        scales[group.name] = torch.where(
+            ok, (b / a.clamp_min(1e-300)).pow(1 / (2 * p)), torch.ones_like(a)
+        )
+        slots = tuple(
+            s for s in group.slots if not (s.role == "out" and _is_bias(s.name, state))
+        )
+        kept.append(NeuronGroup(group.name, group.size, slots))
+    model.load_state_dict(rescale_state(state, NeuronStructure(tuple(kept)), scales))
+
+
 def enorm_callback(p: float = 2.0) -> Callable[[nn.Module], None]:
     """``on_step`` callback for :func:`wslib.core.train.fit`: one ENorm cycle after every SGD step."""
     return lambda model: enorm_step(model, p)
 
 
 def enorm_step_pathcond_variant(epoch: int, model: nn.Module) -> None:
-    """``on_epoch`` callback: the PathCond authors' ENorm (once per epoch, biases not rescaled)."""
+    """``on_epoch`` callback: the PathCond authors' ENorm (:func:`enorm_step_authors`)."""
     del epoch
-    enorm_step(model, 2.0, rescale_bias=False)
+    enorm_step_authors(model, 2.0)

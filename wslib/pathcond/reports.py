@@ -17,7 +17,8 @@ import numpy as np
 
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
-from wslib.pathcond.experiments import PLAIN_SWEEPS, Pair, RunGrid, mlp_config
+from wslib.pathcond.experiments import Pair, RunGrid, has_output_bias, mlp_config
+from wslib.pathcond.rescaling import PAPER_SWEEPS
 from wslib.runs.stats import (
     RateSearch,
     format_epochs,
@@ -95,7 +96,28 @@ def model_text(config: dict[str, Any]) -> str:
         )
     if name == "vgg11":
         return "VGG-11" + (" with BatchNorm" if config.get("bn") else "")
+    if name == "cifar_nv":
+        width = config.get("width", 1.0)
+        return "CIFAR-NV-like net (9 convolutions, max pooling)" + (
+            "" if width == 1.0 else f", width {width:g}"
+        )
     return name
+
+
+def pooling_text(config: dict[str, Any]) -> str:
+    """What the pooling of a fully convolutional ``config`` means for ``diag(G)``, in words."""
+    pool = "max" if config["name"] == "cifar_nv" else config.get("pool", "max")
+    if pool != "max":
+        layers = "ReLU and average pooling" if pool == "avg" else "ReLU (no pooling)"
+        return (
+            f"convolutions, {layers}, then a convolutional head and a "
+            "global mean: diag(G) is exact"
+        )
+    return (
+        "convolutions, ReLU and max pooling, then a convolutional head and a global "
+        "mean: diag(G) keeps the largest squared path mass at each "
+        "max pool (chapter 6), an approximation"
+    )
 
 
 def sgd_text(recipe: dict[str, Any]) -> str:
@@ -115,13 +137,35 @@ def config_text(base: dict[str, Any], name: str, cfg: dict[str, Any]) -> str:
         if cfg["init_scale"] == 1.0
         else f"every parameter multiplied by $a={cfg['init_scale']:g}$"
     )
-    return f"`{name}`: {mlp_text({**base, 'widths': cfg['widths']})}, {init}"
+    head = "" if has_output_bias(base, cfg) else ", no output bias"
+    return f"`{name}`: {mlp_text({**base, 'widths': cfg['widths']})}{head}, {init}"
 
 
 def config_list(base: dict[str, Any], configs: dict[str, dict[str, Any]]) -> str:
     """The configurations as a Markdown list (:func:`config_text`), one sentence."""
     items = [f"- {config_text(base, n, c)}" for n, c in configs.items()]
     return ";\n".join(items) + "."
+
+
+METHOD_TEXT = {
+    "baseline": "PyTorch's default initialisation (**baseline**)",
+    "kaiming": "**Kaiming normal** weights with zero biases (`kaiming`)",
+    "pathcond": "the default initialisation rescaled by **PathCond**, its solver run "
+    "to convergence (`pathcond`)",
+    "pathcond_10": "the same with the paper's solver setting, stopped after "
+    f"{PAPER_SWEEPS} sweeps (`pathcond_10`)",
+    "enorm": "**ENorm** as Stock et al. (2019) run it (`enorm`): after every SGD step "
+    "each hidden neuron is rescaled so that the 2-norms of its incoming and "
+    "outgoing weights match, biases following their neuron (the function is "
+    "kept); not the PathCond authors' variant, which skips the last hidden layer, "
+    "uses norms from before the cycle and leaves biases alone",
+}
+
+
+def methods_list(configs: dict[str, dict[str, Any]]) -> str:
+    """The initialisation methods used by ``configs`` as a Markdown list (first use order)."""
+    methods = dict.fromkeys(m for cfg in configs.values() for m in cfg["methods"])
+    return ";\n".join(f"- {METHOD_TEXT[m]}" for m in methods) + "."
 
 
 def reached_text(epochs: dict[str, Any]) -> str:
@@ -208,6 +252,21 @@ def best_rate_text(search: RateSearch[Pair], pair: Pair) -> str:
     return f"{method} at lr {lr:.3g} ({hit} epochs)"
 
 
+def grid_edge_text(search: RateSearch[Pair], grid: Sequence[float]) -> str:
+    """Which best rates lie at or beyond an end of the rate ``grid``, in words."""
+    lo, hi = min(grid), max(grid)
+    edge = [
+        f"{m} on `{n}` (lr {lr:.3g})"
+        for (n, m), lr in search.best.items()
+        if lr <= lo or lr >= hi
+    ]
+    if not edge:
+        return "No best rate lies at an end of the grid"
+    return "At an end of the grid (a better rate may lie outside it): " + ", ".join(
+        edge
+    )
+
+
 def best_rates_text(
     search: RateSearch[Pair],
     names: Sequence[str],
@@ -225,19 +284,168 @@ def long_rows(
     rates: dict[Pair, float],
     threshold: float = 0.99,
 ) -> list[dict[str, Any]]:
-    """Table rows of the evaluation at each method's best rate."""
-    return [
-        {
-            "config": name,
-            "method": method,
-            "lr": rates[(name, method)],
-            f"epochs to {percent(threshold)} (mean)": s["epochs"]["mean"],
-            "reached": reached_text(s["epochs"]),
-            "final train acc.": s["final_acc"],
-            "test acc.": s["test_acc"],
-        }
-        for (name, method), s in long_summary.items()
+    """Table rows of the evaluation at each method's best rate, with PathCond's speed-up.
+
+    Epochs to ``threshold`` as mean ± std (``>`` when censored), the runs
+    that reached it, final training and test accuracy (mean ± std); the
+    PathCond row of a configuration also gives its speed-up over the
+    baseline with its censoring (``>=``, ``<=``, ``~``, ``n/a``).
+    """
+    pct = percent(threshold)
+    rows = []
+    for (name, method), s in long_summary.items():
+        up = (
+            format_speedup(pair_speedup(long_summary, name))
+            if method == "pathcond" and (name, "baseline") in long_summary
+            else ""
+        )
+        rows.append(
+            {
+                "config": name,
+                "method": method,
+                "lr": rates[(name, method)],
+                f"epochs to {pct}": format_epochs(s["epochs"]),
+                "reached": reached_text(s["epochs"]),
+                "final train acc.": f"{s['final_acc']:.3f}",
+                "test acc.": f"{s['test_acc']:.3f} ± {s['test_acc_std']:.3f}",
+                "speed-up": up,
+            }
+        )
+    return rows
+
+
+def speedup_verdict(s: dict[str, Any] | None) -> str:
+    """Whether a :func:`speedup` says PathCond is ``"faster"``, ``"slower"``, ``"tied"``
+    (the same mean epochs, no run censored) or ``"undecided"``.
+
+    Censoring decides only in the direction it bounds: a lower bound above 1
+    is faster, an upper bound below 1 is slower; a ratio with both sides cut
+    by the run length, or none (no PathCond run reached), is undecided unless
+    the ratio is exact.
+    """
+    if s is None or s["value"] is None:
+        return "undecided"
+    value = s["value"]
+    if s.get("both_censored"):
+        return "undecided"
+    if abs(value - 1) < 1e-9 and not (s["lower_bound"] or s["upper_bound"]):
+        return "tied"
+    if value > 1 and not s["upper_bound"]:
+        return "faster"
+    if value < 1 and not s["lower_bound"]:
+        return "slower"
+    return "undecided"
+
+
+def tuned_verdict_text(
+    long_summary: dict[Pair, dict[str, Any]], names: Sequence[str]
+) -> str:
+    """The tuned comparison in words: where PathCond reaches the threshold sooner,
+    later, or undecided, and where its mean test accuracy is higher.
+
+    A configuration where every baseline run reached the threshold and no
+    PathCond run did counts as later (the ratio itself is undetermined).
+    """
+    if not names:
+        raise ValueError("tuned_verdict_text needs at least one configuration name")
+    groups: dict[str, list[str]] = {
+        "faster": [],
+        "slower": [],
+        "tied": [],
+        "undecided": [],
+    }
+    for name in names:
+        groups[_tuned_verdict(long_summary, name)].append(name)
+    higher = [
+        n
+        for n in names
+        if long_summary[(n, "pathcond")]["test_acc"]
+        > long_summary[(n, "baseline")]["test_acc"]
     ]
+    words = {
+        "faster": "sooner than the baseline on",
+        "slower": "later than the baseline on",
+        "tied": "after as many epochs (mean) as the baseline on",
+        "undecided": "in an order the run length leaves open on",
+    }
+    parts = [f"{words[k]} {_names(v)}" for k, v in groups.items() if v]
+    parts[0] = "PathCond reaches the threshold " + parts[0]
+    test = (
+        f"its mean test accuracy is higher on {_names(higher)} and not higher on "
+        f"{_names([n for n in names if n not in higher])}"
+        if 0 < len(higher) < len(names)
+        else "its mean test accuracy is "
+        + ("higher" if higher else "not higher")
+        + " on every one"
+    )
+    return "; ".join(parts) + "; " + test
+
+
+def _tuned_verdict(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
+    """:func:`speedup_verdict` of ``name``, "slower" when only the baseline reached."""
+    s = pair_speedup(long_summary, name)
+    base = long_summary[(name, "baseline")]["epochs"]
+    if s["value"] is None and not base["censored"]:
+        return "slower"
+    return speedup_verdict(s)
+
+
+def _names(names: Sequence[str]) -> str:
+    """Configuration names as a comma-separated list of code spans ("none" if empty)."""
+    return ", ".join(f"`{n}`" for n in names) if names else "none"
+
+
+def ablation_rows(
+    summaries: dict[Pair, dict[str, Any]],
+    pairs: dict[str, str],
+    base: dict[str, Any],
+    configs: dict[str, dict[str, Any]],
+    threshold: float = 0.99,
+) -> list[dict[str, Any]]:
+    """Rows of the output-bias ablation at the shared rate.
+
+    ``pairs`` maps a with-bias configuration to its paper-layout twin; each
+    row gives a configuration, its layout, a method, epochs to ``threshold``,
+    runs reaching it, final training and test accuracy.
+    """
+    rows = []
+    for bias_name, twin in pairs.items():
+        for name in (twin, bias_name):
+            layout = (
+                "with output bias"
+                if has_output_bias(base, configs[name])
+                else "no output bias (paper)"
+            )
+            for method in PAIR_METHODS:
+                s = summaries[(name, method)]
+                rows.append(
+                    {
+                        "config": name,
+                        "layout": layout,
+                        "method": method,
+                        f"epochs to {percent(threshold)}": format_epochs(s["epochs"]),
+                        "reached": reached_text(s["epochs"]),
+                        "final train acc.": f"{s['final_acc']:.3f}",
+                        "test acc.": f"{s['test_acc']:.3f}",
+                    }
+                )
+    return rows
+
+
+def ablation_text(summaries: dict[Pair, dict[str, Any]], pairs: dict[str, str]) -> str:
+    """The ablation in words: PathCond minus baseline final training accuracy, per layout."""
+    parts = []
+    for bias_name, twin in pairs.items():
+        gaps = [
+            summaries[(n, "pathcond")]["final_acc"]
+            - summaries[(n, "baseline")]["final_acc"]
+            for n in (twin, bias_name)
+        ]
+        parts.append(
+            f"on `{twin}` {gaps[0]:+.3f} without the output bias and {gaps[1]:+.3f} "
+            f"with it (`{bias_name}`)"
+        )
+    return "; ".join(parts)
 
 
 def pair_speedup(summaries: dict[Pair, dict[str, Any]], name: str) -> dict[str, Any]:
@@ -423,26 +631,50 @@ def activation_rows(
 
 
 def add_cost_metrics(
-    metrics: dict[str, Any], cost_rows: Sequence[dict[str, Any]]
+    metrics: dict[str, Any],
+    cost_rows: Sequence[dict[str, Any]],
+    solver_rows: Sequence[dict[str, Any]],
 ) -> None:
-    """Put the solver and cost rows of chapter 7 into ``metrics`` (in place).
+    """Put the cost and solver rows of chapter 7 into ``metrics`` (in place).
 
-    Per configuration: rescale and epoch seconds, F of the block solver and of
-    the plain sweeps; over all rows: the mean rescale and epoch seconds.
+    Per configuration: rescale and epoch seconds and their ratio, and the
+    solver comparison (every value of its row); over all cost rows: the mean
+    rescale and epoch seconds.
     """
     for row in cost_rows:
         metrics[row["config"]].update(
             {
-                "rescale_seconds": row["rescale s (total)"],
-                "epoch_seconds": row["epoch s"],
-                "F_block": row["F block"],
-                f"F_plain_{PLAIN_SWEEPS}_sweeps": row[f"F {PLAIN_SWEEPS} plain sweeps"],
+                "rescale_seconds": row["rescale_seconds"],
+                "epoch_seconds": row["epoch_seconds"],
+                "rescale_over_epoch": row["rescale_over_epoch"],
             }
         )
+    for row in solver_rows:
+        metrics[row["config"]]["solver"] = {
+            k: v for k, v in row.items() if k != "config"
+        }
     metrics["rescale_seconds"] = float(
-        np.mean([r["rescale s (total)"] for r in cost_rows])
+        np.mean([r["rescale_seconds"] for r in cost_rows])
     )
-    metrics["epoch_seconds"] = float(np.mean([r["epoch s"] for r in cost_rows]))
+    metrics["epoch_seconds"] = float(np.mean([r["epoch_seconds"] for r in cost_rows]))
+
+
+def solver_text(rows: Sequence[dict[str, Any]], sweeps: int = PAPER_SWEEPS) -> str:
+    """The solver comparison of :func:`~wslib.pathcond.experiments.solver_comparison` in words."""
+    parts = []
+    for r in rows:
+        block, neuron = f"block, {sweeps} sweeps", f"per neuron, {sweeps} sweeps"
+        gap = r[f"F ({block})"] - r["F (converged)"]
+        parts.append(
+            f"on `{r['config']}` the converged solver takes {r['s (converged)']:.3g} s "
+            f"({r['sweeps (converged)']} sweeps), {sweeps} block sweeps "
+            f"{r[f's ({block})']:.3g} s and {sweeps} per-neuron sweeps "
+            f"{r[f's ({neuron})']:.3g} s; {sweeps} block sweeps leave F "
+            f"{gap:.3g} above the converged value and neuron scales that differ "
+            f"from the converged ones by a median "
+            f"{r['median scale diff. (10 sweeps vs converged)']:.1%}"
+        )
+    return "; ".join(parts)
 
 
 # --- chapter 8 --------------------------------------------------------------------

@@ -66,6 +66,7 @@ from wslib.core.neurons import (
 from wslib.core.norms import is_batchnorm
 
 METHODS = ("block", "neuron")
+PAPER_SWEEPS = 10  # the authors stop their solver after 10 sweeps
 _HOMOGENEOUS = (nn.ReLU, nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d)
 _APPROXIMATE = (nn.GELU, nn.SiLU)
 _LINEAR = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.BatchNorm1d, nn.BatchNorm2d)
@@ -99,6 +100,8 @@ def check_architecture(model: nn.Module) -> bool:
                 "supports Linear/Conv layers, BatchNorm, ReLU (GELU/SiLU approximately), "
                 "average/max pooling and residual additions"
             )
+        if isinstance(module, (nn.AvgPool1d, nn.AvgPool2d)):
+            _check_avg_pool(name, module)
         if is_batchnorm(module) and not module.affine:
             raise TypeError(
                 f"BatchNorm {name!r} has no affine parameters to carry a scale"
@@ -116,6 +119,30 @@ def check_architecture(model: nn.Module) -> bool:
             stacklevel=3,
         )
     return approximate
+
+
+def _check_avg_pool(name: str, pool: nn.Module) -> None:
+    """Refuse average pooling whose divisor is not the kernel size everywhere."""
+    bad = [
+        option
+        for option, value in (
+            ("count_include_pad=False", not pool.count_include_pad and _padded(pool)),
+            ("ceil_mode=True", pool.ceil_mode),
+            ("divisor_override", getattr(pool, "divisor_override", None) is not None),
+        )
+        if value
+    ]
+    if bad:
+        raise TypeError(
+            f"average pooling {name!r} uses {', '.join(bad)}: its divisor then differs "
+            "between windows and the one-pass diag(G) would be wrong; use the default "
+            "pooling (count_include_pad=True, ceil_mode=False, no divisor_override)"
+        )
+
+
+def _padded(pool: nn.Module) -> bool:
+    padding = pool.padding
+    return any(padding) if isinstance(padding, tuple) else bool(padding)
 
 
 def rescalable_structure(model: nn.Module) -> NeuronStructure:
@@ -196,6 +223,7 @@ def _squared_network(model: nn.Module) -> fx.GraphModule:
     with torch.no_grad():
         for p in gm.parameters():
             p.copy_(p * p)
+            p.requires_grad_(True)  # frozen parameters of ``model`` have a g too
     return gm
 
 
@@ -209,8 +237,9 @@ def diag_g(model: nn.Module, in_shape: Sequence[int]) -> dict[str, torch.Tensor]
     check_architecture(model)
     gm = _squared_network(model)
     names, params = zip(*gm.named_parameters(), strict=True)
-    out = gm(torch.ones(1, *in_shape, dtype=torch.float64))
-    grads = torch.autograd.grad(out.sum(), params, allow_unused=True)
+    with torch.enable_grad():  # also inside a caller's no_grad block
+        out = gm(torch.ones(1, *in_shape, dtype=torch.float64))
+        grads = torch.autograd.grad(out.sum(), params, allow_unused=True)
     return {
         n: (torch.zeros_like(p) if gr is None else gr).detach()
         for n, p, gr in zip(names, params, grads, strict=True)
@@ -270,13 +299,16 @@ class PathCondResult:
     """Outcome of :func:`optimize_rescaling`.
 
     ``z[g]`` are the log-scales of group ``g`` (neuron scale ``exp(z/2)``),
-    ``objective`` the value of F before the first sweep and after each sweep.
+    ``objective`` the value of F before the first sweep and after each sweep,
+    ``converged`` whether the last sweep met the tolerance (False when the
+    solver stopped at ``max_sweeps``).
     """
 
     z: dict[str, np.ndarray]
     objective: list[float]
     seconds: float
     method: str
+    converged: bool = True
 
     @property
     def scales(self) -> dict[str, torch.Tensor]:
@@ -387,7 +419,7 @@ def optimize_rescaling(
     g: dict[str, torch.Tensor | np.ndarray],
     structure: NeuronStructure,
     method: str = "block",
-    max_sweeps: int = 100,
+    max_sweeps: int = 1000,
     rtol: float = 1e-12,
 ) -> PathCondResult:
     """Minimise F(z) by coordinate descent with closed-form steps, in float64.
@@ -404,7 +436,8 @@ def optimize_rescaling(
         neurons (the reference scheme).
     max_sweeps, rtol
         Stop after ``max_sweeps`` sweeps or when one sweep lowers F by at most
-        ``rtol * |F|``.
+        ``rtol * |F|``. Stopping at ``max_sweeps`` warns, unless ``rtol`` is 0
+        (a fixed number of sweeps, as the paper's ``max_sweeps=PAPER_SWEEPS``).
     """
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; valid: {METHODS}")
@@ -426,6 +459,7 @@ def optimize_rescaling(
 
     total = float(sum(v.sum() for v in work.values()))
     history = [value(total)]
+    converged = False
     for _ in range(max_sweeps):
         for view in views:
             zg = z[view.group.name]
@@ -441,8 +475,17 @@ def optimize_rescaling(
             total = float(sum(v.sum() for v in work.values()))
         history.append(value(total))
         if history[-2] - history[-1] <= rtol * abs(history[-1]):
+            converged = True
             break
-    return PathCondResult(z, history, time.perf_counter() - start, method)
+    if not converged and rtol > 0:
+        warnings.warn(
+            f"PathCond's solver stopped at max_sweeps={max_sweeps} before F changed by "
+            f"less than rtol={rtol:g} per sweep; raise max_sweeps for the optimum",
+            UserWarning,
+            stacklevel=2,
+        )
+    seconds = time.perf_counter() - start
+    return PathCondResult(z, history, seconds, method, converged)
 
 
 def am_over_gm(g: dict[str, torch.Tensor] | np.ndarray) -> float:
@@ -460,7 +503,7 @@ def pathcond_rescale(
     model: nn.Module,
     in_shape: Sequence[int],
     method: str = "block",
-    max_sweeps: int = 100,
+    max_sweeps: int = 1000,
     rtol: float = 1e-12,
 ) -> PathCondResult:
     """Rescale ``model`` in place by PathCond; its function does not change.
@@ -474,6 +517,56 @@ def pathcond_rescale(
     g = diag_g(model, in_shape)
     structure = rescalable_structure(model)
     result = optimize_rescaling(g, structure, method, max_sweeps, rtol)
-    state = rescale_state(model.state_dict(), structure, result.scales)
-    model.load_state_dict(state)
+    state = model.state_dict()
+    wide = {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
+    rescaled = rescale_state(wide, structure, result.scales)
+    changed = {k: v for k, v in rescaled.items() if v is not wide[k]}
+    check_range(state, changed, result.scales)
+    model.load_state_dict(rescaled)
     return result
+
+
+def check_range(
+    state: dict[str, torch.Tensor],
+    rescaled: dict[str, torch.Tensor],
+    scales: dict[str, torch.Tensor],
+) -> None:
+    """Check that ``scales`` and the rescaled tensors (float64) fit the dtypes of ``state``.
+
+    Raises
+    ------
+    ValueError
+        When a scale or a rescaled tensor is not finite, overflows the tensor's
+        dtype or a non-zero entry falls below its smallest normal number; the
+        message names the layer and suggests float64 or a larger init scale.
+    """
+    dtype = next((v.dtype for v in state.values() if v.is_floating_point()), None)
+    fix = (
+        "; compute in float64 (model.double()) or use a larger initial scale, "
+        "which makes the rescaling milder"
+    )
+    for name, lam in scales.items():
+        info = torch.finfo(dtype or torch.float64)
+        lam = torch.as_tensor(lam, dtype=torch.float64)
+        if not bool(torch.isfinite(lam).all()) or not _inside(lam, info):
+            raise ValueError(
+                f"PathCond's scales of layer {name!r} (from {float(lam.min()):.3g} to "
+                f"{float(lam.max()):.3g}) leave the {info.dtype} range{fix}"
+            )
+    for name, new in rescaled.items():
+        old = state[name]
+        if not old.is_floating_point():
+            continue
+        info = torch.finfo(old.dtype)
+        if not bool(torch.isfinite(new).all()) or not _inside(new, info):
+            raise ValueError(
+                f"PathCond's rescaling makes {name!r} overflow or underflow "
+                f"{old.dtype} (|entries| up to {float(new.abs().max()):.3g}){fix}"
+            )
+
+
+def _inside(t: torch.Tensor, info: torch.finfo) -> bool:
+    """Whether the non-zero entries of ``t`` lie between the smallest normal and max of ``info``."""
+    mag = t.abs()
+    mag = mag[mag > 0]
+    return not mag.numel() or bool((mag <= info.max).all() and (mag >= info.tiny).all())

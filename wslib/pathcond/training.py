@@ -16,7 +16,7 @@ from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, predict, seed_everything
 from wslib.pathcond.enorm import enorm_callback
-from wslib.pathcond.rescaling import pathcond_rescale
+from wslib.pathcond.rescaling import PAPER_SWEEPS, pathcond_rescale
 from wslib.runs.cache import cached_run
 
 # The modules whose source determines a run's result (its run-cache key).
@@ -28,7 +28,7 @@ CODE = (
     "wslib.pathcond.rescaling",
     "wslib.pathcond.training",
 )
-INIT_METHODS = ("baseline", "kaiming", "pathcond", "enorm")
+INIT_METHODS = ("baseline", "kaiming", "pathcond", "pathcond_10", "enorm")
 TASKS = ("classify", "autoencoder")
 
 
@@ -39,7 +39,9 @@ def prepare_model(
 
     ``baseline``: PyTorch's default initialisation; ``kaiming``: Kaiming-normal
     weights (fan-in, ReLU gain) and zero biases; ``pathcond``: default
-    initialisation rescaled by PathCond; ``enorm``: default initialisation
+    initialisation rescaled by PathCond (solver run to convergence);
+    ``pathcond_10``: the same with the paper's solver setting (stopped after
+    :data:`~wslib.pathcond.rescaling.PAPER_SWEEPS` sweeps); ``enorm``: default initialisation
     (ENorm acts during training). Every parameter is first multiplied by
     ``init_scale`` (low-variance initialisation), before any rescaling.
     """
@@ -59,9 +61,13 @@ def prepare_model(
         for p in model.parameters():
             p.mul_(init_scale)
     seconds = 0.0
-    if method == "pathcond":
+    if method in ("pathcond", "pathcond_10"):
+        paper = method == "pathcond_10"
+        sweeps = PAPER_SWEEPS if paper else 1000
         start = time.perf_counter()
-        pathcond_rescale(model, config["in_shape"])
+        pathcond_rescale(
+            model, config["in_shape"], max_sweeps=sweeps, rtol=0.0 if paper else 1e-12
+        )
         seconds = time.perf_counter() - start
     return model, seconds
 
