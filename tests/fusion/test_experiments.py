@@ -16,7 +16,8 @@ from wslib.core.files import code_version
 from wslib.core.models import build_model
 from wslib.core.train import evaluate, predict
 from wslib.fusion import experiments as fx
-from wslib.fusion.baselines import USES_IMPORTANCE, fuse_by
+from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, fuse_by
+from wslib.fusion.hfkf import class_share
 from wslib.fusion.levels import GradientConfig, chain_levels
 from wslib.runs.cache import cached_run
 
@@ -276,6 +277,7 @@ def _study(tmp_path=None, **changes) -> tuple[fx.RegimeStudy, FakeZoo]:
         "ridge": 1e-8,
         "gradient": {"max_epochs": 3, "patience": 2},
         "run_cache": tmp_path,
+        "val_per_class": 3,
     }
     return fx.RegimeStudy(**{**settings, **changes}), zoo
 
@@ -324,8 +326,36 @@ def test_fuse_setting_runs_every_method_and_importance() -> None:
     models, _ = study.base_models("sharded", 2, 0)
     individual = np.mean([fx.accuracy(m, study.ds) for m in models])
     assert two["rows"][0]["acc"] == pytest.approx(individual)
-    three = study.fuse_setting("full", 3, 0)
-    assert not any(r["method"].startswith("hf") for r in three["rows"])
+    xv, yv = study.validation_set(0)
+    val = np.mean([evaluate(m, xv, yv)[1] for m in models])
+    assert two["rows"][0]["val"] == pytest.approx(val)
+    three = study.fuse_setting("full", 3, 0)  # HF fuses three models too
+    assert {r["importance"] for r in three["rows"] if r["method"] == "hf_linear"} == {
+        "uniform",
+        "conductance",
+    }
+
+
+def test_head_rules_fuse_with_each_head_target() -> None:
+    study, _ = _study()
+    out = fx.head_rules(study, "sharded", 2, 0, "kf_linear", "uniform")
+    assert list(out) == ["equal", "data share", "attribution"]
+    models, counts = study.base_models("sharded", 2, 0)
+    xf, yf = study.fusion_set(0)
+    grad = GradientConfig(**study.gradient)
+    for name, weights in (("equal", None), ("data share", class_share(counts))):
+        fused = fuse_by(
+            "kf_linear", models, xf, yf, weights, ridge=study.ridge, gradient=grad
+        )
+        assert out[name] == fx.accuracy(fused, study.ds)
+
+
+def test_validation_set_is_balanced_and_outside_the_fusion_set() -> None:
+    study, _ = _study()
+    xv, yv = study.validation_set(0)
+    xf, _ = study.fusion_set(0)
+    assert torch.bincount(yv).tolist() == [3] * 10
+    assert not (xv[:, None] == xf[None]).flatten(2).all(2).any()
 
 
 def test_setting_key_names_everything_that_determines_a_setting() -> None:
@@ -431,9 +461,13 @@ def test_study_run_collects_rows_and_times(tmp_path) -> None:
     assert set(runs.regime) == {"full", "sharded"}
     assert list(runs.columns[:3]) == ["regime", "n", "seed"]
     assert len(runs) == 2 * (1 + 1 + 2)  # individual, averaging, kf_linear x 2
+    assert runs["val"].between(0, 1).all()
     assert [len(v) for v in seconds.values()] == [2, 4]
     again, _ = study.run(settings, progress=False)  # read back from the run cache
     pd.testing.assert_frame_equal(runs, again)
+
+
+VAL_BONUS = {("kf_gradient", "deeplift"): 0.5}  # best on validation, not on test
 
 
 def _runs() -> pd.DataFrame:
@@ -459,6 +493,7 @@ def _runs() -> pd.DataFrame:
                 rows += [
                     {"regime": regime, "n": n, "seed": s, "method": m}
                     | {"importance": imp, "acc": base + off}
+                    | {"val": base + off + VAL_BONUS.get((m, imp), 0.0)}
                     for (m, imp), off in cells.items()
                 ]
     return pd.DataFrame(rows)
@@ -526,24 +561,33 @@ def test_nested_accuracies_for_the_results_file() -> None:
     assert "hf_linear" not in acc["sharded"]["4"]
 
 
-def test_best_importance_picks_the_best_mean() -> None:
+def test_best_importance_picks_the_best_on_validation() -> None:
     summary = fx.summarise_runs(_runs())
     best = fx.best_importance(summary, "hf_linear")
-    assert best.n.tolist() == [2, 2]  # HF ran with two models only
+    assert best.n.tolist() == [2, 2]  # HF ran with two models only here
     assert set(best.importance) == {"conductance"}
     assert sorted(best["mean"]) == [0.75, 1.0]
     assert "deeplift" not in set(fx.best_importance(summary, "kf_linear").importance)
+    assert set(fx.best_importance(summary, "kf_gradient").importance) == {"deeplift"}
+    no_val = fx.summarise_runs(_runs().drop(columns="val"))
+    assert no_val["val"].isna().all()
+    with pytest.warns(UserWarning, match="lacks validation accuracies"):
+        by_test = fx.best_importance(no_val, "kf_gradient")
+    assert "deeplift" not in set(by_test.importance)
 
 
 def test_importance_gains_and_pivot() -> None:
     summary = fx.summarise_runs(_runs())
-    wide = fx.importance_pivot(summary)
+    assert "otfusion" in set(
+        fx.importance_pivot(summary).index.get_level_values("method")
+    )
+    wide = fx.importance_pivot(summary, HF_KF)
     assert set(wide.index.get_level_values("method")) == {
         "hf_linear",
         "kf_linear",
         "kf_gradient",
     }
-    gains = fx.importance_gains(summary, IMPORTANCES)
+    gains = fx.importance_gains(summary, IMPORTANCES, HF_KF)
     assert list(gains.columns) == ["conductance", "deeplift"]
     kf = gains.xs("kf_linear", level="method")
     assert (kf["conductance"] == 0.0).all()
@@ -557,28 +601,51 @@ def test_summary_cell_and_headline_numbers() -> None:
     assert fx.summary_cell(summary, "full", 2, "ensemble") == 87.5
     assert math.isnan(fx.summary_cell(summary, "full", 4, "hf_linear", "conductance"))
     head = fx.headline_numbers(summary, [2, 4], IMPORTANCES)
+    words = {k: head.pop(k) for k in list(head) if isinstance(head[k], str)}
+    hf_gap = head.pop("hf_lin_minus_grad")
+    assert math.isnan(hf_gap)  # no HF-Gradient runs in this table
     expected = {
         "n0": 2,
         "n_max": 4,
-        "sh_best_cond": 75.0,  # HF-Linear with Conductance
+        "sh_best": 50.0,  # chosen on validation, though HF-Linear tests higher
         "sh_ot": 37.5,
         "sh_avg": 25.0,
         "sh_ens": 62.5,
-        "sh_gap_ot": 37.5,
-        "sh_gap_avg": 50.0,
-        "full_best": 100.0,
+        "sh_gap_ot": 12.5,
+        "sh_gap_avg": 25.0,
+        "full_best": 75.0,
         "full_indiv": 75.0,
-        "full_gap": 25.0,
+        "full_gap": 0.0,
         "kf_lin_minus_grad": 6.25 / 3,
+        "shmax_best": 50.0,
         "shmax_ens": 62.5,
         "shmax_indiv": 50.0,
-        "shmax_kf": 56.25,
         "shmax_ot": 37.5,
+        "shmax_gap_ot": 12.5,
         "gain_conductance": 2.5,  # +12.5 in the 2 HF cells of 10
         "gain_deeplift": -6.25,
         "gain_positive_share": 0.1,
     }
     assert head == pytest.approx(expected)
+    assert words == {
+        "sh_best_name": "kf_gradient (deeplift)",
+        "full_best_name": "kf_gradient (deeplift)",
+        "shmax_best_name": "kf_gradient (deeplift)",
+        "sh_vs_ot": "beats",
+        "sh_vs_avg": "beats",
+        "full_vs_indiv": "does not beat",
+        "shmax_vs_ot": "beats",
+        "gradient_vs_linear": "is behind",  # 6.25 / 3 points: more than a tie
+    }
+    assert fx.select_variant(summary, "sharded", 2, ["hf_linear"]) == (
+        "hf_linear (conductance)",
+        75.0,
+    )
+    assert fx.verdict(0.4, tie="ties", within=0.5) == "ties"
+    assert fx.verdict(-0.6, tie="ties", within=0.5) == "does not beat"
+    assert fx.verdict(0.6, tie="ties", within=0.5) == "beats"
+    with pytest.raises(ValueError, match="no runs of"):
+        fx.select_variant(summary, "sharded", 4, ["hf_linear"])
 
 
 def test_mean_seconds_and_method_groups() -> None:
@@ -667,6 +734,27 @@ def test_compression_variants_and_distillation() -> None:
         wide, {**MLP, "widths": [4, 4]}, x, y, ds, QUICK, kd_epochs=2
     )
     assert again == out  # seeded: the same numbers every time
+
+
+def test_depth_compression_rows_and_verdict() -> None:
+    ds = _dataset()
+    deep = _models(1, {**MLP, "widths": [8, 8, 6]})[0]
+    shallow = {**MLP, "widths": [8, 6]}
+    rows = fx.depth_compression(deep, shallow, ds, [2, 4], QUICK, kd_epochs=2)
+    assert [(r["size"], r["method"]) for r in rows] == [
+        (s, m) for s in (20, 40) for m in ("kf_linear", "kf_gradient", "distillation")
+    ]
+    assert rows == fx.depth_compression(deep, shallow, ds, [2, 4], QUICK, 2)
+    fake = [
+        {"size": 20, "method": "kf_linear", "test acc": 0.5},
+        {"size": 20, "method": "kf_gradient", "test acc": 0.625},
+        {"size": 20, "method": "distillation", "test acc": 0.75},
+        {"size": 40, "method": "kf_linear", "test acc": 0.875},
+        {"size": 40, "method": "kf_gradient", "test acc": 0.5},
+        {"size": 40, "method": "distillation", "test acc": 0.75},
+    ]
+    out = fx.kf_versus_distillation(fake)
+    assert out == {"gap": {20: -12.5, 40: 12.5}, "kf_wins_at": [40], "n_sizes": 2}
 
 
 def test_size_sweep_rows_and_augmentation_gain() -> None:

@@ -9,13 +9,20 @@
 """
 
 from wslib.fusion.baselines import USES_IMPORTANCE, Ensemble, distill, fuse_by
-from wslib.fusion.hfkf import augment_fusion_set, class_share, fuse, model_importance
+from wslib.fusion.hfkf import (
+    attribution_share,
+    augment_fusion_set,
+    class_share,
+    fuse,
+    model_importance,
+)
 from wslib.fusion.levels import GradientConfig
 
 __all__ = [
     "USES_IMPORTANCE",
     "Ensemble",
     "GradientConfig",
+    "attribution_share",
     "augment_fusion_set",
     "class_share",
     "distill",

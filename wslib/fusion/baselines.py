@@ -11,7 +11,8 @@ model 0 before averaging.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import ot
@@ -24,13 +25,15 @@ from wslib.core.matching import weight_matching
 from wslib.core.neurons import StateDict, permute_state
 from wslib.core.norms import has_batchnorm, reset_bn_stats
 from wslib.core.train import batches
-from wslib.fusion.hfkf import fuse
+from wslib.fusion.hfkf import fuse, model_importance
 from wslib.fusion.levels import (
     GradientConfig,
     chain_levels,
     check_same_architecture,
+    check_scores,
     layer_io,
     neuron_matrix,
+    normalised_scores,
 )
 
 OT_COSTS = ("activation", "weight")
@@ -63,7 +66,7 @@ def _from_state(
     model = copy.deepcopy(template).cpu()
     model.load_state_dict(state)
     if has_batchnorm(model) and x_bn is not None:
-        reset_bn_stats(model, x_bn)
+        reset_bn_stats(model, x_bn.cpu())
     return model.eval()
 
 
@@ -76,7 +79,8 @@ def averaging(
 ) -> nn.Module:
     """Vanilla averaging of the weights (BatchNorm statistics recomputed on ``x_bn``)."""
     check_same_architecture(models)
-    return _from_state(models[0], average_states(_cpu_states(models)), x_bn)
+    fused = _from_state(models[0], average_states(_cpu_states(models)), x_bn)
+    return fused.to(_device(models))
 
 
 class Ensemble(nn.Module):
@@ -121,12 +125,14 @@ def last_layer_kd(
 ) -> nn.Module:
     """Model 0 with only its last layer distilled from the ensemble on the fusion set ``x``."""
     check_same_architecture(models)
-    teacher = Ensemble([copy.deepcopy(m).cpu().eval() for m in models], class_weights)
-    student = copy.deepcopy(models[0]).cpu().eval()
+    dev = _device(models)
+    teacher = Ensemble([copy.deepcopy(m).eval() for m in models], class_weights)
+    student = copy.deepcopy(models[0]).eval()
     head = head or last_linear(student)
     with torch.no_grad():
+        x = x.to(dev)
         soft = F.softmax(teacher(x) / temperature, 1)
-        feats = layer_io(student, [head], x, "input")[head]
+        feats = layer_io(student, [head], x, "input")[head].to(dev)
     layer = student.get_submodule(head)
     _fit_soft_targets(layer, feats, soft, epochs, lr, temperature, 128, seed)
     return student.eval()
@@ -158,14 +164,18 @@ def otfusion(
     models: Sequence[nn.Module],
     x: torch.Tensor | None = None,
     cost: str = "activation",
+    scores: Sequence[Mapping[str, torch.Tensor]] | None = None,
 ) -> nn.Module:
     """OTFusion: align every model to model 0 level by level with exact OT, then average.
 
     Per level, the transport ``T`` between model ``j``'s and model 0's neurons
-    (uniform marginals, squared-Euclidean ground cost on the activations over
-    ``x`` or on the incoming weights after aligning their inputs) gives the
-    aligned rows ``n_0 T^T W_j``; the next level's input columns are mixed with
-    the same map.
+    (marginals: uniform, or the neurons' importance ``scores`` scaled to sum
+    to 1; squared-Euclidean ground cost on the activations over ``x`` or on
+    the incoming weights after aligning their inputs) gives the aligned rows
+    ``diag(1/b) T^T W_j``; the next level's input columns are mixed with the
+    same map. With ``scores`` each aligned neuron carries the transported
+    importance ``diag(1/b) T^T s_j`` and the rows are averaged with those
+    weights (:func:`importance_average`); uniform: plain averaging.
     """
     if cost not in OT_COSTS:
         raise ValueError(f"cost must be one of {OT_COSTS}, got {cost!r}")
@@ -177,15 +187,18 @@ def otfusion(
     acts = (
         [layer_io(m, levels[:-1], x) for m in models] if cost == "activation" else None
     )
-    aligned = [states[0]]
+    marg = [
+        _level_weights(levels[:-1], states[j], scores, j) for j in range(len(models))
+    ]
+    aligned, aligned_w = [states[0]], [marg[0]]
     for j in range(1, len(models)):
-        state, p_prev = dict(states[j]), None
+        state, p_prev, weights = dict(states[j]), None, {}
         for li, name in enumerate(levels):
             w = _align_in(state[f"{name}.weight"].double(), p_prev)
-            b = state[f"{name}.bias"].double()
-            if li == len(levels) - 1:
-                state[f"{name}.weight"], state[f"{name}.bias"] = w.float(), b.float()
+            if li == len(levels) - 1:  # the head (with or without a bias)
+                state[f"{name}.weight"] = w.float()
                 break
+            b = state[f"{name}.bias"].double()
             w0 = states[0][f"{name}.weight"].double()
             if cost == "activation":
                 fa, fb = neuron_matrix(acts[j][name]), neuron_matrix(acts[0][name])
@@ -198,45 +211,138 @@ def otfusion(
                     ],
                     1,
                 )
-            m_cost = torch.cdist(fa, fb).pow(2).numpy()
-            na, nb = len(fa), len(fb)
-            plan = ot.emd(np.full(na, 1 / na), np.full(nb, 1 / nb), m_cost)
-            p = torch.as_tensor(plan * nb)  # columns sum to 1
+            ma, mb = marg[j][name], marg[0][name]
+            p = transport(torch.cdist(fa, fb).pow(2).numpy(), ma, mb)
             state[f"{name}.weight"] = torch.einsum("i...,ij->j...", w, p).float()
             state[f"{name}.bias"] = (b @ p).float()
+            weights[name] = torch.as_tensor(ma) @ p
             p_prev = p
         aligned.append(state)
-    return _from_state(models[0], average_states(aligned), None)
+        aligned_w.append(weights)
+    fused = importance_average(aligned, aligned_w, levels[:-1])
+    return _from_state(models[0], fused, None).to(_device(models))
+
+
+def transport(cost: np.ndarray, ma: np.ndarray, mb: np.ndarray) -> torch.Tensor:
+    """Exact OT plan between marginals ``ma`` and ``mb`` (scaled to sum 1), columns scaled to sum 1.
+
+    Entry ``(i, k)`` is the share of target neuron ``k`` that comes from
+    source neuron ``i``.
+    """
+    plan = ot.emd(ma / ma.sum(), mb / mb.sum(), cost)
+    return torch.as_tensor(plan / plan.sum(0, keepdims=True))
+
+
+def _level_weights(
+    levels: Sequence[str],
+    state: StateDict,
+    scores: Sequence[Mapping[str, torch.Tensor]] | None,
+    j: int,
+) -> dict[str, np.ndarray]:
+    """Per hidden level, model ``j``'s neuron weights (mean 1): uniform or its scores."""
+    out = {}
+    for name in levels:
+        n = len(state[f"{name}.weight"])
+        if scores is None:
+            out[name] = np.ones(n)
+            continue
+        s = scores[j][name].double().numpy()
+        if len(s) != n:
+            raise ValueError(
+                f"scores of model {j} at {name!r} have {len(s)} entries for {n} neurons"
+            )
+        out[name] = normalised_scores(torch.as_tensor(s))
+    return out
+
+
+def importance_average(
+    states: Sequence[StateDict],
+    weights: Sequence[Mapping[str, Any]],
+    levels: Sequence[str],
+) -> StateDict:
+    """Average of aligned chain states; the rows of level ``name`` weighted by ``weights[j][name]``.
+
+    Row ``k`` (weight row and bias) of a hidden level is
+    ``sum_j w_jk W_jk / sum_j w_jk``; everything else is the plain mean.
+    Equal weights give :func:`average_states`.
+    """
+    out = average_states(states)
+    for name in levels:
+        w = torch.stack([torch.as_tensor(np.asarray(ws[name])) for ws in weights])
+        w = (w / w.sum(0, keepdim=True)).double()  # (models, neurons)
+        for key in (f"{name}.weight", f"{name}.bias"):
+            rows = torch.stack([s[key].double() for s in states])
+            shape = (len(states), -1, *([1] * (rows.dim() - 2)))
+            out[key] = (w.reshape(shape) * rows).sum(0).to(states[0][key].dtype)
+    return out
+
+
+def _device(models: Sequence[nn.Module]) -> torch.device:
+    return next(models[0].parameters()).device
 
 
 # --- Git Re-Basin -----------------------------------------------------------------------------
 
 
 def rebasin_weight_matching(
-    models: Sequence[nn.Module], x_bn: torch.Tensor | None = None, seed: int = 0
+    models: Sequence[nn.Module],
+    x_bn: torch.Tensor | None = None,
+    seed: int = 0,
+    scores: Sequence[Mapping[str, torch.Tensor]] | None = None,
 ) -> nn.Module:
-    """Weight matching of every model to model 0 (any architecture), then averaging."""
+    """Weight matching of every model to model 0 (any architecture), then averaging.
+
+    With ``scores`` (chain architectures) the aligned rows are averaged with
+    the importance of the neurons they came from (:func:`importance_average`).
+    """
     check_same_architecture(models)
     structure = models[0].neuron_structure()
     states = _cpu_states(models)
-    aligned = [states[0]] + [
-        permute_state(s, structure, weight_matching(states[0], s, structure, seed=seed))
-        for s in states[1:]
+    perms = [None] + [
+        weight_matching(states[0], s, structure, seed=seed) for s in states[1:]
     ]
-    return _from_state(models[0], average_states(aligned), x_bn)
+    aligned = [states[0]] + [
+        permute_state(s, structure, p) for s, p in zip(states[1:], perms[1:])
+    ]
+    if scores is None:
+        fused = average_states(aligned)
+    else:
+        fused = permuted_importance_average(models, aligned, perms, scores)
+    return _from_state(models[0], fused, x_bn).to(_device(models))
+
+
+def permuted_importance_average(
+    models: Sequence[nn.Module],
+    aligned: Sequence[StateDict],
+    perms: Sequence[dict[str, torch.Tensor] | None],
+    scores: Sequence[Mapping[str, torch.Tensor]],
+) -> StateDict:
+    """:func:`importance_average` of permuted chain states, each score permuted with its neurons."""
+    levels = chain_levels(models[0])[:-1]
+    groups = [g.name for g in models[0].neuron_structure().groups]
+    weights = []
+    for j, state in enumerate(aligned):
+        w = _level_weights(levels, state, scores, j)
+        if perms[j] is not None:
+            w = {lv: w[lv][perms[j][g].numpy()] for g, lv in zip(groups, levels)}
+        weights.append(w)
+    return importance_average(aligned, weights, levels)
 
 
 def rebasin_activation_matching(
-    models: Sequence[nn.Module], x: torch.Tensor
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    scores: Sequence[Mapping[str, torch.Tensor]] | None = None,
 ) -> nn.Module:
     """Activation matching: per level, the assignment that maximises the correlation of
-    post-ReLU activations with model 0's; then averaging (chain architectures)."""
+    post-ReLU activations with model 0's; then averaging (chain architectures), weighted
+    by the neurons' importance when ``scores`` are given."""
     check_same_architecture(models)
     levels = chain_levels(models[0])
     groups = models[0].neuron_structure().groups
     acts = [layer_io(m, levels[:-1], x) for m in models]
     states = _cpu_states(models)
-    aligned = [states[0]]
+    aligned, all_perms = [states[0]], [None]
     for j in range(1, len(models)):
         perms = {}
         for group, name in zip(groups, levels[:-1]):
@@ -245,7 +351,13 @@ def rebasin_activation_matching(
             _, cols = linear_sum_assignment((a @ b.T).numpy(), maximize=True)
             perms[group.name] = torch.as_tensor(cols, dtype=torch.long)
         aligned.append(permute_state(states[j], models[0].neuron_structure(), perms))
-    return _from_state(models[0], average_states(aligned), None)
+        all_perms.append(perms)
+    fused = (
+        average_states(aligned)
+        if scores is None
+        else permuted_importance_average(models, aligned, all_perms, scores)
+    )
+    return _from_state(models[0], fused, None).to(_device(models))
 
 
 def _standardised(m: torch.Tensor) -> torch.Tensor:
@@ -267,7 +379,8 @@ METHODS = (
     "kf_linear",
     "kf_gradient",
 )
-USES_IMPORTANCE = ("hf_linear", "hf_gradient", "kf_linear", "kf_gradient")
+HF_KF = ("hf_linear", "hf_gradient", "kf_linear", "kf_gradient")
+USES_IMPORTANCE = (*HF_KF, "otfusion", "rebasin_wm", "rebasin_am")
 
 
 def fuse_by(
@@ -285,13 +398,17 @@ def fuse_by(
 ) -> nn.Module:
     """The model that ``method`` (one of :data:`METHODS`) makes of ``models`` on the fusion set.
 
-    ``importance``/``scores``/``fused``/``ridge``/``gradient`` only matter for
-    HF and KF; ``class_weights`` (per-class data shares) for the ensemble, the
-    distillation teacher and the HF/KF head target.
+    ``importance``/``scores`` matter for the methods in :data:`USES_IMPORTANCE`
+    (HF/KF: neuron weights; OTFusion: transport marginals and weighted
+    averaging; Git Re-Basin: weighted averaging after alignment);
+    ``fused``/``ridge``/``gradient`` only for HF and KF; ``class_weights``
+    (per-class weights of the models' logits) for the ensemble, the
+    distillation teacher and the HF/KF head target. The result is on
+    ``models[0]``'s device.
     """
     if method not in METHODS:
         raise ValueError(f"unknown fusion method {method!r}; valid: {METHODS}")
-    if method in USES_IMPORTANCE:
+    if method in HF_KF:
         grouping, retrofit = method.split("_")
         return fuse(
             models,
@@ -308,15 +425,21 @@ def fuse_by(
             seed,
             progress=False,
         ).model
+    if method in USES_IMPORTANCE and importance != "uniform":
+        if scores is None:
+            scores = [model_importance(m, x, y, importance, False) for m in models]
+        check_scores(scores, importance, len(models))
+    else:
+        scores = None
     simple = {
         "averaging": lambda: averaging(models, x),
         "ensemble": lambda: Ensemble(
-            [copy.deepcopy(m).cpu().eval() for m in models], class_weights
+            [copy.deepcopy(m).eval() for m in models], class_weights
         ),
         "last_layer_kd": lambda: last_layer_kd(models, x, class_weights, seed=seed),
-        "otfusion": lambda: otfusion(models, x, "activation"),
-        "rebasin_wm": lambda: rebasin_weight_matching(models, x, seed),
-        "rebasin_am": lambda: rebasin_activation_matching(models, x),
+        "otfusion": lambda: otfusion(models, x, "activation", scores),
+        "rebasin_wm": lambda: rebasin_weight_matching(models, x, seed, scores),
+        "rebasin_am": lambda: rebasin_activation_matching(models, x, scores),
     }
     return simple[method]().eval()
 
@@ -331,10 +454,20 @@ def distill(
     batch_size: int = 128,
     seed: int = 0,
 ) -> nn.Module:
-    """Knowledge distillation of a whole ``student`` from ``teacher`` on inputs ``x`` (in place)."""
-    student = student.cpu().train()
+    """Knowledge distillation of a whole ``student`` from ``teacher`` on inputs ``x`` (in place).
+
+    Runs on the student's device (the teacher's outputs and ``x`` are moved
+    there); the student comes back in eval mode, the teacher's mode is kept.
+    """
+    dev = next(student.parameters()).device
+    was_training = teacher.training
+    x = x.to(dev)
     with torch.no_grad():
-        soft = F.softmax(teacher.cpu().eval()(x) / temperature, 1)
+        teacher.eval()
+        t_dev = next(teacher.parameters()).device
+        soft = F.softmax(teacher(x.to(t_dev)).to(dev) / temperature, 1)
+    teacher.train(was_training)
+    student.train()
     _fit_soft_targets(student, x, soft, epochs, lr, temperature, batch_size, seed)
     return student.eval()
 
@@ -354,6 +487,7 @@ def _fit_soft_targets(
     gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
         for idx in batches(len(inputs), batch_size, gen):
+            idx = torch.as_tensor(idx, device=inputs.device)
             logp = F.log_softmax(module(inputs[idx]) / temperature, 1)
             loss = F.kl_div(logp, soft[idx], reduction="batchmean") * temperature**2
             opt.zero_grad(set_to_none=True)

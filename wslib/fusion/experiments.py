@@ -8,9 +8,10 @@
   regime, every method in every setting, each setting stored in the run cache
   under :data:`FUSION_CODE`), :func:`summarise_runs`, :func:`accuracy_table`,
   :func:`nested_accuracies`, :func:`importance_gains`,
-  :func:`headline_numbers` and :func:`self_fusion`.
+  :func:`headline_numbers`, :func:`head_rules` and :func:`self_fusion`.
 - Chapter 11, beyond the table: :func:`finetune_curves`,
   :func:`epochs_within`, :func:`width_fusions`, :func:`compression`,
+  :func:`depth_compression`, :func:`kf_versus_distillation`,
   :func:`cached_size_sweep` and :func:`architecture_zero_shot`.
 
 Every function runs the same steps, in the same order and with the same seeds,
@@ -22,6 +23,7 @@ from __future__ import annotations
 import copy
 import functools
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +40,14 @@ from wslib.core.data import Dataset, balanced_subset, class_counts
 from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, predict
-from wslib.fusion.baselines import USES_IMPORTANCE, Ensemble, distill, fuse_by
-from wslib.fusion.hfkf import augment_fusion_set, class_share, fuse, model_importance
+from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, Ensemble, distill, fuse_by
+from wslib.fusion.hfkf import (
+    attribution_share,
+    augment_fusion_set,
+    class_share,
+    fuse,
+    model_importance,
+)
 from wslib.fusion.levels import (
     GradientConfig,
     kmeans_groups,
@@ -63,6 +71,9 @@ modules the fusion methods call, and the whole fusion package."""
 
 AUGMENTATION = {"shift": 3, "noise": 0.1}
 """Settings of :func:`~wslib.fusion.hfkf.augment_fusion_set` in the size sweep."""
+
+GRADIENT_TIE = 0.5
+"""Linear and Gradient variants within this many points (mean over cells) count as a match."""
 
 SELF_FUSION_METHODS = ("averaging", "otfusion", "rebasin_wm", "hf_linear", "kf_linear")
 """Methods that must return a model fused with an exact copy of itself unchanged."""
@@ -348,6 +359,7 @@ class RegimeStudy:
     ridge: float
     gradient: dict[str, Any]
     run_cache: str | Path | None = None
+    val_per_class: int = 20
 
     @property
     def ds(self) -> Dataset:
@@ -378,6 +390,17 @@ class RegimeStudy:
         idx = balanced_subset(self.ds.y_train, self.fusion_per_class, s)
         return self.ds.x_train[idx], self.ds.y_train[idx]
 
+    def validation_set(self, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``val_per_class`` training examples per class outside the fusion set of seed ``s``.
+
+        Used to choose among fusion variants (never the test set); the base
+        models may have trained on these examples.
+        """
+        fusion = balanced_subset(self.ds.y_train, self.fusion_per_class, s)
+        rest = np.setdiff1d(np.arange(len(self.ds.y_train)), fusion)
+        idx = balanced_subset(self.ds.y_train, self.val_per_class, s + 10_000, rest)
+        return self.ds.x_train[idx], self.ds.y_train[idx]
+
     def train(
         self, settings: Iterable[tuple[str, int, int]], progress: bool = True
     ) -> None:
@@ -391,18 +414,25 @@ class RegimeStudy:
         """Test accuracy of every method (and importance) in one setting, and its fusion times.
 
         ``rows``: the mean individual model, then each method with each
-        importance it uses (HF only for two models); ``times``: seconds per
-        fusion. Importance scores are computed once per base model.
+        importance it uses, with test accuracy ``acc`` and accuracy ``val``
+        on :meth:`validation_set`; ``times``: seconds per fusion. Importance
+        scores are computed once per base model.
         """
         ds = self.ds
         models, counts = self.base_models(regime, n, s)
         share = class_share(counts)
         xf, yf = self.fusion_set(s)
+        xv, yv = self.validation_set(s)
+
+        def val(model: nn.Module) -> float:
+            return float(evaluate(model, xv, yv)[1])
+
         rows = [
             {
                 "method": "individual",
                 "importance": "uniform",
                 "acc": float(np.mean([accuracy(m, ds) for m in models])),
+                "val": float(np.mean([val(m) for m in models])),
             }
         ]
         times = []
@@ -412,8 +442,6 @@ class RegimeStudy:
         }
         grad_config = GradientConfig(**self.gradient)
         for method in self.methods:
-            if method.startswith("hf") and n != 2:
-                continue
             for imp in self.importances if method in USES_IMPORTANCE else ["uniform"]:
                 t0 = time.perf_counter()
                 fused = fuse_by(
@@ -430,7 +458,12 @@ class RegimeStudy:
                 )
                 times.append({"method": method, "seconds": time.perf_counter() - t0})
                 rows.append(
-                    {"method": method, "importance": imp, "acc": accuracy(fused, ds)}
+                    {
+                        "method": method,
+                        "importance": imp,
+                        "acc": accuracy(fused, ds),
+                        "val": val(fused),
+                    }
                 )
         return {"rows": rows, "times": times}
 
@@ -445,6 +478,7 @@ class RegimeStudy:
             "n": n,
             "seed": s,
             "fusion_per_class": self.fusion_per_class,
+            "val_per_class": self.val_per_class,
             "methods": self.methods,
             "importances": self.importances,
             "ridge": self.ridge,
@@ -473,6 +507,47 @@ class RegimeStudy:
         return pd.DataFrame(runs), seconds
 
 
+def head_rules(
+    study: RegimeStudy,
+    regime: str,
+    n: int,
+    s: int,
+    method: str = "kf_linear",
+    importance: str = "conductance",
+) -> dict[str, float]:
+    """Test accuracy of one fusion with each head-target rule: data share and attribution share.
+
+    ``"data share"``: :func:`~wslib.fusion.hfkf.class_share` of the training
+    counts; ``"attribution"``: :func:`~wslib.fusion.hfkf.attribution_share`
+    (the authors' rule) with ``importance``; ``"equal"``: equal weights.
+    """
+    models, counts = study.base_models(regime, n, s)
+    xf, yf = study.fusion_set(s)
+    rules = {
+        "equal": None,
+        "data share": class_share(counts),
+        "attribution": attribution_share(models, xf, yf, importance),
+    }
+    grad = GradientConfig(**study.gradient)
+    return {
+        name: accuracy(
+            fuse_by(
+                method,
+                models,
+                xf,
+                yf,
+                w,
+                importance,
+                ridge=study.ridge,
+                gradient=grad,
+                seed=s,
+            ),
+            study.ds,
+        )
+        for name, w in rules.items()
+    }
+
+
 def method_groups(methods: Sequence[str]) -> dict[str, list[str]]:
     """The methods in two figure panels: the baselines, and HF/KF with two references.
 
@@ -481,19 +556,23 @@ def method_groups(methods: Sequence[str]) -> dict[str, list[str]]:
     """
     references = ["individual"] + (["ensemble"] if "ensemble" in methods else [])
     return {
-        "baselines": ["individual", *(m for m in methods if m not in USES_IMPORTANCE)],
-        "HF / KF": [*references, *(m for m in methods if m in USES_IMPORTANCE)],
+        "baselines": ["individual", *(m for m in methods if m not in HF_KF)],
+        "HF / KF": [*references, *(m for m in methods if m in HF_KF)],
     }
 
 
 def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std (0 for one seed) of the accuracy per regime, n, method and importance."""
-    summary = (
-        runs.groupby(["regime", "n", "method", "importance"])["acc"]
-        .agg(["mean", "std"])
-        .reset_index()
-    )
+    """Mean and std (0 for one seed) of the test accuracy per regime, n, method and importance.
+
+    ``val``: the mean validation accuracy (NaN when the runs have none).
+    """
+    keys = ["regime", "n", "method", "importance"]
+    summary = runs.groupby(keys)["acc"].agg(["mean", "std"]).reset_index()
     summary["std"] = summary["std"].fillna(0.0)
+    if "val" in runs:
+        summary["val"] = runs.groupby(keys)["val"].mean().to_numpy()
+    else:
+        summary["val"] = float("nan")
     return summary
 
 
@@ -534,23 +613,45 @@ def nested_accuracies(
     return acc
 
 
+def _selection_column(summary: pd.DataFrame) -> str:
+    """``"val"`` when every row has a validation accuracy; else ``"mean"``, with a warning."""
+    if "val" in summary and summary["val"].notna().all():
+        return "val"
+    warnings.warn(
+        "the summary lacks validation accuracies; choosing variants by test accuracy "
+        "(rerun the settings to record them)",
+        stacklevel=3,
+    )
+    return "mean"
+
+
 def best_importance(summary: pd.DataFrame, method: str) -> pd.DataFrame:
-    """For each regime and n, the summary row of ``method`` with its best importance."""
+    """For each regime and n, the row of ``method`` whose importance is best on validation.
+
+    Falls back to the test accuracy, with a warning, only for summaries
+    without validation accuracies.
+    """
     rows = summary[summary.method == method]
-    return rows.loc[rows.groupby(["regime", "n"])["mean"].idxmax()]
+    return rows.loc[rows.groupby(["regime", "n"])[_selection_column(rows)].idxmax()]
 
 
-def importance_pivot(summary: pd.DataFrame) -> pd.DataFrame:
-    """Mean accuracy of the HF/KF variants: rows (regime, n, method), columns importance."""
-    hfkf = summary[summary.method.isin(USES_IMPORTANCE)]
-    return hfkf.pivot(
+def importance_pivot(
+    summary: pd.DataFrame, methods: Sequence[str] = USES_IMPORTANCE
+) -> pd.DataFrame:
+    """Mean accuracy of ``methods`` (default: all with importance): rows (regime, n, method), columns importance."""
+    view = summary[summary.method.isin(methods)]
+    return view.pivot(
         index=["regime", "n", "method"], columns="importance", values="mean"
     )
 
 
-def importance_gains(summary: pd.DataFrame, importances: Sequence[str]) -> pd.DataFrame:
-    """Accuracy gain (points) of each non-uniform importance over uniform weights, per HF/KF cell."""
-    wide = importance_pivot(summary)
+def importance_gains(
+    summary: pd.DataFrame,
+    importances: Sequence[str],
+    methods: Sequence[str] = USES_IMPORTANCE,
+) -> pd.DataFrame:
+    """Accuracy gain (points) of each non-uniform importance over uniform weights, per cell."""
+    wide = importance_pivot(summary, methods)
     return pd.DataFrame(
         {
             imp: 100 * (wide[imp] - wide["uniform"])
@@ -573,63 +674,110 @@ def summary_cell(
     return float(100 * rows["mean"].iloc[0]) if len(rows) else float("nan")
 
 
+def select_variant(
+    summary: pd.DataFrame, regime: str, n: int, methods: Sequence[str]
+) -> tuple[str, float]:
+    """The (method, importance) of ``methods`` best on validation in a cell, and its test accuracy (%).
+
+    The name reads ``"kf_linear (conductance)"``. Without validation
+    accuracies the test accuracy chooses, with a warning.
+    """
+    rows = summary[
+        (summary.regime == regime) & (summary.n == n) & summary.method.isin(methods)
+    ]
+    if not len(rows):
+        raise ValueError(f"no runs of {list(methods)} for {regime}, n={n}")
+    best = rows.loc[rows[_selection_column(rows)].idxmax()]
+    return f"{best.method} ({best.importance})", float(100 * best["mean"])
+
+
+def verdict(
+    gap: float,
+    better: str = "beats",
+    worse: str = "does not beat",
+    tie: str | None = None,
+    within: float = 0.0,
+) -> str:
+    """``better`` for a positive gap (points), ``worse`` otherwise.
+
+    With ``tie``, gaps of at most ``within`` points either way give ``tie``.
+    """
+    if tie is not None and abs(gap) <= within:
+        return tie
+    return better if gap > 0 else worse
+
+
 def headline_numbers(
     summary: pd.DataFrame, n_models: Sequence[int], importances: Sequence[str]
-) -> dict[str, float | int]:
-    """The numbers the chapter's closing text quotes (accuracies in %, gaps in points).
+) -> dict[str, float | int | str]:
+    """The numbers and verdicts the chapter's closing text quotes (accuracies in %, gaps in points).
 
     Sharded and full regimes with the fewest models (``n0``), the sharded
-    regime with the most (``n_max``), the gains of Conductance and DeepLIFT
-    over uniform weights and KF-Linear minus KF-Gradient averaged over cells.
+    regime with the most (``n_max``): the HF/KF variant and the OTFusion /
+    Git Re-Basin importance chosen on the validation set, their test
+    accuracies and gaps; the gains of Conductance and DeepLIFT over uniform
+    weights for HF/KF; linear minus gradient retrofit averaged over cells.
     """
     n0, n_max = n_models[0], n_models[-1]
 
     def cell(r: str, n: int, method: str, imp: str = "uniform") -> float:
         return summary_cell(summary, r, n, method, imp)
 
-    best_cond = max(
-        cell("sharded", n0, m, "conductance")
-        for m in USES_IMPORTANCE
-        if not (m.startswith("hf") and n0 != 2)
-    )
-    best_full = max(
-        cell("full", n0, m, imp) for m in USES_IMPORTANCE for imp in importances
-    )
-    wide = importance_pivot(summary)
-    gains = importance_gains(summary, importances)
-    return {
+    sh_name, sh_best = select_variant(summary, "sharded", n0, HF_KF)
+    _, sh_ot = select_variant(summary, "sharded", n0, ["otfusion"])
+    full_name, full_best = select_variant(summary, "full", n0, HF_KF)
+    shmax_name, shmax_best = select_variant(summary, "sharded", n_max, HF_KF)
+    _, shmax_ot = select_variant(summary, "sharded", n_max, ["otfusion"])
+    wide = importance_pivot(summary, HF_KF)
+    gains = importance_gains(summary, importances, HF_KF)
+
+    def lin_minus_grad(g: str) -> float:
+        methods = set(wide.index.get_level_values("method"))
+        if not {f"{g}_linear", f"{g}_gradient"} <= methods:
+            return float("nan")
+        diff = wide.xs(f"{g}_linear", level="method") - wide.xs(
+            f"{g}_gradient", level="method"
+        )
+        return float(100 * np.nanmean(diff.to_numpy()))
+
+    out: dict[str, float | int | str] = {
         "n0": int(n0),
         "n_max": int(n_max),
-        "sh_best_cond": best_cond,
-        "sh_ot": cell("sharded", n0, "otfusion"),
+        "sh_best_name": sh_name,
+        "sh_best": sh_best,
+        "sh_ot": sh_ot,
         "sh_avg": cell("sharded", n0, "averaging"),
         "sh_ens": cell("sharded", n0, "ensemble"),
-        "sh_gap_ot": best_cond - cell("sharded", n0, "otfusion"),
-        "sh_gap_avg": best_cond - cell("sharded", n0, "averaging"),
-        "full_best": best_full,
+        "full_best_name": full_name,
+        "full_best": full_best,
         "full_indiv": cell("full", n0, "individual"),
-        "full_gap": best_full - cell("full", n0, "individual"),
-        "kf_lin_minus_grad": float(
-            100
-            * (
-                wide.xs("kf_linear", level="method")
-                - wide.xs("kf_gradient", level="method")
-            )
-            .to_numpy()
-            .mean()
-        ),
+        "shmax_best_name": shmax_name,
+        "shmax_best": shmax_best,
         "shmax_ens": cell("sharded", n_max, "ensemble"),
         "shmax_indiv": cell("sharded", n_max, "individual"),
-        "shmax_kf": max(
-            cell("sharded", n_max, m, imp)
-            for m in ("kf_linear", "kf_gradient")
-            for imp in importances
-        ),
-        "shmax_ot": cell("sharded", n_max, "otfusion"),
+        "shmax_ot": shmax_ot,
+        "kf_lin_minus_grad": lin_minus_grad("kf"),
+        "hf_lin_minus_grad": lin_minus_grad("hf"),
         "gain_conductance": float(gains["conductance"].mean()),
         "gain_deeplift": float(gains["deeplift"].mean()),
         "gain_positive_share": float((gains > 0).to_numpy().mean()),
     }
+    out["sh_gap_ot"] = sh_best - sh_ot
+    out["sh_gap_avg"] = sh_best - out["sh_avg"]
+    out["full_gap"] = full_best - out["full_indiv"]
+    out["shmax_gap_ot"] = shmax_best - shmax_ot
+    out["sh_vs_ot"] = verdict(out["sh_gap_ot"])
+    out["sh_vs_avg"] = verdict(out["sh_gap_avg"])
+    out["full_vs_indiv"] = verdict(out["full_gap"])
+    out["shmax_vs_ot"] = verdict(out["shmax_gap_ot"])
+    out["gradient_vs_linear"] = verdict(
+        -float(np.nanmean([out["kf_lin_minus_grad"], out["hf_lin_minus_grad"]])),
+        "is ahead of",
+        "is behind",
+        "matches",
+        GRADIENT_TIE,
+    )
+    return out
 
 
 def mean_seconds(seconds: Mapping[str, Sequence[float]]) -> dict[str, float]:
@@ -790,6 +938,76 @@ def compression(
     torch.manual_seed(seed)
     student = distill(build_model(dict(narrow)), wide, x, kd_epochs, seed=seed)
     return {"variants": variants, "kd_acc": accuracy(student, ds)}
+
+
+def depth_compression(
+    deep: nn.Module,
+    shallow: Mapping[str, Any],
+    ds: Dataset,
+    sizes: Sequence[int],
+    gradient: GradientConfig,
+    kd_epochs: int,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """A deeper chain compressed into a shallower one (KF across depths) against distillation.
+
+    For each number of examples per class in ``sizes`` a balanced fusion set
+    is drawn with ``seed``; KF-Linear and KF-Gradient (uniform weights, one
+    base model, levels mapped by :func:`~wslib.fusion.hfkf.depth_map`) fit a
+    fresh ``shallow`` model, and knowledge distillation trains another fresh
+    one on the same inputs for ``kd_epochs``. Rows: per class, size, method,
+    test accuracy.
+    """
+    rows = []
+    for per_class in sizes:
+        idx = balanced_subset(ds.y_train, per_class, seed)
+        x, y = ds.x_train[idx], ds.y_train[idx]
+        for retrofit in ("linear", "gradient"):
+            torch.manual_seed(seed)
+            res = fuse(
+                [deep],
+                x,
+                y,
+                "kf",
+                retrofit,
+                fused=build_model(dict(shallow)),
+                gradient=gradient,
+                seed=seed,
+                progress=False,
+            )
+            rows.append(
+                {
+                    "per class": per_class,
+                    "size": len(idx),
+                    "method": f"kf_{retrofit}",
+                    "test acc": accuracy(res.model, ds),
+                }
+            )
+        torch.manual_seed(seed)
+        student = distill(build_model(dict(shallow)), deep, x, kd_epochs, seed=seed)
+        rows.append(
+            {
+                "per class": per_class,
+                "size": len(idx),
+                "method": "distillation",
+                "test acc": accuracy(student, ds),
+            }
+        )
+    return rows
+
+
+def kf_versus_distillation(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Per fusion-set size, the best KF variant minus distillation (points), and the sizes where KF wins."""
+    table = pd.DataFrame(rows).pivot_table(
+        index="size", columns="method", values="test acc"
+    )
+    kf = table[[c for c in table.columns if c.startswith("kf_")]].max(axis=1)
+    gap = 100 * (kf - table["distillation"])
+    return {
+        "gap": {int(k): float(v) for k, v in gap.items()},
+        "kf_wins_at": [int(k) for k, v in gap.items() if v > 0],
+        "n_sizes": len(gap),
+    }
 
 
 def size_sweep(

@@ -7,13 +7,15 @@ output on the fusion set, with spatial positions counted as extra samples.
 Bottom-up, for every hidden level:
 
 1. **Grouping.** The neurons of all base models are grouped (HF: one-to-one
-   Hungarian matching of two equal-width models; KF: importance-weighted
-   k-means, any number of models and widths, ``k`` = fused width). The targets
-   ``T_k`` are the importance-weighted centroids of the groups.
+   Hungarian matching of equal-width models; with more than two models, every
+   model is matched to model 0; KF: importance-weighted k-means, any number
+   of models and widths, ``k`` = fused width). The targets ``T_k`` are the
+   importance-weighted centroids of the groups.
 2. **Retrofitting.** The fused level, fed with the fused model's *own* outputs
    of the previous levels, is fitted to reproduce ``T_k``: closed-form ridge
-   least squares (``"linear"``) or Adam on the mean squared error with early
-   stopping on a held-out part of the fusion set (``"gradient"``).
+   least squares (``"linear"``) or full-batch gradient steps on the mean
+   squared error from the current weights (``"gradient"``, L-BFGS by default,
+   never worse than its start; :class:`GradientConfig`).
 
 The head is fitted the same way to the average of the base models' logits,
 optionally weighted per class by each model's share of that class's data.
@@ -50,9 +52,12 @@ from wslib.fusion.levels import (
     chain_levels,
     check_fusion_set,
     check_same_architecture,
+    check_same_classes,
+    check_scores,
     cost_decomposition,
     from_neuron_matrix,
-    hungarian_groups,
+    head_weights,
+    hf_groups,
     kmeans_groups,
     layer_io,
     neuron_matrix,
@@ -75,6 +80,35 @@ def class_share(counts: np.ndarray) -> np.ndarray:
     total = counts.sum(0, keepdims=True)
     uniform = np.full_like(counts, 1.0 / len(counts))
     return np.where(total > 0, counts / np.where(total > 0, total, 1), uniform)
+
+
+def attribution_share(
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    method: str = "conductance",
+) -> np.ndarray:
+    """Per-class weight of each model's logits by attribution, ``(n_models, n_classes)``.
+
+    The rule of the paper's authors: a model's weight for class ``c`` is the
+    total attribution (``method``, target ``c``) of its last hidden level on
+    the fusion examples of class ``c``, normalised over the models; the
+    alternative is :func:`class_share` (each model's share of the class's
+    training data). Chain architectures only.
+    """
+    n_classes = int(y.max()) + 1
+    out = np.zeros((len(models), n_classes))
+    for i, m in enumerate(models):
+        last = chain_levels(m)[-2]
+        for c in range(n_classes):
+            keep = y == c
+            if keep.any():
+                s = neuron_importance(
+                    m, [last], x[keep], y[keep], method, progress=False
+                )
+                out[i, c] = float(s[last].sum())
+    total = out.sum(0, keepdims=True)
+    return np.where(total > 0, out / np.where(total > 0, total, 1), 1.0 / len(models))
 
 
 def model_importance(
@@ -117,22 +151,28 @@ def fuse(
     x, y
         The fusion set; it must contain every class.
     grouping
-        ``"hf"`` (two models of equal widths) or ``"kf"`` (any).
+        ``"hf"`` (models of equal widths, each matched to model 0) or
+        ``"kf"`` (any widths).
     retrofit
-        ``"linear"`` (ridge least squares) or ``"gradient"`` (Adam, early stopping).
+        ``"linear"`` (ridge least squares) or ``"gradient"`` (see
+        :class:`GradientConfig`).
     importance
         ``"uniform"``, ``"conductance"`` or ``"deeplift"`` neuron weights.
     fused
         A model of the same architecture whose widths are the fused widths
-        (its weights are overwritten); default: a copy of ``models[0]``.
+        (a copy is fitted; HF: the base widths); for KF of chains it may be
+        shallower than the base models (:func:`depth_map`); default: a copy
+        of ``models[0]``. The result is on ``models[0]``'s device.
     class_weights
-        ``(n_models, n_classes)`` weights of each model's logits in the head's
-        target (e.g. :func:`class_share`); default equal weights.
+        ``(n_models, n_classes)`` non-negative weights of each model's logits
+        in the head's target (e.g. :func:`class_share` or
+        :func:`attribution_share`); every class needs a positive total;
+        default equal weights.
     ridge, gradient
         Settings of the two retrofitting variants.
     scores
-        Precomputed importance per model (:func:`model_importance`); computed
-        with ``importance`` when None.
+        Precomputed importance per model (:func:`model_importance` with the
+        same ``importance``); computed when None.
     seed, progress
         Seed of k-means and of the held-out split; progress bars.
     """
@@ -141,51 +181,54 @@ def fuse(
         raise ValueError(
             f"grouping must be one of {GROUPINGS} and retrofit one of {RETROFITS}"
         )
-    if grouping == "hf" and len(models) != 2:
-        raise ValueError(
-            f"HF fuses exactly two models, got {len(models)}; use KF for more"
-        )
+    if grouping == "hf" and len(models) < 2:
+        raise ValueError(f"HF fuses two or more models, got {len(models)}")
     check_same_architecture(models, same_widths=grouping == "hf")
     device = next(models[0].parameters()).device
     fused = copy.deepcopy(models[0] if fused is None else fused).to(device).eval()
-    check_same_architecture([models[0], fused], same_widths=False)
     residual = isinstance(models[0], RESIDUAL_ARCHS)
     levels = [] if residual else chain_levels(models[0])
-    n_classes = (
-        models[0].head if residual else models[0].get_submodule(levels[-1])
-    ).weight.shape[0]
-    check_fusion_set(y, n_classes)
-    weights = (
-        np.ones((len(models), n_classes))
-        if class_weights is None
-        else np.asarray(class_weights)
-    )
-    if weights.shape != (len(models), n_classes):
+    fused_levels = levels if residual else chain_levels(fused)
+    if len(fused_levels) == len(levels) or grouping == "hf" or residual:
+        check_same_architecture([models[0], fused], same_widths=grouping == "hf")
+    elif type(fused) is not type(models[0]):
         raise ValueError(
-            f"class_weights must have shape {(len(models), n_classes)}, got {weights.shape}"
+            f"a fused {type(fused).__name__} for base {type(models[0]).__name__} "
+            "models; fuse into a model of the base architecture"
         )
-    weights = weights / weights.sum(0, keepdims=True)
+    level_map = {} if residual else depth_map(levels, fused_levels)
+    n_classes = check_same_classes([*models], residual, levels)
+    fused_head = fused.head if residual else fused.get_submodule(fused_levels[-1])
+    if fused_head.weight.shape[0] != n_classes:
+        raise ValueError(
+            f"the fused model has {fused_head.weight.shape[0]} classes, the models "
+            f"{n_classes}; fuse models with the same output classes"
+        )
+    check_fusion_set(y, n_classes)
+    if len(x) != len(y):
+        raise ValueError(f"the fusion set has {len(x)} inputs but {len(y)} labels")
+    weights = head_weights(class_weights, len(models), n_classes)
     if scores is None:
         scores = [model_importance(m, x, y, importance, progress) for m in models]
+    check_scores(scores, importance, len(models))
     if residual:
         return fuse_residual(
             models, x, grouping, retrofit, fused, weights, scores, ridge, gradient, seed
         )
     outs = [layer_io(m, levels, x) for m in models]
-    result = FusionResult(fused, levels)
-    for li, name in enumerate(
-        tqdm(levels, desc=f"{grouping}-{retrofit}", disable=not progress, leave=False)
-    ):
-        module = fused.get_submodule(name)
-        if li < len(levels) - 1:
+    result = FusionResult(fused, fused_levels)
+    bar = tqdm(fused_levels, desc=grouping, disable=not progress, leave=False)
+    for li, fused_name in enumerate(bar):
+        name = level_map[fused_name]  # the base models' level it reproduces
+        module = fused.get_submodule(fused_name)
+        if li < len(fused_levels) - 1:
             mats = [neuron_matrix(o[name]).numpy() for o in outs]
             points = np.concatenate(mats)
             w = np.concatenate([normalised_scores(s[name]) for s in scores])
             k = module.weight.shape[0]
             if grouping == "hf":
-                labels = hungarian_groups(
-                    mats[0], mats[1], w[: len(mats[0])], w[len(mats[0]) :]
-                )
+                cuts = np.cumsum([len(m) for m in mats])[:-1]
+                labels = hf_groups(mats, np.split(w, cuts))
             else:
                 init = mats[0] if k == len(mats[0]) else None
                 labels = kmeans_groups(points, w, k, init, seed)
@@ -198,7 +241,7 @@ def fuse(
                 (torch.as_tensor(weights)[:, None, :] * logits).sum(0)
             ).numpy()
             points = labels = w = None
-        inputs = layer_io(fused, [name], x, "input")[name]
+        inputs = layer_io(fused, [fused_name], x, "input")[fused_name]
         target_t = torch.as_tensor(targets)
         if retrofit == "linear":
             retrofit_linear(module, inputs, target_t, ridge)
@@ -213,12 +256,35 @@ def fuse(
                     seed + li,
                 )
         if points is not None:
-            out = neuron_matrix(layer_io(fused, [name], x)[name]).numpy()
+            out = neuron_matrix(layer_io(fused, [fused_name], x)[fused_name]).numpy()
             result.costs.append(
-                {"level": name, **cost_decomposition(points, w, labels, out)}
+                {"level": fused_name, **cost_decomposition(points, w, labels, out)}
             )
     result.seconds = time.perf_counter() - start
     return result
+
+
+def depth_map(levels: Sequence[str], fused_levels: Sequence[str]) -> dict[str, str]:
+    """The base level that each level of the fused chain reproduces.
+
+    Equal depths: level ``i`` to level ``i``. A shallower fused chain (KF
+    across depths): its hidden levels are spread evenly over the base
+    model's, the last hidden level to the last, the head to the head, so
+    fused level ``j`` stands for the *stage* of base levels after the
+    previous mapped one up to ``round((j + 1) n / m) - 1`` (``n`` base and
+    ``m`` fused hidden levels). A deeper fused chain is refused.
+    """
+    n, m = len(levels) - 1, len(fused_levels) - 1
+    if m > n:
+        raise ValueError(
+            f"the fused model has {m} hidden levels, the base models {n}; KF maps a "
+            "deeper model into a shallower one, not the reverse"
+        )
+    out = {
+        f: levels[round((j + 1) * n / m) - 1] for j, f in enumerate(fused_levels[:-1])
+    }
+    out[fused_levels[-1]] = levels[-1]
+    return out
 
 
 def augment_fusion_set(

@@ -22,6 +22,14 @@ from wslib.core.train import batches
 IMPORTANCES = ("uniform", "conductance", "deeplift")
 
 
+class Scores(dict):
+    """Importance scores (layer or group name -> tensor) tagged with the ``method`` that made them."""
+
+    def __init__(self, scores: dict[str, torch.Tensor], method: str) -> None:
+        super().__init__(scores)
+        self.method = method
+
+
 def _untie_activations(model: nn.Module) -> nn.Module:
     """A copy of ``model`` in which no activation module object is used twice.
 
@@ -53,7 +61,7 @@ def neuron_importance(
     batch_size: int = 256,
     n_steps: int = 16,
     progress: bool = True,
-) -> dict[str, torch.Tensor]:
+) -> Scores:
     """Importance score of every output neuron (channel) of each named layer.
 
     Parameters
@@ -77,7 +85,8 @@ def neuron_importance(
     Returns
     -------
     dict
-        Layer name -> float64 tensor of shape ``(n_neurons,)``, non-negative.
+        Layer name -> float64 tensor of shape ``(n_neurons,)``, non-negative
+        (a :class:`Scores` dict that knows ``method``).
     """
     if method not in IMPORTANCES:
         raise ValueError(f"unknown importance {method!r}; valid: {IMPORTANCES}")
@@ -115,7 +124,7 @@ def neuron_importance(
             bar.update()
         scores[name] = (total / count).cpu()
     bar.close()
-    return scores
+    return Scores(scores, method)
 
 
 def _attribute(

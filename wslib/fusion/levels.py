@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,14 +115,88 @@ def check_same_architecture(
 
 
 def check_fusion_set(y: torch.Tensor, n_classes: int) -> None:
-    """Raise a ValueError naming the classes that the fusion set lacks."""
-    present = set(torch.as_tensor(y).unique().tolist())
+    """Raise a ValueError for labels outside ``[0, n_classes)`` or classes the fusion set lacks."""
+    y = torch.as_tensor(y)
+    if y.numel() and (y.min() < 0 or y.max() >= n_classes):
+        raise ValueError(
+            f"fusion labels must lie in [0, {n_classes}) for models with {n_classes} "
+            f"classes, got labels from {int(y.min())} to {int(y.max())}"
+        )
+    present = set(y.unique().tolist())
     missing = [c for c in range(n_classes) if c not in present]
     if missing:
         raise ValueError(
             f"the fusion set has no examples of classes {missing}; draw a class-balanced "
             "fusion set (wslib.core.data.balanced_subset) from the union of the training data"
         )
+
+
+def check_same_classes(
+    models: Sequence[nn.Module], residual: bool, levels: Sequence[str]
+) -> int:
+    """The common number of classes of ``models`` (heads); a ValueError when they differ."""
+    counts = [
+        (m.head if residual else m.get_submodule(levels[-1])).weight.shape[0]
+        for m in models
+    ]
+    if len(set(counts)) > 1:
+        raise ValueError(
+            f"the models have {counts} classes; "
+            "fuse models with the same output classes"
+        )
+    return counts[0]
+
+
+def head_weights(
+    class_weights: np.ndarray | None, n_models: int, n_classes: int
+) -> np.ndarray:
+    """Per-class weights of each model's logits, normalised so every column sums to 1."""
+    if class_weights is None:
+        return np.full((n_models, n_classes), 1.0 / n_models)
+    w = np.asarray(class_weights, dtype=np.float64)
+    if w.shape != (n_models, n_classes):
+        raise ValueError(
+            f"class_weights must have shape {(n_models, n_classes)}, got {w.shape}"
+        )
+    if not np.isfinite(w).all() or (w < 0).any():
+        raise ValueError("class_weights must be finite and non-negative")
+    empty = np.flatnonzero(w.sum(0) <= 0)
+    if len(empty):
+        raise ValueError(
+            f"class_weights give classes {empty.tolist()} zero total weight; give every "
+            "class a positive weight in some model (class_share does)"
+        )
+    return w / w.sum(0, keepdims=True)
+
+
+def check_scores(
+    scores: Sequence[Mapping[str, torch.Tensor]], importance: str, n_models: int
+) -> None:
+    """Raise a ValueError when ``scores`` do not belong to ``importance`` or to every model.
+
+    Scores from :func:`~wslib.fusion.importance.neuron_importance` carry the
+    method that computed them; plain dicts are checked only for ``"uniform"``
+    (all scores equal).
+    """
+    if len(scores) != n_models:
+        raise ValueError(
+            f"need importance scores for {n_models} models, got {len(scores)}"
+        )
+    for i, s in enumerate(scores):
+        method = getattr(s, "method", None)
+        if method is not None and method != importance:
+            raise ValueError(
+                f"scores of model {i} were computed with {method!r} but importance="
+                f"{importance!r}; pass matching scores or scores=None"
+            )
+        if importance == "uniform" and any(
+            len(v) and not torch.allclose(v.double(), v.double()[0].expand_as(v))
+            for v in s.values()
+        ):
+            raise ValueError(
+                f"importance='uniform' but the scores of model {i} are not uniform; "
+                "pass the importance they were computed with"
+            )
 
 
 @torch.no_grad()
@@ -132,7 +207,11 @@ def layer_io(
     kind: str = "output",
     batch_size: int = 512,
 ) -> dict[str, torch.Tensor]:
-    """Inputs (``kind="input"``) or outputs of the named modules on ``x`` (CPU, float32)."""
+    """Inputs (``kind="input"``) or outputs of the named modules on ``x`` (CPU, float32).
+
+    Runs in eval mode and restores the model's mode afterwards.
+    """
+    was_training = model.training
     model.eval()
     dev = next(model.parameters()).device
     store: dict[str, list[torch.Tensor]] = {n: [] for n in names}
@@ -155,6 +234,7 @@ def layer_io(
     finally:
         for h in handles:
             h.remove()
+        model.train(was_training)
     return {n: torch.cat(v) for n, v in store.items()}
 
 
@@ -205,6 +285,21 @@ def hungarian_groups(
     labels_b = np.empty(len(b), dtype=np.int64)
     labels_b[cols] = rows
     return np.concatenate([np.arange(len(a)), labels_b])
+
+
+def hf_groups(mats: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> np.ndarray:
+    """Labels of HF for any number of equal-width models (concatenated, model 0 first).
+
+    Every model's neurons are matched one-to-one to those of the reference,
+    model 0 (:func:`hungarian_groups`); group ``i`` holds model 0's neuron
+    ``i`` and its partner in every other model. Two models: the paper's HF.
+    """
+    if len(mats) < 2 or len(mats) != len(weights):
+        raise ValueError("HF needs at least two models and one weight vector each")
+    labels = [np.arange(len(mats[0]))]
+    for a, w in zip(mats[1:], weights[1:]):
+        labels.append(hungarian_groups(mats[0], a, weights[0], w)[len(mats[0]) :])
+    return np.concatenate(labels)
 
 
 def kmeans_groups(
@@ -288,12 +383,20 @@ def ridge_solve(
     its mean diagonal.
     """
     per_example = targets.shape[1] // n
-    gram, rhs = None, None
+    gram, rhs, total_rows = None, None, 0
     for start in range(0, n, chunk):
         a = rows(slice(start, start + chunk))
         t = targets[:, start * per_example : start * per_example + len(a)].double()
+        total_rows += len(a)
         gram = a.T @ a if gram is None else gram + a.T @ a
         rhs = a.T @ t.T if rhs is None else rhs + a.T @ t.T
+    if total_rows < len(gram):
+        warnings.warn(
+            f"least squares with {total_rows} samples for {len(gram)} unknowns per neuron "
+            "is underdetermined (the ridge term picks one solution); use a larger "
+            "fusion set",
+            stacklevel=2,
+        )
     lam = ridge * gram.diagonal().mean()
     return torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=gram.dtype), rhs)
 
@@ -306,69 +409,149 @@ def retrofit_linear(
 ) -> None:
     """Closed-form ridge least squares of an affine layer to ``targets`` (``(k, samples)``).
 
-    The bias is fitted through a ones column (see :func:`ridge_solve`).
+    The bias, if the layer has one, is fitted through a ones column (see
+    :func:`ridge_solve`).
     """
+
+    bias = module.bias is not None
 
     def rows(sl: slice) -> torch.Tensor:
         a = design_matrix(module, inputs[sl])
+        if not bias:
+            return a
         return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1)
 
     sol = ridge_solve(rows, targets, len(inputs), ridge)
-    w = sol[:-1].T.reshape(module.weight.shape)
+    w = sol[: len(sol) - bias].T.reshape(module.weight.shape)
     with torch.no_grad():
         module.weight.copy_(w.to(module.weight))
-        module.bias.copy_(sol[-1].to(module.bias))
+        if bias:
+            module.bias.copy_(sol[-1].to(module.bias))
+
+
+OPTIMIZERS = ("lbfgs", "adam")
 
 
 @dataclass(frozen=True)
 class GradientConfig:
-    """Adam retrofitting of one level: full-batch epochs, early stopping on a held-out part."""
+    """Gradient retrofitting of one level: full-batch L-BFGS (default) or Adam.
 
-    lr: float = 1e-2
-    max_epochs: int = 150
-    patience: int = 10
-    val_fraction: float = 0.2
+    ``"lbfgs"``: up to ``max_epochs`` L-BFGS iterations with a strong-Wolfe
+    line search and step ``lr`` (1: the quasi-Newton step), stopping early
+    once an iteration changes the loss by less than 1e-9 of its start. ``"adam"``: ``max_epochs``
+    full-batch Adam steps of size ``lr`` times the RMS of the starting
+    parameters (the step scales with the weights), cosine-annealed to zero,
+    stopped after ``patience`` epochs without improvement (0: never).
+    ``val_fraction`` > 0 holds out that part of the fusion set and selects the
+    result on it; 0 fits and selects on the whole set. Either way the result is
+    the better of the start and the end of the run (Adam: the best epoch) on
+    the selection loss, so it is never worse than the start.
+    """
+
+    lr: float = 1.0
+    max_epochs: int = 100
+    patience: int = 0
+    val_fraction: float = 0.0
+    optimizer: str = "lbfgs"
+
+    def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(
+                f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}"
+            )
+        if not 0.0 <= self.val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if self.lr <= 0 or self.max_epochs < 0 or self.patience < 0:
+            raise ValueError(
+                "GradientConfig needs lr > 0, max_epochs >= 0 and patience >= 0"
+            )
 
 
-def adam_early_stopping(
+def minimise(
     params: Sequence[torch.Tensor],
     train_loss: Callable[[], torch.Tensor],
-    val_loss: Callable[[], float],
+    select_loss: Callable[[], float],
     config: GradientConfig,
-) -> float:
-    """Full-batch Adam on ``train_loss()``; keep the values with the lowest ``val_loss()``.
+) -> dict[str, float]:
+    """Minimise ``train_loss()`` over ``params`` (full batch) and keep the best values.
 
-    Stops after ``config.patience`` epochs without improvement; returns the
-    best held-out loss.
+    The candidates are the starting values and the values the optimiser
+    reaches (Adam: after every epoch); the one with the lowest
+    ``select_loss()`` is written back. Returns the start's and the result's
+    selection loss.
     """
-    opt = torch.optim.Adam(params, lr=config.lr)
-    best, since, best_values = float("inf"), 0, [p.detach().clone() for p in params]
-    for _ in range(config.max_epochs):
-        loss = train_loss()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    with torch.no_grad():
+        start_loss = select_loss()
+    best, best_values = start_loss, [p.detach().clone() for p in params]
+
+    def consider() -> bool:
+        nonlocal best, best_values
         with torch.no_grad():
-            current = val_loss()
+            current = select_loss()
         if current < best:
-            best, since, best_values = current, 0, [p.detach().clone() for p in params]
-        else:
-            since += 1
-            if since >= config.patience:
+            best, best_values = current, [p.detach().clone() for p in params]
+            return True
+        return False
+
+    if config.optimizer == "lbfgs" and config.max_epochs > 0:
+        with torch.no_grad():
+            scale = float(train_loss())
+        opt = torch.optim.LBFGS(
+            params,
+            lr=config.lr,
+            max_iter=config.max_epochs,
+            history_size=20,
+            tolerance_grad=1e-12,
+            tolerance_change=1e-9 * scale,  # stop once the loss stalls
+            line_search_fn="strong_wolfe",
+        )
+
+        def closure() -> torch.Tensor:
+            opt.zero_grad(set_to_none=True)
+            loss = train_loss()
+            loss.backward()
+            return loss
+
+        opt.step(closure)
+        consider()
+    elif config.max_epochs > 0:
+        with torch.no_grad():
+            scale = torch.cat([p.detach().flatten() for p in params]).pow(2).mean()
+        step = config.lr * (float(scale.sqrt()) if scale > 0 else 1.0)
+        opt = torch.optim.Adam(params, lr=step)
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config.max_epochs)
+        since = 0
+        for _ in range(config.max_epochs):
+            loss = train_loss()
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            sched.step()
+            since = 0 if consider() else since + 1
+            if config.patience and since >= config.patience:
                 break
     with torch.no_grad():
         for p, value in zip(params, best_values):
             p.copy_(value)
-    return best
+    return {"start": start_loss, "best": best}
 
 
 def held_out_split(
     n: int, val_fraction: float, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Indices of the held-out and the training examples, drawn once with ``seed``."""
+    """Indices of the held-out and the training examples, drawn once with ``seed``.
+
+    ``val_fraction`` 0: no held-out part; both index sets are all examples.
+    """
+    if val_fraction == 0:
+        every = torch.arange(n)
+        return every, every
     n_val = max(1, round(val_fraction * n))
     if n_val >= n:
-        raise ValueError(f"fusion set of {n} examples is too small to hold out {n_val}")
+        raise ValueError(
+            f"fusion set of {n} examples is too small to hold out {n_val}; "
+            "lower GradientConfig.val_fraction"
+        )
     order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     return order[:n_val], order[n_val:]
 
@@ -380,24 +563,23 @@ def retrofit_gradient(
     config: GradientConfig = GradientConfig(),
     seed: int = 0,
 ) -> dict[str, float]:
-    """Train an affine level on the MSE to ``targets`` (module-output shape) with Adam.
+    """Fit a level to ``targets`` (module-output shape) by gradient steps on the MSE.
 
-    Training starts from the module's current weights. The examples are split
-    once into a training and a held-out part (``val_fraction``); the weights
-    with the lowest held-out MSE are kept (training stops after ``patience``
-    epochs without improvement).
+    Training starts from the module's current weights (see
+    :class:`GradientConfig` and :func:`minimise`); the result is never worse
+    than the start on the selection loss. Returns the start's and the
+    result's selection MSE.
     """
     val, train = held_out_split(len(inputs), config.val_fraction, seed)
-    dev = module.weight.device
+    dev = next(module.parameters()).device
     x, t = inputs.to(dev), targets.to(dev, torch.float32)
     x_tr, t_tr, x_val, t_val = x[train], t[train], x[val], t[val]
-    best = adam_early_stopping(
+    return minimise(
         list(module.parameters()),
         lambda: F.mse_loss(module(x_tr), t_tr),
         lambda: F.mse_loss(module(x_val), t_val).item(),
         config,
     )
-    return {"val_mse": best}
 
 
 @dataclass

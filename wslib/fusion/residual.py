@@ -16,8 +16,10 @@ write; pre-ReLU in the ResNets). Here:
    affine layer, or the layers that write one stream value together (a
    block's last conv and its projection shortcut), is fitted to the targets
    minus what an identity shortcut already carries. Linear: ridge least
-   squares; gradient: Adam on the mean squared error with early stopping on a
-   held-out part (the same settings as for chains).
+   squares; gradient: full-batch L-BFGS (or Adam) on the mean squared error
+   of the same affine design (the settings of the chains). This differs from
+   the paper, which trains whole blocks end to end: every step here is linear
+   in its weights, so both variants minimise one convex objective.
 
 Layers without a linear-in-weights role are set as follows, and stated:
 
@@ -49,16 +51,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from wslib.core.models import ResNet, Transformer
-from wslib.fusion.importance import neuron_importance
+from wslib.fusion.importance import Scores, neuron_importance
 from wslib.fusion.levels import (
     FusionResult,
     GradientConfig,
-    adam_early_stopping,
     cost_decomposition,
     design_matrix,
     held_out_split,
-    hungarian_groups,
+    hf_groups,
     kmeans_groups,
+    minimise,
     normalised_scores,
     ridge_solve,
     weighted_centroids,
@@ -244,12 +246,15 @@ def residual_importance(
     y: torch.Tensor,
     method: str,
     progress: bool = True,
-) -> dict[str, torch.Tensor]:
+) -> Scores:
     """Importance of every neuron group of a residual model (mean over the group's modules)."""
     mods = importance_modules(model)
     names = [m for ms in mods.values() for m in ms]
     scores = neuron_importance(model, names, x, y, method, progress=progress)
-    return {g: torch.stack([scores[m] for m in ms]).mean(0) for g, ms in mods.items()}
+    return Scores(
+        {g: torch.stack([scores[m] for m in ms]).mean(0) for g, ms in mods.items()},
+        method,
+    )
 
 
 # --- fitting one step -----------------------------------------------------------------------------
@@ -331,7 +336,7 @@ def _solve_gradient(
     config: GradientConfig,
     seed: int,
 ) -> torch.Tensor:
-    """Adam on the mean squared error from the current coefficients, early stopping on held-out examples."""
+    """Gradient fit (:func:`~wslib.fusion.levels.minimise`) of the coefficients from their current values."""
     per = target.shape[1] // n
     a = _rows(pieces, slice(0, n), bias).float()
     t = target.T.float()
@@ -345,7 +350,7 @@ def _solve_gradient(
         ).flatten()  # the rows of those examples
         for idx in held_out_split(n, config.val_fraction, seed)
     )
-    adam_early_stopping(
+    minimise(
         [coef],
         lambda: F.mse_loss(a[train] @ coef, t[train]),
         lambda: F.mse_loss(a[val] @ coef, t[val]).item(),
@@ -390,8 +395,8 @@ def _group_targets(
         w = np.concatenate([normalised_scores(s[group]) for s in scores])
         k = fused_sizes[group]
         if grouping == "hf":
-            n0 = len(per_model[0])
-            labels = hungarian_groups(per_model[0], per_model[1], w[:n0], w[n0:])
+            sizes_ = np.cumsum([len(m) for m in per_model])[:-1]
+            labels = hf_groups(per_model, np.split(w, sizes_))
         else:
             labels = kmeans_groups(
                 points, w, k, per_model[0] if k == len(per_model[0]) else None, seed

@@ -1,0 +1,562 @@
+"""Tests that fail for a wrong fusion: targets, retrofits, head weights, costs and bad inputs."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from wslib.core.models import build_model
+from wslib.core.neurons import permute_state, random_permutations
+from wslib.core.train import predict
+from wslib.fusion.baselines import (
+    distill,
+    fuse_by,
+    importance_average,
+    permuted_importance_average,
+    rebasin_activation_matching,
+    rebasin_weight_matching,
+    transport,
+)
+from wslib.fusion.hfkf import attribution_share, depth_map, fuse, model_importance
+from wslib.fusion.importance import Scores, neuron_importance
+from wslib.fusion.levels import (
+    GradientConfig,
+    chain_levels,
+    hf_groups,
+    hungarian_groups,
+    layer_io,
+    neuron_matrix,
+    normalised_scores,
+    retrofit_gradient,
+    retrofit_linear,
+    weighted_centroids,
+)
+
+MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [12, 8]}
+CNN = {"name": "cnn1d", "in_shape": [1, 40], "n_classes": 10, "channels": [4, 6]}
+RESNET = {
+    "name": "resnet1d",
+    "in_shape": [1, 40],
+    "n_classes": 10,
+    "widths": [4, 8],
+    "blocks_per_stage": 1,
+}
+
+
+def _model(config: dict, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return build_model(config).eval()
+
+
+def _data(per_class: int = 12, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    y = torch.arange(10).repeat_interleave(per_class)
+    return torch.randn(len(y), 1, 40, generator=gen), y
+
+
+def _skewed(model: nn.Module, seed: int) -> Scores:
+    """Scores far from uniform, tagged as Conductance."""
+    gen = torch.Generator().manual_seed(seed)
+    return Scores(
+        {
+            n: torch.rand(model.get_submodule(n).weight.shape[0], generator=gen) ** 4
+            + 1e-3
+            for n in chain_levels(model)[:-1]
+        },
+        "conductance",
+    )
+
+
+# --- the Gradient retrofit ------------------------------------------------------------------
+
+
+def _affine_problem(
+    kind: str,
+) -> tuple[nn.Module, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A layer, correlated inputs, targets that no affine map reproduces, and their flat form."""
+    gen = torch.Generator().manual_seed(0)
+    torch.manual_seed(0)
+    if kind == "linear":
+        layer = nn.Linear(10, 5)
+        mix = torch.randn(10, 10, generator=gen)
+        x = torch.randn(300, 10, generator=gen) @ mix
+        t = torch.tanh(x @ torch.randn(10, 5, generator=gen)) * 3 + 5
+        return layer, x, t, t.T.double()
+    layer = nn.Conv1d(3, 4, 3, padding=1)
+    x = torch.randn(60, 3, 16, generator=gen).cumsum(2)  # correlated positions
+    t = torch.relu(
+        F.conv1d(x, torch.randn(4, 3, 3, generator=gen), padding=1)
+    ) + torch.randn(60, 4, 16, generator=gen)
+    return layer, x, t, neuron_matrix(t)
+
+
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_gradient_retrofit_reaches_the_least_squares_error(kind):
+    layer, x, t, flat = _affine_problem(kind)
+    start = F.mse_loss(layer(x), t).item()
+    ls_layer = copy.deepcopy(layer)
+    retrofit_linear(ls_layer, x, flat, ridge=0.0)
+    least = F.mse_loss(ls_layer(x), t).item()
+    out = retrofit_gradient(layer, x, t, GradientConfig())
+    reached = F.mse_loss(layer(x), t).item()
+    assert start > 2 * least  # the start is far from the optimum
+    assert reached <= least + 0.01 * (start - least)
+    assert out["best"] == pytest.approx(reached, rel=1e-5)
+    assert out["start"] == pytest.approx(start, rel=1e-5)
+
+
+def test_adam_retrofit_with_scaled_steps_converges_too():
+    layer, x, t, flat = _affine_problem("linear")
+    start = F.mse_loss(layer(x), t).item()
+    ls_layer = copy.deepcopy(layer)
+    retrofit_linear(ls_layer, x, flat, ridge=0.0)
+    least = F.mse_loss(ls_layer(x), t).item()
+    config = GradientConfig(optimizer="adam", lr=0.2, max_epochs=1000)
+    retrofit_gradient(layer, x, t, config)
+    assert F.mse_loss(layer(x), t).item() <= least + 0.01 * (start - least)
+
+
+def test_adam_steps_scale_with_the_weights():
+    """Weights and targets 1000 times larger: the same relative step still converges."""
+    layer, x, t, flat = _affine_problem("linear")
+    with torch.no_grad():
+        layer.weight.mul_(1000)
+        layer.bias.mul_(1000)
+    t, flat = 1000 * t, 1000 * flat
+    start = F.mse_loss(layer(x), t).item()
+    ls_layer = copy.deepcopy(layer)
+    retrofit_linear(ls_layer, x, flat, ridge=0.0)
+    least = F.mse_loss(ls_layer(x), t).item()
+    retrofit_gradient(
+        layer, x, t, GradientConfig(optimizer="adam", lr=0.2, max_epochs=1000)
+    )
+    assert F.mse_loss(layer(x), t).item() <= least + 0.01 * (start - least)
+
+
+def test_gradient_retrofit_is_never_worse_than_its_start():
+    layer, x, t, _ = _affine_problem("linear")
+    start = F.mse_loss(layer(x), t).item()
+    before = copy.deepcopy(layer.state_dict())
+    wild = GradientConfig(optimizer="adam", lr=1e4, max_epochs=3)
+    out = retrofit_gradient(layer, x, t, wild)
+    assert F.mse_loss(layer(x), t).item() <= start
+    assert out["best"] <= out["start"]
+    # every step made it worse here, so the start is kept exactly
+    assert all(torch.equal(v, layer.state_dict()[k]) for k, v in before.items())
+
+
+def test_gradient_retrofit_selects_on_the_held_out_part():
+    layer, x, t, _ = _affine_problem("linear")
+    out = retrofit_gradient(layer, x, t, GradientConfig(val_fraction=0.25), seed=1)
+    val = torch.randperm(len(x), generator=torch.Generator().manual_seed(1))[:75]
+    assert out["best"] == pytest.approx(F.mse_loss(layer(x[val]), t[val]).item())
+    assert out["best"] < out["start"]
+
+
+@pytest.mark.parametrize("config", [MLP, CNN], ids=["mlp", "cnn"])
+def test_fused_gradient_variant_matches_the_linear_one(config):
+    models = [_model(config, s) for s in (0, 1)]
+    x, y = _data(16)
+    lin = fuse(models, x, y, "kf", "linear", progress=False)
+    grad = fuse(models, x, y, "kf", "gradient", progress=False)
+    for c_lin, c_grad in zip(lin.costs, grad.costs):
+        excess = c_grad["approximation"] - c_lin["approximation"]
+        assert excess <= 0.01 * c_lin["cost"] + 1e-6
+
+
+def test_gradient_config_rejects_bad_settings():
+    with pytest.raises(ValueError, match="optimizer must be one of"):
+        GradientConfig(optimizer="sgd")
+    with pytest.raises(ValueError, match="val_fraction"):
+        GradientConfig(val_fraction=1.0)
+    with pytest.raises(ValueError, match="lr > 0"):
+        GradientConfig(lr=0.0)
+
+
+# --- targets: importance, HF for many models, the head ----------------------------------------
+
+
+def test_importance_moves_the_targets_to_the_weighted_centroids():
+    """Level 0 of an MLP is affine in the input, so the fused level equals its targets exactly."""
+    models = [_model(MLP, s) for s in (0, 1)]
+    x, y = _data()
+    scores = [_skewed(m, 10 + i) for i, m in enumerate(models)]
+    level = chain_levels(models[0])[0]
+    mats = [neuron_matrix(layer_io(m, [level], x)[level]).numpy() for m in models]
+    w = [normalised_scores(s[level]) for s in scores]
+    labels = hungarian_groups(mats[0], mats[1], w[0], w[1])
+    points, weights = np.concatenate(mats), np.concatenate(w)
+    expected = weighted_centroids(points, weights, labels, len(mats[0]))
+    uniform = weighted_centroids(points, np.ones_like(weights), labels, len(mats[0]))
+    res = fuse(models, x, y, "hf", importance="conductance", scores=scores)
+    got = neuron_matrix(layer_io(res.model, [level], x)[level]).numpy()
+    assert np.abs(got - expected).max() < 1e-3 * np.abs(expected).max()
+    assert np.abs(got - uniform).max() > 0.05 * np.abs(uniform).max()
+
+
+def test_hf_matches_every_model_to_the_reference():
+    model = _model(MLP, 0)
+    structure = model.neuron_structure()
+    x, y = _data()
+    copies, perms = [model], [None]
+    for seed in (3, 4):
+        perm = random_permutations(structure, torch.Generator().manual_seed(seed))
+        other = copy.deepcopy(model)
+        other.load_state_dict(permute_state(model.state_dict(), structure, perm))
+        copies.append(other)
+        perms.append(perm)
+    level, group = chain_levels(model)[0], structure.groups[0].name
+    mats = [neuron_matrix(layer_io(m, [level], x)[level]).numpy() for m in copies]
+    labels = hf_groups(mats, [np.ones(len(m)) for m in mats])
+    n = len(mats[0])
+    assert np.array_equal(labels[:n], np.arange(n))
+    for j in (1, 2):
+        assert np.array_equal(labels[j * n : (j + 1) * n], perms[j][group].numpy())
+    fused = fuse(copies, x, y, "hf", progress=False).model
+    assert (predict(fused, x) - predict(model, x)).abs().max() < 1e-4
+
+
+def test_hf_of_three_models_averages_three_partners():
+    models = [_model(MLP, s) for s in (0, 1, 2)]
+    x, y = _data()
+    level = chain_levels(models[0])[0]
+    res = fuse(models, x, y, "hf", progress=False)
+    mats = [neuron_matrix(layer_io(m, [level], x)[level]).numpy() for m in models]
+    labels = hf_groups(mats, [np.ones(len(m)) for m in mats])
+    assert np.bincount(labels).tolist() == [3] * len(mats[0])
+    expected = weighted_centroids(np.concatenate(mats), np.ones(3 * 12), labels, 12)
+    got = neuron_matrix(layer_io(res.model, [level], x)[level]).numpy()
+    assert np.abs(got - expected).max() < 1e-3 * np.abs(expected).max()
+
+
+def _same_features_other_heads() -> list[nn.Module]:
+    a = _model(MLP, 0)
+    b = copy.deepcopy(a)
+    with torch.no_grad():
+        b.linears[-1].weight.normal_(0, 1, generator=torch.Generator().manual_seed(9))
+        b.linears[-1].bias.normal_(0, 1, generator=torch.Generator().manual_seed(8))
+    return [a, b]
+
+
+def test_each_class_logit_follows_its_owner_with_per_class_shares():
+    models = _same_features_other_heads()
+    x, y = _data()
+    owner = np.array([[1.0] * 5 + [0.0] * 5, [0.0] * 5 + [1.0] * 5])
+    fused = fuse(models, x, y, "hf", class_weights=owner, progress=False).model
+    out, a, b = (predict(m, x) for m in (fused, *models))
+    assert torch.allclose(out[:, :5], a[:, :5], atol=1e-4)
+    assert torch.allclose(out[:, 5:], b[:, 5:], atol=1e-4)
+    equal = predict(fuse(models, x, y, "hf", progress=False).model, x)
+    assert torch.allclose(equal, (a + b) / 2, atol=1e-4)
+
+
+def test_theorem1_parts_are_those_of_the_fused_output():
+    """Cost, clustering and approximation error recomputed from the fused model's own outputs."""
+    models = [_model(CNN, s) for s in (0, 1)]
+    x, y = _data()
+    scores = [_skewed(m, i) for i, m in enumerate(models)]
+    res = fuse(models, x, y, "hf", "linear", "conductance", scores=scores)
+    for level, cost in zip(chain_levels(models[0])[:-1], res.costs):
+        mats = [neuron_matrix(layer_io(m, [level], x)[level]).numpy() for m in models]
+        w = [normalised_scores(s[level]) for s in scores]
+        labels = hungarian_groups(mats[0], mats[1], w[0], w[1])
+        points, weights = np.concatenate(mats), np.concatenate(w)
+        k = len(mats[0])
+        targets = weighted_centroids(points, weights, labels, k)
+        out = neuron_matrix(layer_io(res.model, [level], x)[level]).numpy()
+        group_w = np.bincount(labels, weights, minlength=k)
+        expected = {
+            "cost": (weights * ((points - out[labels]) ** 2).sum(1)).sum(),
+            "clustering": (weights * ((points - targets[labels]) ** 2).sum(1)).sum(),
+            "approximation": (group_w * ((targets - out) ** 2).sum(1)).sum(),
+        }
+        for key, value in expected.items():
+            assert cost[key] == pytest.approx(value, rel=1e-6)
+
+
+def test_cost_reports_the_fused_outputs_not_the_targets():
+    """Level 0 of an MLP is exact, level 1 is not: the approximation error tells them apart."""
+    models = [_model(MLP, s) for s in (0, 1)]
+    x, y = _data()
+    res = fuse(models, x, y, "kf", "linear", progress=False)
+    level1 = chain_levels(models[0])[1]
+    pts = np.concatenate(
+        [neuron_matrix(layer_io(m, [level1], x)[level1]).numpy() for m in models]
+    )
+    out = neuron_matrix(layer_io(res.model, [level1], x)[level1]).numpy()
+    assert res.costs[0]["approximation"] < 1e-6 * res.costs[0]["cost"]
+    assert res.costs[1]["approximation"] > 1e-3 * res.costs[1]["cost"]
+    # the cost of level 1 is the weighted distance of every neuron to its nearest fused neuron
+    nearest = ((pts[:, None] - out[None]) ** 2).sum(2).min(1).sum()
+    assert res.costs[1]["cost"] >= nearest - 1e-6
+
+
+# --- baselines with importance -----------------------------------------------------------------
+
+
+def test_importance_average_weights_rows_by_their_neurons():
+    models = [_model(MLP, s) for s in (0, 1)]
+    states = [m.state_dict() for m in models]
+    level = chain_levels(models[0])[0]
+    w0 = np.r_[np.ones(6), np.zeros(6)]
+    weights = [{level: w0}, {level: 1 - w0}]
+    out = importance_average(states, weights, [level])
+    assert torch.equal(out[f"{level}.weight"][:6], states[0][f"{level}.weight"][:6])
+    assert torch.equal(out[f"{level}.weight"][6:], states[1][f"{level}.weight"][6:])
+    assert torch.equal(out[f"{level}.bias"][6:], states[1][f"{level}.bias"][6:])
+    head = chain_levels(models[0])[-1]
+    mean = (states[0][f"{head}.weight"] + states[1][f"{head}.weight"]) / 2
+    assert torch.allclose(out[f"{head}.weight"], mean)
+
+
+@pytest.mark.parametrize("method", ["otfusion", "rebasin_wm", "rebasin_am"])
+def test_aligners_use_importance(method):
+    models = [_model(MLP, s) for s in (0, 1)]
+    x, y = _data()
+    scores = [_skewed(m, i) for i, m in enumerate(models)]
+    plain = fuse_by(method, models, x, y)
+    weighted = fuse_by(method, models, x, y, importance="conductance", scores=scores)
+    assert (predict(plain, x) - predict(weighted, x)).abs().max() > 1e-3
+    itself = [models[0], copy.deepcopy(models[0])]
+    same = fuse_by(
+        method, itself, x, y, importance="conductance", scores=scores[:1] * 2
+    )
+    assert (predict(same, x) - predict(models[0], x)).abs().max() < 1e-4
+
+
+def test_transport_marginals_are_the_importance():
+    rng = np.random.default_rng(0)
+    cost = rng.uniform(size=(5, 4))
+    ma, mb = rng.uniform(0.1, 2.0, 5), rng.uniform(0.1, 2.0, 4)
+    p = transport(cost, ma, mb).numpy()
+    assert np.allclose(p.sum(0), 1.0)
+    # undo the column scaling: the plan's row sums are the source marginals
+    plan = p * (mb / mb.sum())[None]
+    assert np.allclose(plan.sum(1), ma / ma.sum())
+    uniform = transport(cost, np.ones(5), np.ones(4)).numpy() * 0.25
+    assert not np.allclose(plan, uniform)
+
+
+def test_permuted_importance_average_permutes_the_scores_with_the_neurons():
+    models = [_model(MLP, s) for s in (0, 1)]
+    structure = models[0].neuron_structure()
+    levels = chain_levels(models[0])
+    perm = random_permutations(structure, torch.Generator().manual_seed(2))
+    states = [models[0].state_dict()]
+    states.append(permute_state(models[1].state_dict(), structure, perm))
+    scores = [
+        {lv: torch.ones(m.get_submodule(lv).weight.shape[0]) for lv in levels[:-1]}
+        for m in models
+    ]
+    level, group = levels[0], structure.groups[0].name
+    scores[1][level] = torch.arange(1.0, 13.0) ** 3  # model 1's own neuron order
+    out = permuted_importance_average(models, states, [None, perm], scores)
+    w1 = normalised_scores(scores[1][level])[perm[group].numpy()]
+    share = torch.as_tensor(w1 / (1.0 + w1))[:, None]
+    expected = (1 - share) * states[0][f"{level}.weight"].double() + share * states[1][
+        f"{level}.weight"
+    ].double()
+    assert torch.allclose(out[f"{level}.weight"].double(), expected, atol=1e-6)
+
+
+def test_rebasin_without_scores_is_plain_averaging_of_aligned_models():
+    models = [_model(MLP, s) for s in (0, 1)]
+    x, _ = _data()
+    uniform = [
+        {
+            n: torch.ones(m.get_submodule(n).weight.shape[0])
+            for n in chain_levels(m)[:-1]
+        }
+        for m in models
+    ]
+    for fn in (
+        lambda s: rebasin_weight_matching(models, scores=s),
+        lambda s: rebasin_activation_matching(models, x, s),
+    ):
+        assert (predict(fn(None), x) - predict(fn(uniform), x)).abs().max() < 1e-5
+
+
+# --- DeepLIFT on the ResNet ---------------------------------------------------------------------
+
+
+def test_deeplift_on_the_resnet_is_not_gradient_times_delta():
+    """With BatchNorm offsets (a train-mode pass), the rescale rule differs from the gradient.
+
+    Without offsets every layer is positively homogeneous and, from a zero
+    baseline, DeepLIFT equals gradient x delta exactly.
+    """
+    model = _model(RESNET, 0)
+    x, y = _data(3)
+    model.train()
+    with torch.no_grad():
+        model(x * 2 + 1)
+    model.eval()
+    layer_name = "stages.0.0.conv1"
+    ours = neuron_importance(model, [layer_name], x, y, "deeplift", progress=False)
+    layer = model.get_submodule(layer_name)
+    store = {}
+
+    def hook(m, i, o):
+        o.retain_grad()
+        store["out"] = o
+
+    handle = layer.register_forward_hook(hook)
+    out = model(x)
+    out.gather(1, y[:, None]).sum().backward()
+    handle.remove()
+    act, grad = store["out"].detach(), store["out"].grad
+    base = layer_io(model, [layer_name], torch.zeros_like(x[:1]))[layer_name]
+    gxd = (grad * (act - base)).abs().mean((0, 2)).double()
+    rel = (ours[layer_name] - gxd).abs().max() / gxd.abs().max()
+    assert rel > 1e-3  # the rescale rule changes the scores
+    assert ours.method == "deeplift"
+
+
+# --- bad inputs and the caller's models ---------------------------------------------------------
+
+
+def test_class_weights_with_an_empty_class_are_rejected():
+    models = [_model(MLP, s) for s in (0, 1)]
+    x, y = _data()
+    weights = np.ones((2, 10))
+    weights[:, 4] = 0.0
+    with pytest.raises(ValueError, match=r"classes \[4\] zero total weight"):
+        fuse(models, x, y, "kf", class_weights=weights, progress=False)
+    with pytest.raises(ValueError, match="non-negative"):
+        fuse(models, x, y, "kf", class_weights=-weights, progress=False)
+    with pytest.raises(ValueError, match="must have shape"):
+        fuse(models, x, y, "kf", class_weights=np.ones((3, 10)), progress=False)
+
+
+@pytest.mark.parametrize("widths", [[8, 8], [16, 8]], ids=["narrower", "wider"])
+def test_hf_into_another_width_is_rejected(widths):
+    models = [_model(MLP, s) for s in (0, 1)]
+    x, y = _data()
+    target = _model({**MLP, "widths": widths}, 2)
+    with pytest.raises(ValueError, match="needs equal widths"):
+        fuse(models, x, y, "hf", fused=target, progress=False)
+
+
+def test_kf_across_numbers_of_classes_is_rejected():
+    x, y = _data()
+    models = [_model(MLP, 0), _model({**MLP, "n_classes": 12}, 1)]
+    with pytest.raises(ValueError, match="same output classes"):
+        fuse(models, x, y, "kf", progress=False)
+
+
+def test_labels_out_of_range_are_rejected():
+    models = [_model(MLP, s) for s in (0, 1)]
+    x, y = _data()
+    with pytest.raises(ValueError, match=r"labels must lie in \[0, 10\)"):
+        fuse(models, x, torch.where(y == 9, 10, y), "kf", progress=False)
+    with pytest.raises(ValueError, match=r"must lie in \[0, 10\)"):
+        fuse(models, x, y - 1, "kf", progress=False)
+    with pytest.raises(ValueError, match="inputs but"):
+        fuse(models, x[:-1], y, "kf", progress=False)
+
+
+def test_a_fusion_set_smaller_than_the_fan_in_warns():
+    models = [_model(MLP, s) for s in (0, 1)]
+    x, y = _data(2)  # 20 examples, 41 unknowns per neuron at level 0
+    with pytest.warns(UserWarning, match="underdetermined"):
+        fuse(models, x, y, "kf", progress=False)
+
+
+def test_scores_of_another_importance_are_rejected():
+    models = [_model(MLP, s) for s in (0, 1)]
+    x, y = _data()
+    deep = [model_importance(m, x, y, "deeplift", progress=False) for m in models]
+    with pytest.raises(ValueError, match="computed with 'deeplift'"):
+        fuse(models, x, y, "kf", importance="conductance", scores=deep)
+    plain = [dict(s) for s in deep]
+    with pytest.raises(ValueError, match="not uniform"):
+        fuse(models, x, y, "kf", importance="uniform", scores=plain)
+    with pytest.raises(ValueError, match="computed with 'deeplift'"):
+        fuse_by("otfusion", models, x, y, importance="conductance", scores=deep)
+    with pytest.raises(ValueError, match="for 2 models"):
+        fuse(models, x, y, "kf", importance="deeplift", scores=deep[:1])
+
+
+@pytest.mark.parametrize(
+    "method",
+    [
+        "hf_linear",
+        "kf_gradient",
+        "averaging",
+        "otfusion",
+        "rebasin_wm",
+        "last_layer_kd",
+    ],
+)
+def test_the_callers_models_keep_their_mode_and_device(method):
+    models = [_model(MLP, s).train() for s in (0, 1)]
+    x, y = _data()
+    fused = fuse_by(method, models, x, y, gradient=GradientConfig(max_epochs=2))
+    assert all(m.training for m in models)
+    assert not fused.training
+    assert next(fused.parameters()).device == next(models[0].parameters()).device
+
+
+def test_distillation_keeps_the_teachers_mode():
+    teacher = _model(MLP, 0).train()
+    student = _model(MLP, 1)
+    x, _ = _data(2)
+    out = distill(student, teacher, x, epochs=1)
+    assert teacher.training and not out.training
+    assert out is student
+
+
+# --- KF across depths ------------------------------------------------------------------------
+
+
+def test_depth_map_spreads_the_fused_levels_over_the_base_levels():
+    base = ["l0", "l1", "l2", "l3", "head"]
+    assert depth_map(base, ["a", "b", "out"]) == {"a": "l1", "b": "l3", "out": "head"}
+    assert depth_map(base[2:], ["a", "b", "out"]) == {
+        "a": "l2",
+        "b": "l3",
+        "out": "head",
+    }
+    assert depth_map(["l0", "l1", "l2", "head"], ["a", "out"]) == {
+        "a": "l2",
+        "out": "head",
+    }
+    with pytest.raises(ValueError, match="deeper model into a shallower"):
+        depth_map(["l0", "head"], ["a", "b", "out"])
+
+
+def test_kf_compresses_a_deeper_mlp_into_a_shallower_one():
+    deep = _model({**MLP, "widths": [12, 10, 8]}, 0)
+    shallow = _model({**MLP, "widths": [10, 8]}, 1)
+    x, y = _data()
+    res = fuse([deep], x, y, "kf", fused=shallow, progress=False)
+    assert [m.out_features for m in res.model.linears] == [10, 8, 10]
+    levels = chain_levels(deep)
+    # one model, k = width: every neuron is its own group, so the clustering
+    # error is zero and the cost is the distance to the mapped deep level
+    for cost, level in zip(res.costs, (levels[1], levels[2])):
+        fused_level = cost["level"]
+        a = neuron_matrix(layer_io(deep, [level], x)[level]).numpy()
+        f = neuron_matrix(layer_io(res.model, [fused_level], x)[fused_level]).numpy()
+        assert cost["clustering"] == pytest.approx(0.0, abs=1e-9)
+        assert cost["cost"] == pytest.approx(((a - f) ** 2).sum(), rel=1e-6)
+    other = _model(CNN, 2)
+    with pytest.raises(ValueError, match="fuse into a model of the base"):
+        fuse([deep], x, y, "kf", fused=other, progress=False)
+
+
+def test_attribution_share_gives_a_class_to_the_model_that_attributes_it():
+    models = [_model(MLP, s) for s in (0, 1)]
+    with torch.no_grad():
+        models[1].linears[-1].weight[3] = 0.0  # model 1 cannot attribute class 3
+    x, y = _data(4)
+    share = attribution_share(models, x, y, "deeplift")
+    assert share.shape == (2, 10)
+    assert np.allclose(share.sum(0), 1.0)
+    assert share[0, 3] == pytest.approx(1.0)
+    assert 0.0 < share[0, 0] < 1.0
