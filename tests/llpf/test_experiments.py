@@ -15,12 +15,17 @@ from wslib.core.models import build_model
 from wslib.core.train import evaluate
 from wslib.llpf import experiments
 from wslib.llpf.experiments import (
+    ablation_seed_table,
     ablation_table,
+    ablation_verdict,
     best_method,
+    chapter_methods,
+    chosen_settings,
     compare_methods,
     comparison_key,
     comparison_metrics,
     comparison_table,
+    comparison_verdict,
     first_step_increase,
     layer_panels,
     layerwise_lines,
@@ -37,6 +42,8 @@ from wslib.llpf.experiments import (
     segment_rises,
     spheres_metrics,
     stage_list,
+    tuned_methods,
+    tuning_sweep,
 )
 from wslib.llpf.layerwise import data_flow_stage_names, data_flow_stages
 from wslib.llpf.protocols import CODE, PathSetup
@@ -214,25 +221,26 @@ def test_m2m_metrics() -> None:
 
 def test_comparison_key_follows_the_content_of_data_and_modes() -> None:
     a, b = pair()
-    settings = ({"ticks": 2}, {"kind": "bezier"}, {"cycles": 1})
-    key = comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], *settings, 0)
-    same = comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, pair(), *settings, 0)
+    methods = chapter_methods({"ticks": 2}, {"Bezier": {"method": "curve"}})
+    key = comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0)
+    same = comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, pair(), methods, 0)
     assert key == same
     other_data = comparison_key(
-        PathSetup(dataset(seed=1), 8, 2, 0.1), MLP, [a, b], *settings, 0
+        PathSetup(dataset(seed=1), 8, 2, 0.1), MLP, [a, b], methods, 0
     )
     assert other_data["data"] != key["data"]
     c = build_model(MLP)
     assert (
-        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, c], *settings, 0)
-        != key
+        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, c], methods, 0) != key
     )
     assert (
-        comparison_key(PathSetup(dataset(), 8, 2, 0.2), MLP, [a, b], *settings, 0)
-        != key
+        comparison_key(PathSetup(dataset(), 8, 2, 0.2), MLP, [a, b], methods, 0) != key
     )
     assert (
-        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], *settings, 1)
+        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], methods, 1) != key
+    )
+    assert (
+        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0, 5)
         != key
     )
 
@@ -242,23 +250,14 @@ def test_compare_methods_runs_each_seed_once_and_caches_it(
 ) -> None:
     calls = []
 
-    def fake(setup, pair, llpf, curve, neb, seed, name):
+    def fake(setup, pair, methods, seed, name):
         calls.append((name, seed))
-        return {
-            m: path_result([0, seed + 1.0, 0]) for m in ("LLPF", "bezier", "AutoNEB")
-        }
+        return {m: path_result([0, seed + 1.0, 0]) for m in methods}
 
     monkeypatch.setattr(experiments, "compare_at_equal_steps", fake)
     s = PathSetup(dataset(), 8, 2, 0.1)
-    args = (
-        s,
-        {"mlp": MLP},
-        {"mlp": pair()},
-        {"mlp": {}},
-        {"kind": "bezier"},
-        {},
-        [0, 1],
-    )
+    methods = chapter_methods({}, {"bezier": {}, "AutoNEB": {}})
+    args = (s, {"mlp": MLP}, {"mlp": pair()}, {"mlp": methods}, [0, 1])
     runs = compare_methods(*args, run_cache=tmp_path)
     assert calls == [("mlp", 0), ("mlp", 1)]
     assert list(runs["mlp"]) == ["LLPF", "bezier", "AutoNEB"]
@@ -278,8 +277,38 @@ def test_compare_methods_keys_the_cache_by_the_code_of_the_runs(monkeypatch) -> 
 
     monkeypatch.setattr(experiments, "cached_run", fake_cache)
     s = PathSetup(dataset(), 8, 2, 0.1)
-    compare_methods(s, {"mlp": MLP}, {"mlp": pair()}, {"mlp": {}}, {}, {}, [3], "c")
+    methods = {"mlp": chapter_methods({}, {})}
+    compare_methods(s, {"mlp": MLP}, {"mlp": pair()}, methods, [3], "c")
     assert seen == [("c", 3, CODE)]
+
+
+def test_tuning_sweep_gives_baselines_the_budget_of_llpf_and_picks_the_lowest(
+    monkeypatch,
+) -> None:
+    seen = []
+
+    def fake(setup, pair, settings, seed, budget=None, name=None):
+        seen.append((settings["method"], settings["lr"], seed, budget))
+        steps = 40 if settings["method"] == "llpf" else budget
+        excess = abs(settings["lr"] - 0.1) + (
+            0.5 if settings["method"] == "llpf" else 0
+        )
+        return {"peak_excess": excess, "grad_steps": int(steps * settings["lr"] * 10)}
+
+    monkeypatch.setattr(experiments, "method_run", fake)
+    s = PathSetup(dataset(), 8, 2, 0.1)
+    methods = {"mlp": chapter_methods({"lr": 0.1}, {"B": {"method": "curve", "lr": 1}})}
+    grid = {"LLPF": [{"lr": 0.05}, {"lr": 0.2}], "B": [{"lr": 0.3}, {"lr": 0.12}]}
+    sweep = tuning_sweep(s, {"mlp": MLP}, {"mlp": pair()}, methods, grid, 9)
+    assert seen[0] == ("llpf", 0.1, 9, None)
+    assert [b for m, _, _, b in seen if m == "curve"] == [40, 40]
+    assert list(sweep["lr"]) == [0.05, 0.2, 0.3, 0.12]
+    assert list(sweep["gradient steps"]) == [20, 80, 120, 48]
+    tuned = tuned_methods(methods, sweep)
+    assert tuned["mlp"]["LLPF"] == {"method": "llpf", "lr": 0.05}
+    assert tuned["mlp"]["B"] == {"method": "curve", "lr": 0.12}
+    best = chosen_settings(sweep)
+    assert list(best["lr"]) == [0.05, 0.12]
 
 
 def comparison_runs() -> dict:
@@ -305,11 +334,23 @@ def test_comparison_table_metrics_and_best_method() -> None:
     assert llpf["worst peak loss"] == 2.0
     assert best_method(compare, "m") == "polychain"
     assert best_method(compare, "n") == "AutoNEB"
-    assert (
-        method_prefix("polychain") == "bezier" and method_prefix("AutoNEB") == "autoneb"
+    assert method_prefix("Bezier (authors' recipe)") == "bezier_authors_recipe"
+    verdict = comparison_verdict(compare, "m")
+    assert verdict.startswith("on the m, polychain had the lowest mean peak excess")
+    assert "1.000 below LLPF" in verdict and "more than" in verdict
+    close = pd.DataFrame(
+        {
+            "model": ["k", "k"],
+            "method": ["X", "Y"],
+            "peak excess mean": [0.2, 0.1],
+            "peak excess std": [0.06, 0.05],
+        }
     )
+    assert comparison_verdict(close, "k").startswith("on the k, Y had")
+    assert "0.100 below X" in comparison_verdict(close, "k")
+    assert "not more than their seed" in comparison_verdict(close, "k")
     metrics = comparison_metrics(compare)
-    assert metrics["m"]["bezier_peak_excess"] == 0.5
+    assert metrics["m"]["polychain_peak_excess"] == 0.5
     assert metrics["m"]["autoneb_worst_peak_loss"] == 4.0
     assert metrics["n"]["llpf_grad_steps"] == 10.0
     assert len(metrics["m"]) == 12
@@ -347,3 +388,36 @@ def test_m2o_table_and_spheres_metrics() -> None:
     assert metrics["sharp_peak_excess"] == pytest.approx(0.05)
     assert isinstance(metrics["hybrid_grad_steps"], int)
     assert isinstance(pd.Series(metrics).round(4), pd.Series)
+
+
+def test_ablation_over_seeds_pairs_the_runs_of_each_seed() -> None:
+    fdf = {"m": [path_result([0, 1.0, 0]), path_result([0, 3.0, 0])]}
+    once = {"m": [path_result([0, 2.0, 0]), path_result([0, 2.5, 0])]}
+    table = ablation_seed_table(fdf, once)
+    row = table.loc["m"]
+    assert (row["FDF mean"], row["all at once mean"]) == (2.0, 2.25)
+    assert row["difference mean"] == pytest.approx(0.25)  # all at once - FDF
+    assert row["difference std"] == pytest.approx(0.75)  # of (1.0, -0.5)
+    assert (row["seeds FDF lower"], row["seeds"]) == (1, 2)
+    verdict = ablation_verdict(table, "m")
+    assert verdict.startswith("m: FDF lower by 0.250 on average")
+    assert "not larger than the seed standard deviation" in verdict
+    assert "(0.750); FDF lower in 1 of 2 seeds" in verdict
+    table.loc["m", "difference std"] = 0.1
+    assert ", larger than the seed" in ablation_verdict(table, "m")
+    with pytest.raises(ValueError, match="FDF runs"):
+        ablation_seed_table({"m": fdf["m"][:1]}, once)
+
+
+def test_a_diverged_setting_reads_as_nan_and_is_never_chosen(monkeypatch) -> None:
+    def fake(setup, pair, settings, seed, budget=None, name=None):
+        excess = None if settings["lr"] > 1 else settings["lr"]  # NaN cached as None
+        return {"peak_excess": excess, "grad_steps": 10}
+
+    monkeypatch.setattr(experiments, "method_run", fake)
+    s = PathSetup(dataset(), 8, 2, 0.1)
+    methods = {"mlp": chapter_methods({"lr": 0.1}, {})}
+    grid = {"LLPF": [{"lr": 5.0}, {"lr": 0.3}]}
+    sweep = tuning_sweep(s, {"mlp": MLP}, {"mlp": pair()}, methods, grid, 0)
+    assert np.isnan(sweep["peak excess"][0])
+    assert tuned_methods(methods, sweep)["mlp"]["LLPF"]["lr"] == 0.3

@@ -14,8 +14,10 @@ from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
     data_flow_stage_names,
     hybrid,
+    m2m,
     movable_names,
     sphere_variance_ratio,
+    tensor_variances,
 )
 from wslib.llpf.path import LLPFPath
 from wslib.llpf.protocols import (
@@ -27,7 +29,8 @@ from wslib.llpf.protocols import (
     m2m_path,
     m2m_run,
     m2o_run,
-    neb_steps_per_cycle,
+    method_run,
+    peak_anatomy,
     variance_along,
 )
 
@@ -94,7 +97,7 @@ def test_m2m_path_connects_the_pair_and_writes_its_checkpoint(tmp_path) -> None:
     s = setup(checkpoint_dir=tmp_path)
     a, b = pair()
     path = m2m_path(s, [a, b], FAST, seed=0, name="mlp")
-    assert (tmp_path / "mlp-seed0.pt").exists()
+    assert s.checkpoint("mlp", 0, settings=FAST).exists()
     assert all(torch.equal(path.states[0][k], v) for k, v in a.state_dict().items())
     assert all(torch.equal(path.states[-1][k], v) for k, v in b.state_dict().items())
     assert path.ticks == [0, 2, 4] and path.total_grad_steps > 0
@@ -139,28 +142,37 @@ def test_evaluate_uses_the_setups_dense_points() -> None:
     assert setup(dense=3).evaluate(a, path)["dense_loss"].shape == (1, 3)
 
 
-@pytest.mark.parametrize(
-    ("budget", "cycles", "n_init", "expected"),
-    [(100, 4, 3, 5), (1000, 2, 0, 250), (130, 2, 3, 13), (3, 4, 3, 1), (0, 1, 1, 1)],
-)
-def test_neb_cycles_are_sized_for_the_budget(
-    budget: int, cycles: int, n_init: int, expected: int
-) -> None:
-    assert neb_steps_per_cycle(budget, cycles, n_init) == expected
-
-
 def test_the_three_methods_get_the_budget_llpf_used() -> None:
     s = setup()
-    res = compare_at_equal_steps(s, pair(), FAST, CURVE, NEB, seed=0)
+    methods = {
+        "LLPF": {"method": "llpf", **FAST},
+        "bezier": {"method": "curve", **CURVE},
+        "AutoNEB": {"method": "autoneb", **NEB},
+    }
+    res = compare_at_equal_steps(s, pair(), methods, seed=0)
     assert list(res) == ["LLPF", "bezier", "AutoNEB"]
     budget = res["LLPF"]["grad_steps"]
     assert budget > 0 and res["bezier"]["grad_steps"] == budget
-    per_cycle = neb_steps_per_cycle(budget, NEB["cycles"], NEB["n_init"])
-    # one step per interior pivot per iteration; the chain only grows
-    low = per_cycle * NEB["cycles"] * NEB["n_init"]
-    high = per_cycle * NEB["cycles"] * (NEB["max_pivots"] - 2)
-    assert low <= res["AutoNEB"]["grad_steps"] <= high
+    assert res["AutoNEB"]["grad_steps"] == budget
     assert len(res["bezier"]["train_loss"]) == CURVE["n_eval"]
+
+
+def test_method_run_refuses_unknown_methods_and_missing_budgets() -> None:
+    s = setup()
+    with pytest.raises(ValueError, match="settings\\['method'\\]"):
+        method_run(s, pair(), {"method": "spline"}, seed=0)
+    with pytest.raises(ValueError, match="budget"):
+        method_run(s, pair(), {"method": "curve", **CURVE}, seed=0)
+    with pytest.raises(ValueError, match="first method must be LLPF"):
+        compare_at_equal_steps(s, pair(), {"b": {"method": "curve"}}, seed=0)
+
+
+def test_checkpoint_files_differ_by_settings(tmp_path) -> None:
+    s = PathSetup(dataset(), 8, 2, 0.1, checkpoint_dir=tmp_path)
+    one = s.checkpoint("mlp", 0, settings={"lr": 0.1})
+    assert one == s.checkpoint("mlp", 0, settings={"lr": 0.1})
+    assert one != s.checkpoint("mlp", 0, settings={"lr": 0.2})
+    assert one != s.checkpoint("mlp", 1, settings={"lr": 0.1})
 
 
 def test_variance_along_a_path_is_relative_to_the_reference() -> None:
@@ -218,3 +230,57 @@ def test_code_names_every_module_the_runs_import() -> None:
     imported = graph.find_upstream_modules("wslib.llpf.protocols")
     expected = imported | {"wslib.llpf.protocols", "wslib.core.models"}
     assert set(CODE) == expected
+
+
+def test_peak_anatomy_parts_add_up_to_the_peak_excess() -> None:
+    s = setup()
+    a, b = pair()
+    settings = {"ticks": 6, "lr": 0.05, "r_max": 4, "record_every": 1}
+    parts = peak_anatomy(s, [a, b], settings, seed=0)
+    total = sum(
+        parts[k]
+        for k in ("margin", "stop_gap", "full_set_gap", "projection", "elsewhere")
+    )
+    assert total == pytest.approx(parts["peak_excess"], abs=1e-6)
+    assert parts["margin"] == pytest.approx(0.25)
+    assert parts["peak_excess"] == m2m_run(s, [a, b], settings, 0)["peak_excess"]
+    assert 1 <= parts["tick"] <= 5 and parts["projection"] != 0.0
+    assert parts["elsewhere"] >= -1e-5  # the point is one of the path's points
+
+
+def test_m2o_run_with_a_target_ratio_ends_on_that_sphere() -> None:
+    a, _ = pair()
+    frozen = {"ticks": 30, "shrink": 0.1, "lr": 1e-12, "r_max": 1, "record_every": 1}
+    s = PathSetup(dataset(), batch_size=8, r_min=1, margin=0.0)
+    for compliance in (True, False):
+        res = m2o_run(s, a, {**frozen, "target_ratio": 0.3}, 0, compliance)
+        assert res["variance"][-1] == pytest.approx(0.3, rel=0.011)
+        assert len(res["variance"]) == 7  # 0.81^k passes 0.3 at k = 6 (clamped)
+
+
+def test_on_refined_sees_the_point_before_its_projection() -> None:
+    s = setup()
+    a, b = pair()
+    names = [n for n, _ in a.named_parameters()]
+    start_var = tensor_variances(a.state_dict(), names)
+
+    def record(tick: int, model: torch.nn.Module, store: dict) -> None:
+        store[tick] = tensor_variances(model.state_dict(), names)
+
+    before, after = {}, {}
+    m2m(
+        a,
+        a.state_dict(),
+        b.state_dict(),
+        s.ds.x_train,
+        s.ds.y_train,
+        ticks=4,
+        refine=s.refine([a, b], FAST),
+        on_refined=lambda t, m: record(t, m, before),
+        on_tick=lambda t, m: record(t, m, after),
+        progress=False,
+    )
+    assert sorted(before) == [1, 2, 3] and sorted(after) == [1, 2, 3, 4]
+    for t in before:
+        assert after[t] == pytest.approx(start_var, rel=1e-4)
+        assert before[t] != pytest.approx(start_var, rel=1e-4)

@@ -12,7 +12,17 @@ training examples; where the loss exceeds the linear estimate between the
 two pivots' losses by more than ``insert_tol``, a new pivot is inserted at
 the worst point (at most ``max_pivots`` pivots in all).
 
-Gradient steps count one per interior pivot per iteration. BatchNorm layers
+This is a *simplified* AutoNEB: the published algorithm (and its code) uses
+Adam per pivot, an upwind tangent, a redistribution of the pivots at every
+step, more cycles and insertion by a normalised residual; here the pivots
+take plain SGD steps, the tangent is the central difference of the two
+neighbours, nothing is redistributed, and insertion uses an absolute
+threshold.
+
+Gradient steps count one per interior pivot per iteration; with
+``total_steps`` the run spends exactly that many (each cycle gets its share,
+the last iteration of a cycle updates only as many pivots as its share has
+steps left, from the first interior pivot on). BatchNorm layers
 use batch statistics during relaxation and checks; :mod:`wslib.llpf.evaluation`
 recomputes running statistics when it evaluates the result.
 """
@@ -74,8 +84,14 @@ def autoneb(
     max_pivots: int = 12,
     seed: int = 0,
     progress: bool = True,
+    total_steps: int | None = None,
 ) -> LLPFPath:
-    """Relax an AutoNEB chain from ``a`` to ``b``; return its pivots as a path."""
+    """Relax an AutoNEB chain from ``a`` to ``b``; return its pivots as a path.
+
+    ``steps_per_cycle`` iterations per cycle, or, with ``total_steps``,
+    exactly ``total_steps`` gradient steps in all (``round(total_steps * c /
+    cycles)`` by the end of cycle ``c``).
+    """
     check_same_architecture(model, a, b)
     if len(lrs) != cycles:
         raise ValueError(
@@ -84,6 +100,11 @@ def autoneb(
     if n_init < 0 or steps_per_cycle < 0 or max_pivots < n_init + 2:
         raise ValueError(
             "need n_init >= 0, steps_per_cycle >= 0 and max_pivots >= n_init + 2"
+        )
+    if total_steps is not None and (total_steps < 0 or n_init < 1):
+        raise ValueError(
+            f"total_steps needs n_init >= 1 and total_steps >= 0, got n_init={n_init}, "
+            f"total_steps={total_steps}"
         )
     probe = copy.deepcopy(model).train()
     dev = next(probe.parameters()).device
@@ -96,28 +117,28 @@ def autoneb(
     xc, yc = x[check].to(dev), y[check].to(dev)
     steps = 0
     t0 = time.perf_counter()
-    bar = tqdm(
-        total=cycles * steps_per_cycle,
-        desc="AutoNEB",
-        disable=not progress,
-        leave=False,
-    )
-    for lr in lrs:
-        for _ in range(steps_per_cycle):
+    bar = tqdm(desc="AutoNEB", disable=not progress, leave=False)
+    for c, lr in enumerate(lrs):
+        iteration = 0
+        while True:
+            if total_steps is None:
+                todo = len(chain) - 2 if iteration < steps_per_cycle else 0
+            else:
+                todo = min(
+                    len(chain) - 2, round(total_steps * (c + 1) / cycles) - steps
+                )
+            if todo <= 0:
+                break
             idx = torch.randint(len(x), (batch_size,), generator=gen)
             xb, yb = x[idx].to(dev), y[idx].to(dev)
-            new = list(chain)
-            for i in range(1, len(chain) - 1):
+            grads = []
+            for i in range(1, todo + 1):
                 p = chain[i].detach().requires_grad_(True)
                 (grad,) = torch.autograd.grad(_loss(probe, flat, buffers, p, xb, yb), p)
-                prev, nxt = chain[i] - chain[i - 1], chain[i + 1] - chain[i]
-                tau = chain[i + 1] - chain[i - 1]
-                tau = tau / tau.norm().clamp_min(1e-12)
-                grad_perp = grad - (grad @ tau) * tau
-                force = spring * (nxt.norm() - prev.norm()) * tau
-                new[i] = (chain[i] - lr * grad_perp + lr * force).detach()
-                steps += 1
-            chain = new
+                grads.append(grad)
+            chain = neb_step(chain, grads, lr, spring)
+            steps += todo
+            iteration += 1
             bar.update(1)
         chain = _insert_pivots(
             chain, probe, flat, buffers, xc, yc, check_points, insert_tol, max_pivots
@@ -131,6 +152,32 @@ def autoneb(
         states.append(state)
     states[-1] = {n: v.clone() for n, v in b.items()}
     return LLPFPath.of_run(states, steps, seconds, "autoneb")
+
+
+@torch.no_grad()
+def neb_step(
+    chain: Sequence[torch.Tensor],
+    grads: Sequence[torch.Tensor],
+    lr: float,
+    spring: float,
+) -> list[torch.Tensor]:
+    """One nudged-elastic-band update of the interior pivots ``1..len(grads)``.
+
+    Each pivot moves by ``-lr * (g - (g . tau) tau) + lr * spring * (|p_{i+1} -
+    p_i| - |p_i - p_{i-1}|) tau``, ``tau`` the unit central tangent
+    ``p_{i+1} - p_{i-1}``: the loss gradient without its component along the
+    chain, and a spring along it that evens out the neighbours' distances.
+    All pivots are updated from the same (old) chain.
+    """
+    new = list(chain)
+    for i, grad in enumerate(grads, start=1):
+        prev, nxt = chain[i] - chain[i - 1], chain[i + 1] - chain[i]
+        tau = chain[i + 1] - chain[i - 1]
+        tau = tau / tau.norm().clamp_min(1e-12)
+        grad_perp = grad - (grad @ tau) * tau
+        force = spring * (nxt.norm() - prev.norm()) * tau
+        new[i] = (chain[i] - lr * grad_perp + lr * force).detach()
+    return new
 
 
 @torch.no_grad()

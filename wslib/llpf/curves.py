@@ -8,7 +8,10 @@ bend ``theta``:
 
 Training draws ``t ~ U(0, 1)`` for every batch and takes an SGD step (with
 momentum) on the loss of the network at ``t`` with respect to ``theta``
-only. BatchNorm layers use batch statistics during training; when the curve
+only. The authors' recipe adds ``0.5 * weight_decay * ||w(t)||^2`` (all
+parameters of the network at ``t``) to the loss and uses their learning-rate
+schedule (``schedule="garipov"``: constant for the first half of the steps,
+then linearly down to 1% of it at 90%, then constant). BatchNorm layers use batch statistics during training; when the curve
 is evaluated, :mod:`wslib.llpf.evaluation` recomputes the running statistics on the
 training set at every evaluated ``t``. The result is an
 :class:`wslib.llpf.LLPFPath` of the curve sampled at ``n_eval`` values of
@@ -31,6 +34,16 @@ from wslib.core.neurons import StateDict
 from wslib.llpf.path import LLPFPath, check_same_architecture
 
 KINDS = ("bezier", "polychain")
+SCHEDULES = ("constant", "garipov")
+
+
+def lr_factor(schedule: str, fraction: float) -> float:
+    """Learning-rate multiplier at ``fraction`` (0..1) of the training steps."""
+    if schedule == "constant" or fraction <= 0.5:
+        return 1.0
+    if fraction <= 0.9:
+        return 1.0 - (fraction - 0.5) / 0.4 * 0.99
+    return 0.01
 
 
 def curve_point(
@@ -64,8 +77,13 @@ def fit_curve(
     n_eval: int = 21,
     seed: int = 0,
     progress: bool = True,
+    weight_decay: float = 0.0,
+    schedule: str = "constant",
 ) -> LLPFPath:
     """Train the bend of a curve from ``a`` to ``b`` for ``steps`` SGD steps.
+
+    ``weight_decay`` and ``schedule`` (see :func:`lr_factor`) give the
+    authors' recipe.
 
     Returns the curve sampled at ``n_eval`` evenly spaced ``t`` (endpoints
     exactly ``a`` and ``b``); ``grad_steps`` and ``seconds`` of the last
@@ -75,6 +93,10 @@ def fit_curve(
         raise ValueError(f"unknown curve kind {kind!r}; valid: {KINDS}")
     if steps < 0 or n_eval < 2:
         raise ValueError("steps must be >= 0 and n_eval >= 2")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"unknown schedule {schedule!r}; valid: {SCHEDULES}")
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
     check_same_architecture(model, a, b)
     probe = copy.deepcopy(model)
     dev = next(probe.parameters()).device
@@ -87,15 +109,18 @@ def fit_curve(
     gen = torch.Generator().manual_seed(seed)
     probe.train()
     t0 = time.perf_counter()
-    for _ in tqdm(
+    for k in tqdm(
         range(steps), desc=f"{kind} curve", disable=not progress, leave=False
     ):
+        for group in opt.param_groups:
+            group["lr"] = lr * lr_factor(schedule, k / steps)
         t = float(torch.rand((), generator=gen))
         idx = torch.randint(len(x), (batch_size,), generator=gen)
-        out = functional_call(
-            probe, {**curve_point(pa, bend, pb, t, kind), **buffers}, x[idx].to(dev)
-        )
+        point = curve_point(pa, bend, pb, t, kind)
+        out = functional_call(probe, {**point, **buffers}, x[idx].to(dev))
         loss = nn.functional.cross_entropy(out, y[idx].to(dev))
+        if weight_decay > 0:
+            loss = loss + 0.5 * weight_decay * sum((w**2).sum() for w in point.values())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -81,7 +81,10 @@ def evaluate_path(
     (0..1 along the path, by recorded index), ``distances``
     (``(n, n_stages)``, see :func:`layer_distances`), and floats
     ``peak_excess`` (max training loss over the points and the dense segments
-    minus the larger endpoint loss), ``peak_loss``, ``min_test_acc``,
+    minus the larger endpoint loss), ``interp_barrier`` (max over the same
+    points of the loss minus the straight interpolation of the two endpoint
+    losses at that position, see :func:`dense_curve`), ``peak_loss``,
+    ``min_test_acc``,
     ``grad_steps`` and ``seconds`` (0 for a plain list of states).
     """
     states = path.states if isinstance(path, LLPFPath) else list(path)
@@ -98,6 +101,9 @@ def evaluate_path(
     ends = max(res["train_loss"][0], res["train_loss"][-1])
     res["peak_loss"] = float(losses.max())
     res["peak_excess"] = float(losses.max() - ends)
+    pos, curve = dense_curve(res)
+    line = (1 - pos) * curve[0] + pos * curve[-1]
+    res["interp_barrier"] = float((curve - line).max())
     res["min_test_acc"] = float(res["test_acc"].min())
     res["grad_steps"] = int(path.total_grad_steps) if isinstance(path, LLPFPath) else 0
     res["seconds"] = float(path.total_seconds) if isinstance(path, LLPFPath) else 0.0

@@ -7,6 +7,7 @@ the tables the chapters show and the metrics their results files hold.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,15 +19,19 @@ from torch import nn
 from wslib.core.files import tensor_digest
 from wslib.core.interpolation import linear_path
 from wslib.llpf.layerwise import data_flow_stage_names, data_flow_stages
-from wslib.llpf.protocols import CODE, PathSetup, compare_at_equal_steps
+from wslib.llpf.protocols import (
+    CODE,
+    PathSetup,
+    compare_at_equal_steps,
+    method_run,
+    peak_anatomy,
+)
 from wslib.runs.cache import cached_run
 
 if TYPE_CHECKING:
     from wslib.core.data import Dataset
 
 Result = Mapping[str, Any]
-# Metric-name prefix of each method of chapter 4 (the curve's kind maps to "bezier").
-METHOD_PREFIX = {"LLPF": "llpf", "AutoNEB": "autoneb"}
 
 
 def profile_folder(root: str | Path | None, profile: str) -> Path | None:
@@ -208,6 +213,67 @@ def ablation_table(
     ).T
 
 
+def cached_peak_anatomy(
+    setup: PathSetup,
+    model: Mapping[str, Any],
+    pair: Sequence[nn.Module],
+    settings: Mapping[str, Any],
+    seed: int,
+    run_cache: str | Path | None = None,
+) -> dict[str, float]:
+    """:func:`~wslib.llpf.protocols.peak_anatomy`, stored in ``run_cache`` under its key."""
+    key = comparison_key(setup, model, pair, {"anatomy": settings}, seed, 0)
+    key["protocol"] = "peak_anatomy"
+    return cached_run(
+        run_cache,
+        key,
+        lambda: peak_anatomy(setup, pair, settings, seed),
+        code=CODE,
+    )
+
+
+def ablation_seed_table(
+    fdf: Mapping[str, Sequence[Result]], all_at_once: Mapping[str, Sequence[Result]]
+) -> pd.DataFrame:
+    """Per model, over paired path seeds: peak excess of FDF and all at once (mean, std),
+    their difference (all at once - FDF, mean and std over seeds) and the seeds where FDF
+    was lower."""
+    rows = {}
+    for name, runs in all_at_once.items():
+        a = np.array([r["peak_excess"] for r in fdf.get(name, [])[: len(runs)]])
+        b = np.array([r["peak_excess"] for r in runs])
+        if name not in fdf or len(a) != len(b):
+            raise ValueError(
+                f"{name}: {len(b)} all-at-once runs but {len(a)} FDF runs; run FDF "
+                "on at least as many path seeds"
+            )
+        rows[name] = {
+            "FDF mean": a.mean(),
+            "FDF std": a.std(),
+            "all at once mean": b.mean(),
+            "all at once std": b.std(),
+            "difference mean": (b - a).mean(),
+            "difference std": (b - a).std(),
+            "seeds FDF lower": int((a < b).sum()),
+            "seeds": len(a),
+        }
+    return pd.DataFrame(rows).T
+
+
+def ablation_verdict(table: pd.DataFrame, name: str) -> str:
+    """One phrase on ``name``'s row of :func:`ablation_seed_table`: which order was lower,
+    and whether the mean difference exceeds its seed standard deviation."""
+    row = table.loc[name]
+    diff, std = float(row["difference mean"]), float(row["difference std"])
+    lower = "FDF" if diff > 0 else "all at once"
+    clear = "larger" if abs(diff) > std else "not larger"
+    return (
+        f"{name}: {lower} lower by {abs(diff):.3f} on average, {clear} than the "
+        f"seed standard deviation of the difference ({std:.3f}); FDF lower in "
+        f"{int(row['seeds FDF lower'])} of {int(row['seeds'])} seeds"
+    )
+
+
 def _ablation_pair(fdf: Result, all_at_once: Result) -> dict[str, float]:
     return {
         "fdf_peak_excess": float(fdf["peak_excess"]),
@@ -220,8 +286,12 @@ def m2m_metrics(
     paths: Mapping[str, Result],
     seeds: pd.DataFrame,
     ablation: Mapping[str, Result],
+    ablation_seeds: pd.DataFrame | None = None,
+    anatomy: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Chapter 3's metrics: per model, over path seeds (``seeds``, :func:`seed_table`), the ablation."""
+    """Chapter 3's metrics: per model, over path seeds (``seeds``, :func:`seed_table`), the
+    ablation (first seed; over seeds: :func:`ablation_seed_table`), the peak's parts
+    (:func:`~wslib.llpf.protocols.peak_anatomy`)."""
     metrics: dict[str, Any] = {
         name: {
             "linear_barrier": float(lines[name]["barrier"]),
@@ -232,6 +302,7 @@ def m2m_metrics(
         }
         for name, res in paths.items()
     }
+    first_model = next(iter(paths))
     std = seeds["peak excess std"]
     metrics["seed_std_peak_excess"] = float(std.iloc[0])
     metrics["seed_std_by_arch"] = {n: float(std.loc[n]) for n in seeds.index}
@@ -243,6 +314,14 @@ def m2m_metrics(
     metrics["max_segment_midpoint_rise"] = max(
         float(segment_rises(res).max()) for res in paths.values()
     )
+    if ablation_seeds is not None:
+        for n, row in ablation_seeds.iterrows():
+            over = {
+                f"over_seeds_{k.replace(' ', '_')}": float(v) for k, v in row.items()
+            }
+            metrics["ablation_by_arch"][n].update(over)
+    if anatomy is not None:
+        metrics[first_model]["peak_anatomy"] = {k: float(v) for k, v in anatomy.items()}
     return metrics
 
 
@@ -253,12 +332,11 @@ def comparison_key(
     setup: PathSetup,
     model: Mapping[str, Any],
     pair: Sequence[nn.Module],
-    llpf: Mapping[str, Any],
-    curve: Mapping[str, Any],
-    neb: Mapping[str, Any],
+    methods: Mapping[str, Mapping[str, Any]],
     seed: int,
+    budget: int | None = None,
 ) -> dict[str, Any]:
-    """Everything that determines :func:`~wslib.llpf.protocols.compare_at_equal_steps`.
+    """Everything that determines a run of the chapter (one method or a comparison).
 
     The data and the two modes enter by the digest of their content, the
     model by its config (its code enters the cache key through
@@ -266,50 +344,159 @@ def comparison_key(
     """
     ds = setup.ds
     return {
-        "protocol": "compare_at_equal_steps",
+        "protocol": "compare_at_equal_steps" if budget is None else "method_run",
         "data": tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test),
         "model": dict(model),
         "modes": [tensor_digest(m.state_dict()) for m in pair],
         "path_seed": seed,
-        "llpf": dict(llpf),
+        "methods": {label: dict(v) for label, v in methods.items()},
+        "budget": budget,
         "r_min": setup.r_min,
         "batch_size": setup.batch_size,
         "threshold_margin": setup.margin,
-        "curve": dict(curve),
-        "neb": dict(neb),
         "dense": setup.dense,
     }
+
+
+def chapter_methods(
+    llpf: Mapping[str, Any], baselines: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Label -> settings of every method for one model: ``"LLPF"`` first, then ``baselines``."""
+    return {
+        "LLPF": {"method": "llpf", **llpf},
+        **{k: dict(v) for k, v in baselines.items()},
+    }
+
+
+def cached_method_run(
+    setup: PathSetup,
+    model: Mapping[str, Any],
+    pair: Sequence[nn.Module],
+    label: str,
+    settings: Mapping[str, Any],
+    seed: int,
+    budget: int | None,
+    run_cache: str | Path | None = None,
+) -> dict[str, Any]:
+    """:func:`~wslib.llpf.protocols.method_run`, stored in ``run_cache`` under its key."""
+    key = comparison_key(setup, model, pair, {label: settings}, seed, budget or 0)
+    return cached_run(
+        run_cache,
+        key,
+        lambda: method_run(setup, pair, settings, seed, budget),
+        code=CODE,
+    )
+
+
+def _number(value: float | None) -> float:
+    """A metric read back from a run cache: NaN (a diverged run) comes back as None."""
+    return float("nan") if value is None else float(value)
+
+
+def tuning_sweep(
+    setup: PathSetup,
+    models: Mapping[str, Mapping[str, Any]],
+    modes: Mapping[str, Sequence[nn.Module]],
+    methods: Mapping[str, Mapping[str, Mapping[str, Any]]],
+    grid: Mapping[str, Sequence[Mapping[str, Any]]],
+    seed: int,
+    run_cache: str | Path | None = None,
+) -> pd.DataFrame:
+    """Every method at every setting of ``grid`` (label -> overrides), on path seed ``seed``.
+
+    ``methods[model]`` gives each label's base settings (LLPF first). The
+    budget of the baselines is the gradient steps of LLPF at its base
+    settings on this seed; LLPF's own settings change its steps (column
+    ``gradient steps``). One row per model, method and setting, with the
+    learning rate (``lr``; AutoNEB: its first cycle's) and ``momentum``
+    (curves; NaN otherwise); a diverged run has peak excess NaN and is never
+    chosen.
+    """
+    rows = []
+    for name in models:
+        pair, base = modes[name], methods[name]
+        first = next(iter(base))
+
+        args = (setup, models[name], pair)
+        ref = cached_method_run(*args, first, base[first], seed, None, run_cache)
+        budget = int(ref["grad_steps"])
+        for label, options in grid.items():
+            for override in options:
+                settings = {**base[label], **override}
+                kind = settings["method"]
+                res = cached_method_run(
+                    *args,
+                    label,
+                    settings,
+                    seed,
+                    None if kind == "llpf" else budget,
+                    run_cache,
+                )
+                lrs = settings.get("lrs")
+                rows.append(
+                    {
+                        "model": name,
+                        "method": label,
+                        "setting": dict(override),
+                        "lr": float(lrs[0] if lrs is not None else settings["lr"]),
+                        "momentum": float(settings.get("momentum", np.nan)),
+                        "peak excess": _number(res["peak_excess"]),
+                        "gradient steps": int(res["grad_steps"]),
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def tuned_methods(
+    methods: Mapping[str, Mapping[str, Mapping[str, Any]]], sweep: pd.DataFrame
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each model's methods with the sweep's best setting (lowest peak excess) applied.
+
+    Methods the sweep did not tune keep their settings.
+    """
+    out = {}
+    for name, base in methods.items():
+        out[name] = {label: dict(v) for label, v in base.items()}
+        rows = sweep[sweep.model == name]
+        for label, res in rows.groupby("method", sort=False):
+            best = res.loc[res["peak excess"].idxmin(), "setting"]
+            out[name][label] = {**base[label], **best}
+    return out
+
+
+def chosen_settings(sweep: pd.DataFrame) -> pd.DataFrame:
+    """The sweep's best row per model and method (what :func:`tuned_methods` applies)."""
+    best = sweep.loc[
+        sweep.groupby(["model", "method"], sort=False)["peak excess"].idxmin()
+    ]
+    return best.drop(columns="setting").reset_index(drop=True)
 
 
 def compare_methods(
     setup: PathSetup,
     models: Mapping[str, Mapping[str, Any]],
     modes: Mapping[str, Sequence[nn.Module]],
-    llpf: Mapping[str, Mapping[str, Any]],
-    curve: Mapping[str, Any],
-    neb: Mapping[str, Any],
+    methods: Mapping[str, Mapping[str, Mapping[str, Any]]],
     seeds: Sequence[int],
     run_cache: str | Path | None = None,
 ) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """:func:`~wslib.llpf.protocols.compare_at_equal_steps` for every model and path seed.
 
-    Each run is stored in ``run_cache`` (see :func:`wslib.runs.cache.cached_run`)
-    under :func:`comparison_key` and the source of
-    :data:`wslib.llpf.protocols.CODE`. Returns ``runs[model][method]``: the
-    evaluated paths of the seeds, in order.
+    ``methods[model]``: label -> settings, LLPF first. Each run is stored in
+    ``run_cache`` (see :func:`wslib.runs.cache.cached_run`) under
+    :func:`comparison_key` and the source of :data:`wslib.llpf.protocols.CODE`.
+    Returns ``runs[model][label]``: the evaluated paths of the seeds, in order.
     """
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for name in models:
         runs[name] = {}
         for s in seeds:
-            key = comparison_key(
-                setup, models[name], modes[name], llpf[name], curve, neb, s
-            )
+            key = comparison_key(setup, models[name], modes[name], methods[name], s)
             result = cached_run(
                 run_cache,
                 key,
                 lambda name=name, s=s: compare_at_equal_steps(
-                    setup, modes[name], llpf[name], curve, neb, s, name
+                    setup, modes[name], methods[name], s, name
                 ),
                 code=CODE,
             )
@@ -325,7 +512,7 @@ def comparison_table(
     rows = []
     for name, methods in runs.items():
         for method, res in methods.items():
-            excess = [r["peak_excess"] for r in res]
+            excess = [_number(r["peak_excess"]) for r in res]
             rows.append(
                 {
                     "model": name,
@@ -347,9 +534,28 @@ def best_method(compare: pd.DataFrame, model: str) -> str:
     return str(rows.loc[rows["peak excess mean"].idxmin(), "method"])
 
 
+def comparison_verdict(compare: pd.DataFrame, model: str) -> str:
+    """One sentence on ``model``: the lowest mean peak excess, and whether it is
+    ahead of the runner-up by more than the two seed standard deviations together."""
+    rows = compare[compare.model == model].sort_values("peak excess mean")
+    if len(rows) < 2:
+        raise ValueError(f"need at least two methods on {model!r} to compare them")
+    best, second = rows.iloc[0], rows.iloc[1]
+    gap = second["peak excess mean"] - best["peak excess mean"]
+    spread = best["peak excess std"] + second["peak excess std"]
+    how = "more" if gap > spread else "not more"
+    return (
+        f"on the {model}, {best['method']} had the lowest mean peak excess "
+        f"({best['peak excess mean']:.3f} ± {best['peak excess std']:.3f}), "
+        f"{gap:.3f} below {second['method']} "
+        f"({second['peak excess mean']:.3f} ± {second['peak excess std']:.3f}), "
+        f"{how} than their seed standard deviations together"
+    )
+
+
 def method_prefix(method: str) -> str:
-    """Metric-name prefix of a method of chapter 4 (any curve kind: ``bezier``)."""
-    return METHOD_PREFIX.get(method, "bezier")
+    """Metric-name prefix of a method label: lower case, runs of other characters as ``_``."""
+    return re.sub(r"[^a-z0-9]+", "_", method.lower()).strip("_")
 
 
 def paper_table(compare: pd.DataFrame) -> pd.DataFrame:
@@ -388,6 +594,27 @@ def comparison_metrics(compare: pd.DataFrame) -> dict[str, dict[str, float]]:
     return metrics
 
 
+def comparison_results(compare: pd.DataFrame, sweep: pd.DataFrame) -> dict[str, Any]:
+    """Chapter 4's results, per model: :func:`comparison_metrics`, the chosen settings
+    (``chosen``) and the whole sweep (``sweep``; without the raw settings, NaN as None)."""
+
+    def records(table: pd.DataFrame) -> list[dict[str, Any]]:
+        return [
+            {
+                k: (None if isinstance(v, float) and np.isnan(v) else v)
+                for k, v in r.items()
+            }
+            for r in table.to_dict("records")
+        ]
+
+    out: dict[str, Any] = comparison_metrics(compare)
+    chosen = chosen_settings(sweep)
+    for name in out:
+        out[name]["chosen"] = records(chosen[chosen.model == name])
+        out[name]["sweep"] = records(sweep[sweep.model == name].drop(columns="setting"))
+    return out
+
+
 # --- chapter 5: across variance spheres --------------------------------------
 
 
@@ -407,9 +634,16 @@ def m2o_table(m2o_runs: Mapping[str, Result]) -> pd.DataFrame:
 
 
 def spheres_metrics(
-    with_compliance: Result, without: Result, hybrid: Result, sharp: Result
+    with_compliance: Result,
+    without: Result,
+    hybrid: Result,
+    sharp: Result,
 ) -> dict[str, float | int]:
-    """Chapter 5's metrics: M2O with and without compliance, the hybrid, sharp minima."""
+    """Chapter 5's metrics: M2O with and without compliance, the hybrid, sharp minima.
+
+    The keys are those of the book's first results files (tests/book checks
+    them); the chapter's other numbers are glued from the runs.
+    """
     return {
         "m2o_final_variance_ratio": float(with_compliance["variance"][-1]),
         "m2o_final_variance_ratio_no_compliance": float(without["variance"][-1]),

@@ -6,10 +6,12 @@ its method (:func:`wslib.plotting.method_colour`).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.image import AxesImage
 
@@ -32,6 +34,39 @@ def draw_straight_line(
     )
 
 
+def label_colour(label: str) -> str:
+    """The book's colour of the method a label starts with ("Bezier, authors' recipe" -> Bezier)."""
+    return method_colour(re.split(r"[ ,(]", label.strip())[0])
+
+
+def draw_sensitivity(ax: Axes, sweep: pd.DataFrame, chosen: pd.DataFrame) -> None:
+    """Peak excess against learning rate per method (one model's sweep rows).
+
+    Curves with momentum 0 (a separate setting) are drawn apart, dashed;
+    the chosen settings (rows of ``chosen``) are circled.
+    """
+    for method, rows in sweep.groupby("method", sort=False):
+        colour = label_colour(method)
+        plain = rows[rows.momentum.isna() | (rows.momentum > 0)].sort_values("lr")
+        ax.plot(plain.lr, plain["peak excess"], "o-", color=colour, ms=4, label=method)
+        nomo = rows[rows.momentum == 0].sort_values("lr")
+        if len(nomo):
+            label = f"{method}, no momentum"
+            ax.plot(
+                nomo.lr, nomo["peak excess"], "s--", color=colour, ms=4, label=label
+            )
+    ax.plot(
+        chosen.lr,
+        chosen["peak excess"],
+        "o",
+        mfc="none",
+        mec="k",
+        ms=10,
+        label="chosen",
+    )
+    ax.set_xscale("log")
+
+
 def draw_path_loss(
     ax: Axes,
     res: Mapping[str, Any],
@@ -44,7 +79,7 @@ def draw_path_loss(
 
     ``label`` defaults to the method; extra keyword arguments style the line.
     """
-    colour = method_colour(method)
+    colour = label_colour(method)
     pos, loss = dense_curve(res)
     ax.plot(pos, loss, "-", color=colour, label=label or method, **line)
     if points:

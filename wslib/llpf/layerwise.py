@@ -55,7 +55,7 @@ import pickle
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -199,6 +199,15 @@ def project_on_spheres(
         p.sub_(mean).mul_(torch.sqrt((v + eps) / (p.var() + eps))).add_(mean)
 
 
+def _distance(state: StateDict, dest: StateDict, names: Sequence[str]) -> float:
+    """Euclidean distance between the named tensors of two states."""
+    total = sum(
+        float(((state[n].detach().float().cpu() - dest[n].float().cpu()) ** 2).sum())
+        for n in names
+    )
+    return total**0.5
+
+
 def _clone(state: StateDict) -> StateDict:
     return {k: v.detach().cpu().clone() for k, v in state.items()}
 
@@ -208,7 +217,7 @@ def _fingerprint(*items: object) -> str:
     return stable_hash([*items, code_version(*CODE)], length=16)
 
 
-def _refine(
+def refine_point(
     model: nn.Module,
     opt: torch.optim.Optimizer,
     x: torch.Tensor,
@@ -248,6 +257,8 @@ class _Run:
     gen_state: torch.Tensor
     steps: int = 0
     seconds: float = 0.0
+    finished: bool = False
+    memo: list[str] = field(default_factory=list)
 
     def save(self, path: Path, key: str) -> None:
         """Write the run as plain tensors, lists and numbers (readable with ``weights_only=True``)."""
@@ -258,6 +269,8 @@ class _Run:
             "gen_state": self.gen_state,
             "steps": self.steps,
             "seconds": self.seconds,
+            "finished": self.finished,
+            "memo": list(self.memo),
             "path": {f.name: getattr(self.path, f.name) for f in fields(LLPFPath)},
         }
         atomic_write(path, lambda tmp: torch.save(payload, tmp))
@@ -299,6 +312,8 @@ class _Run:
             saved["gen_state"],
             saved["steps"],
             saved["seconds"],
+            saved["finished"],
+            saved["memo"],
         )
 
 
@@ -311,6 +326,8 @@ def _checkpoint_problem(saved: dict, like: StateDict) -> str | None:
         "gen_state": torch.Tensor,
         "path": dict,
         "current": dict,
+        "finished": bool,
+        "memo": list,
     }
     for name, kind in kinds.items():
         if not isinstance(saved.get(name), kind):
@@ -351,11 +368,16 @@ def _run_loop(
     key: str,
     on_tick: TickCallback | None,
     progress: bool,
+    memo: set[str] | None = None,
+    on_refined: TickCallback | None = None,
 ) -> LLPFPath:
     """Move / correct / refine / correct for up to ``ticks`` ticks; record every few ticks.
 
     ``move(model, t)`` moves the parameters in place and returns ``False``
-    when the path is complete (no more moves needed).
+    when the path is complete (no more moves needed). ``memo`` is a set the
+    move may fill (e.g. tensors that reached their target); it is saved in the
+    checkpoint and restored on resume. A finished run is marked so in its
+    checkpoint: resuming it returns the same path without another tick.
     """
     if record_every < 1:
         raise ValueError(f"record_every must be >= 1, got {record_every}")
@@ -366,6 +388,9 @@ def _run_loop(
         gen = torch.Generator().manual_seed(seed)
         path = LLPFPath([_clone(start)], [0], [0], [0.0], [], [phase])
         run = _Run(0, path, _clone(start), gen.get_state())
+    if memo is not None:
+        memo.clear()
+        memo.update(run.memo)
     gen = torch.Generator()
     gen.set_state(run.gen_state)
     work.load_state_dict(run.current)
@@ -377,7 +402,7 @@ def _run_loop(
         disable=not progress,
         leave=False,
     )
-    done = run.tick >= ticks
+    done = run.finished or run.tick >= ticks
     while not done:
         t0 = time.perf_counter()
         t = run.tick
@@ -389,8 +414,10 @@ def _run_loop(
             loss = float("nan")
         else:
             after_move(work)
-            steps, loss = _refine(work, opt, x, y, refine, gen)
+            steps, loss = refine_point(work, opt, x, y, refine, gen)
             run.steps += steps
+            if on_refined is not None:
+                on_refined(t + 1, work)
             after_move(work)
         run.tick = t + 1
         run.seconds += time.perf_counter() - t0
@@ -406,6 +433,8 @@ def _run_loop(
         if ckpt is not None and (done or run.tick % checkpoint_every == 0):
             run.current = _clone(work.state_dict())
             run.gen_state = gen.get_state()
+            run.finished = done
+            run.memo = sorted(memo) if memo is not None else []
             run.save(ckpt, key)
         if on_tick is not None:
             on_tick(run.tick, work)
@@ -440,10 +469,12 @@ def m2m(
     seed: int = 0,
     record_every: int = 5,
     eps: float = 1e-12,
+    jump_warn: float = 0.2,
     checkpoint: str | Path | None = None,
     checkpoint_every: int = 10,
     on_tick: TickCallback | None = None,
     progress: bool = True,
+    on_refined: TickCallback | None = None,
 ) -> LLPFPath:
     """LLPF model to model (Algorithm 1) from ``start`` to ``dest``.
 
@@ -474,11 +505,18 @@ def m2m(
         Seed of the refinement's batch sampling (the "path seed").
     record_every
         Record a point every this many ticks (the first and last always).
+    jump_warn
+        Warn when, before the last tick, the point is still more than this
+        fraction of the start's distance from ``dest`` (the last tick is then
+        a long straight jump that no refinement checked).
     checkpoint, checkpoint_every
         File to save the run to every ``checkpoint_every`` ticks and to
         resume from.
     on_tick
         Called as ``on_tick(tick, model)`` after each tick.
+    on_refined
+        Called as ``on_refined(tick, model)`` after each tick's refinement,
+        before the projection (not on the last tick, which lands on ``dest``).
 
     Returns
     -------
@@ -509,7 +547,18 @@ def m2m(
     target = tensor_variances(start, names)
     dest_dev = {n: dest[n].to(next(model.parameters()).device) for n in names}
 
+    start_gap = _distance(start, dest_dev, names)
+
     def move(work: nn.Module, t: int) -> bool:
+        if t == ticks - 1 and ticks > 1:
+            gap = _distance(dict(work.named_parameters()), dest_dev, names)
+            if gap > jump_warn * start_gap:
+                warnings.warn(
+                    f"M2M's last tick is a straight jump over {gap / start_gap:.0%} "
+                    "of the start's distance to the destination, with no refinement "
+                    "on it; use more ticks, a larger step or a smaller final_gap",
+                    stacklevel=4,
+                )
         for n, p in work.named_parameters():
             if t >= begin[n]:
                 p.add_(
@@ -552,13 +601,14 @@ def m2m(
         key,
         on_tick,
         progress,
+        on_refined=on_refined,
     )
 
 
 # --- Algorithm 2: model to origin -------------------------------------------------------------
 
 
-class _ComplianceSGD:
+class ComplianceSGD:
     """Plain SGD with one parameter group per tensor; weight tensors (dim > 1) get
     ``lr * var(P) / v_start`` when angular compliance is on."""
 
@@ -594,6 +644,8 @@ def m2o(
     refine: Refine | None = None,
     compliance: bool = True,
     target_variance: dict[str, float] | None = None,
+    target_tol: float = 0.01,
+    grow: bool = False,
     seed: int = 0,
     record_every: int = 5,
     checkpoint: str | Path | None = None,
@@ -605,9 +657,15 @@ def m2o(
 
     Every tick multiplies each movable parameter by ``1 - shrink``; parameters
     of normalisation layers never move. With ``target_variance`` (name ->
-    variance), a tensor stops moving once its variance is at or below its
-    target, and the run ends when all have reached it (or after ``ticks``).
-    ``compliance`` turns angular compliance on (see :class:`_ComplianceSGD`).
+    variance, each at most the start's unless ``grow``), a tensor's move never
+    takes it past its target, and the tensor stops moving for good once its
+    variance right after a move (before refinement, which may push it away
+    again) is within ``target_tol`` (relative) of the target; the run ends at
+    the tick where the last tensor reaches its target. Running out of
+    ``ticks`` first warns. ``grow=True`` (the authors' "to variance sphere"
+    mode) lets a tensor whose target is above its variance grow by
+    ``1 / (1 - shrink)`` a tick instead.
+    ``compliance`` turns angular compliance on (see :class:`ComplianceSGD`).
     """
     check_same_architecture(model, start)
     _check_common(ticks, checkpoint_every)
@@ -623,25 +681,52 @@ def m2o(
                 f"target_variance names unknown parameters {sorted(unknown)[:3]}"
             )
     start_var = tensor_variances(start, names)
+    targets = {
+        n: v
+        for n, v in (target_variance or {}).items()
+        if n in movable and start[n].numel() > 1
+    }
+    above = [n for n, v in targets.items() if v > start_var[n] * (1 + target_tol)]
+    if above and not grow:
+        n = above[0]
+        raise ValueError(
+            f"M2O only shrinks, but the target variance of {len(above)} tensors is "
+            f"above the start's (e.g. {n}: {targets[n]:.3g} > {start_var[n]:.3g}); "
+            "give targets at most the start's variance, or grow=True"
+        )
+    reached: set[str] = set()
 
     def move(work: nn.Module, t: int) -> bool:
         params = dict(work.named_parameters())
-        pending = [
-            n
-            for n in movable
-            if target_variance is None
-            or n not in target_variance
-            or float(params[n].var()) > target_variance[n]
-        ]
-        for n in pending:
+        for n in movable:
+            if n in reached:
+                continue
             p = params[n]
-            if target_variance is not None and n in target_variance and p.numel() > 1:
-                # do not overshoot the target sphere
-                factor = max(1 - shrink, (target_variance[n] / float(p.var())) ** 0.5)
-                p.mul_(factor)
+            if n in targets:
+                # towards the target sphere, never past it
+                ideal = (targets[n] / float(p.var())) ** 0.5
+                p.mul_(
+                    max(1 - shrink, ideal)
+                    if ideal < 1
+                    else min(1 / (1 - shrink), ideal)
+                )
+                if abs(float(p.var()) / targets[n] - 1) <= target_tol:
+                    reached.add(n)
             else:
                 p.mul_(1 - shrink)
-        return bool(pending)
+        pending = [n for n in targets if n not in reached]
+        if target_variance is not None and pending and t == ticks - 1:
+            off = {k: float(params[k].var()) / targets[k] for k in pending}
+            n = max(off, key=lambda k: abs(off[k] - 1))
+            ratio = off[n]
+            warnings.warn(
+                f"M2O ran out of ticks ({ticks}) before {len(pending)} tensors reached "
+                f"their target variance (worst: {n} at {ratio:.2f} x its target); "
+                "the path ends off the target sphere: use more ticks or a larger "
+                "shrink",
+                stacklevel=4,
+            )
+        return target_variance is None or bool(pending)
 
     key = _fingerprint(
         "m2o",
@@ -651,6 +736,8 @@ def m2o(
         asdict(refine),
         compliance,
         target_variance,
+        target_tol,
+        grow,
         seed,
         record_every,
         tensor_digest(x, y),
@@ -663,7 +750,7 @@ def m2o(
         ticks,
         move,
         lambda w: None,
-        lambda w: _ComplianceSGD(w, refine.lr, start_var, compliance),
+        lambda w: ComplianceSGD(w, refine.lr, start_var, compliance),
         refine,
         seed,
         record_every,
@@ -674,6 +761,7 @@ def m2o(
         key,
         on_tick,
         progress,
+        reached,
     )
 
 
@@ -708,14 +796,21 @@ def hybrid(
     seed: int = 0,
     record_every: int = 5,
     progress: bool = True,
+    target_tol: float = 0.01,
     **m2m_options,
 ) -> LLPFPath:
     """M2O from ``start`` until each movable tensor reaches ``dest``'s variance, then M2M to ``dest``.
 
-    Works from a larger sphere to a smaller one (M2O only shrinks). Extra
-    keyword arguments go to :func:`m2m`.
+    The M2O phase runs in the authors' "to variance sphere" mode
+    (``grow=True``): a tensor whose destination variance is above its own
+    grows towards it instead of shrinking, so a destination on a larger sphere
+    is reached too. It ends at the tick where every tensor is within
+    ``target_tol`` of the destination's variance (see :func:`m2o`; it warns
+    when it runs out of ``m2o_ticks`` first). Extra keyword arguments go to
+    :func:`m2m`.
     """
     check_same_architecture(model, start, dest)
+    movable = movable_names(model)
     first = m2o(
         model,
         start,
@@ -725,7 +820,9 @@ def hybrid(
         shrink,
         refine,
         compliance,
-        tensor_variances(dest, movable_names(model)),
+        tensor_variances(dest, movable),
+        target_tol,
+        True,
         seed,
         record_every,
         progress=progress,

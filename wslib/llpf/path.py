@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
 from torch import nn
 
 from wslib.core.neurons import StateDict
@@ -72,7 +73,7 @@ class LLPFPath:
 
 
 def check_same_architecture(model: nn.Module, *states: StateDict) -> None:
-    """Raise ``ValueError`` unless every state has exactly the model's tensors and shapes."""
+    """Raise ``ValueError`` unless every state has exactly the model's tensors and shapes, all finite."""
     ref = model.state_dict()
     for i, state in enumerate(states):
         missing, extra = ref.keys() - state.keys(), state.keys() - ref.keys()
@@ -87,4 +88,14 @@ def check_same_architecture(model: nn.Module, *states: StateDict) -> None:
             raise ValueError(
                 f"state {i}: tensor {k} has shape {tuple(state[k].shape)}, the model expects "
                 f"{tuple(ref[k].shape)}; connect two models of the same architecture and width"
+            )
+        bad = [
+            k
+            for k in ref
+            if state[k].is_floating_point() and not bool(torch.isfinite(state[k]).all())
+        ]
+        if bad:
+            raise ValueError(
+                f"state {i}: tensor {bad[0]} (and {len(bad) - 1} more) holds NaN or "
+                "infinite values; connect two trained models with finite weights"
             )

@@ -6,9 +6,13 @@ losses is under the larger training loss of its endpoints plus a margin
 (:meth:`PathSetup.evaluate`, see :mod:`wslib.llpf.evaluation`). On top:
 
 - :func:`m2m_path`, :func:`m2m_run`: one model-to-model path (chapter 3);
-- :func:`compare_at_equal_steps`: LLPF, a Bezier / PolyChain curve and AutoNEB
-  between the same modes, the two baselines given the gradient steps LLPF
-  used (chapter 4, budget sizing in :func:`neb_steps_per_cycle`);
+- :func:`peak_anatomy`: an M2M path's peak excess split into measured parts
+  (chapter 3);
+- :func:`method_run`: one path of any method (LLPF, a Bezier / PolyChain
+  curve, simplified AutoNEB) between two modes, baselines with exactly a
+  given number of gradient steps;
+- :func:`compare_at_equal_steps`: every method between the same modes, the
+  baselines given exactly the gradient steps LLPF used (chapter 4);
 - :func:`m2o_run`, :func:`hybrid_run`: towards the origin and across variance
   spheres (chapter 5).
 
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torch import nn
 
+from wslib.core.files import stable_hash
 from wslib.core.train import evaluate
 from wslib.llpf.autoneb import autoneb
 from wslib.llpf.curves import fit_curve
@@ -39,6 +44,7 @@ from wslib.llpf.layerwise import (
     m2o,
     movable_names,
     sphere_variance_ratio,
+    tensor_variances,
 )
 from wslib.llpf.path import LLPFPath
 
@@ -107,12 +113,23 @@ class PathSetup:
         )
 
     def checkpoint(
-        self, name: str, seed: int, all_at_once: bool = False
+        self,
+        name: str,
+        seed: int,
+        all_at_once: bool = False,
+        settings: Mapping[str, Any] | None = None,
     ) -> Path | None:
-        """The checkpoint file of the M2M run of ``name`` with path seed ``seed``."""
+        """The checkpoint file of the M2M run of ``name`` with path seed ``seed``.
+
+        Runs with other ``settings`` get other files (a digest of them in the
+        name), so chapters that share a run share its file and no run
+        overwrites another's.
+        """
         if self.checkpoint_dir is None:
             return None
         tag = f"seed{seed}" + ("-all" if all_at_once else "")
+        if settings is not None:
+            tag += "-" + stable_hash(dict(settings), length=8)
         return Path(self.checkpoint_dir) / f"{name}-{tag}.pt"
 
     def evaluate(self, model: nn.Module, path: LLPFPath) -> dict[str, Any]:
@@ -144,7 +161,9 @@ def m2m_path(
     that name (see :meth:`PathSetup.checkpoint`).
     """
     a, b = pair
-    checkpoint = None if name is None else setup.checkpoint(name, seed, all_at_once)
+    checkpoint = (
+        None if name is None else setup.checkpoint(name, seed, all_at_once, settings)
+    )
     return m2m(
         a,
         a.state_dict(),
@@ -176,54 +195,129 @@ def m2m_run(
     return res
 
 
-def neb_steps_per_cycle(budget: int, cycles: int, n_init: int) -> int:
-    """AutoNEB iterations per cycle that spend about ``budget`` gradient steps in all.
+def peak_anatomy(
+    setup: PathSetup, pair: Pair, settings: Mapping[str, Any], seed: int
+) -> dict[str, float]:
+    """Where an M2M path's peak excess comes from, measured on one run (no checkpoint).
 
-    One gradient step per interior pivot per iteration; the chain starts with
-    ``n_init`` interior pivots and grows by insertion, so the count is sized
-    for ``n_init + 2`` pivots (at least one iteration per cycle).
+    At every tick the full training-set loss of the refined point is measured
+    before and after its projection on the variance spheres (eval mode:
+    meant for models without BatchNorm). At the recorded tick whose point
+    has the highest full loss: ``moving_average`` (what the stop rule saw),
+    ``before_projection``, ``after_projection``; with ``endpoint_loss``,
+    ``threshold`` and the evaluated path's ``peak_loss``. The parts
+    ``margin`` (threshold - endpoint), ``stop_gap`` (moving average -
+    threshold), ``full_set_gap`` (before projection - moving average),
+    ``projection`` (after - before) and ``elsewhere`` (peak - after: other
+    points, segment midpoints) add up to ``peak_excess``.
     """
-    return max(1, round(budget / (cycles * (n_init + 2))))
+    a, b = pair
+    refine = setup.refine(pair, settings)
+    ds, before, after = setup.ds, {}, {}
+
+    def full(store: dict[int, float]):
+        return lambda tick, model: store.__setitem__(
+            tick, evaluate(model, ds.x_train, ds.y_train)[0]
+        )
+
+    path = m2m(
+        a,
+        a.state_dict(),
+        b.state_dict(),
+        ds.x_train,
+        ds.y_train,
+        ticks=settings["ticks"],
+        refine=refine,
+        seed=seed,
+        record_every=settings["record_every"],
+        on_refined=full(before),
+        on_tick=full(after),
+        progress=False,
+    )
+    res = setup.evaluate(a, path)
+    recorded = [t for t in path.ticks[1:-1] if t in before]
+    tick = max(recorded or before, key=lambda t: after[t])
+    ends = float(max(res["train_loss"][0], res["train_loss"][-1]))
+    out = {
+        "tick": float(tick),
+        "endpoint_loss": ends,
+        "threshold": float(refine.threshold),
+        "moving_average": float(path.refine_loss[tick - 1]),
+        "before_projection": float(before[tick]),
+        "after_projection": float(after[tick]),
+        "peak_loss": float(res["peak_loss"]),
+        "peak_excess": float(res["peak_excess"]),
+    }
+    out["margin"] = out["threshold"] - ends
+    out["stop_gap"] = out["moving_average"] - out["threshold"]
+    out["full_set_gap"] = out["before_projection"] - out["moving_average"]
+    out["projection"] = out["after_projection"] - out["before_projection"]
+    out["elsewhere"] = out["peak_loss"] - out["after_projection"]
+    return out
+
+
+METHOD_KINDS = ("llpf", "curve", "autoneb")
+
+
+def method_run(
+    setup: PathSetup,
+    pair: Pair,
+    settings: Mapping[str, Any],
+    seed: int,
+    budget: int | None = None,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """One evaluated path from ``pair[0]`` to ``pair[1]``.
+
+    ``settings["method"]`` is ``"llpf"`` (the rest as in :func:`m2m_path`,
+    checkpointed under ``name``), ``"curve"`` (the rest to
+    :func:`~wslib.llpf.curves.fit_curve`) or ``"autoneb"`` (the rest to
+    :func:`~wslib.llpf.autoneb.autoneb`); the two baselines take exactly
+    ``budget`` gradient steps.
+    """
+    kind = settings.get("method")
+    if kind not in METHOD_KINDS:
+        raise ValueError(
+            f"settings['method'] must be one of {METHOD_KINDS}, got {kind!r}"
+        )
+    rest = {k: v for k, v in settings.items() if k != "method"}
+    if kind == "llpf":
+        return setup.evaluate(pair[0], m2m_path(setup, pair, rest, seed, name))
+    if budget is None:
+        raise ValueError(f"a {kind} run needs a gradient-step budget (budget=...)")
+    a, b = pair
+    args = (a, a.state_dict(), b.state_dict(), setup.ds.x_train, setup.ds.y_train)
+    common = {"batch_size": setup.batch_size, "seed": seed, "progress": False}
+    if kind == "curve":
+        path = fit_curve(*args, steps=budget, **common, **rest)
+    else:
+        path = autoneb(*args, total_steps=budget, **common, **rest)
+    return setup.evaluate(a, path)
 
 
 def compare_at_equal_steps(
     setup: PathSetup,
     pair: Pair,
-    llpf: Mapping[str, Any],
-    curve: Mapping[str, Any],
-    neb: Mapping[str, Any],
+    methods: Mapping[str, Mapping[str, Any]],
     seed: int,
     name: str | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """LLPF, a curve and AutoNEB between the same modes, evaluated alike.
+    """Every method of ``methods`` (label -> settings) between the same modes.
 
-    LLPF (settings ``llpf``, checkpointed under ``name``) runs first; the curve
-    (``curve``: ``kind``, ``lr``, ``momentum``, ``n_eval``) then gets exactly
-    the gradient steps LLPF used, AutoNEB (``neb``) about as many. Returns
-    ``{"LLPF": ..., curve["kind"]: ..., "AutoNEB": ...}`` of evaluated paths.
+    The first method must be LLPF (checkpointed under ``name``); every other
+    one then gets exactly the gradient steps it used (:func:`method_run`).
+    Returns label -> evaluated path.
     """
-    a, b = pair
-    sa, sb, x, y = a.state_dict(), b.state_dict(), setup.ds.x_train, setup.ds.y_train
-    path = m2m_path(setup, pair, llpf, seed, name)
-    budget = path.total_grad_steps
-    res = {"LLPF": setup.evaluate(a, path)}
-    bend = fit_curve(
-        a, sa, sb, x, y, steps=budget, batch_size=setup.batch_size, seed=seed, **curve
-    )
-    res[curve["kind"]] = setup.evaluate(a, bend)
-    per_cycle = neb_steps_per_cycle(budget, neb["cycles"], neb["n_init"])
-    chain = autoneb(
-        a,
-        sa,
-        sb,
-        x,
-        y,
-        steps_per_cycle=per_cycle,
-        batch_size=setup.batch_size,
-        seed=seed,
-        **neb,
-    )
-    res["AutoNEB"] = setup.evaluate(a, chain)
+    labels = list(methods)
+    if not labels or methods[labels[0]].get("method") != "llpf":
+        raise ValueError(
+            "the first method must be LLPF ({'method': 'llpf', ...}): its "
+            "gradient steps are the budget of the others"
+        )
+    first = method_run(setup, pair, methods[labels[0]], seed, name=name)
+    res = {labels[0]: first}
+    for label in labels[1:]:
+        res[label] = method_run(setup, pair, methods[label], seed, first["grad_steps"])
     return res
 
 
@@ -243,9 +337,18 @@ def m2o_run(
 ) -> dict[str, Any]:
     """M2O from ``model`` (``ticks``, ``shrink``, ``record_every``, ``lr``, ``r_max``), evaluated.
 
-    Adds ``variance``: the mean variance ratio of the movable tensors to the
-    start at every recorded point.
+    With ``settings["target_ratio"]`` every movable tensor (of more than one
+    element) stops at that fraction of its start variance (see
+    :func:`~wslib.llpf.layerwise.m2o`), so runs with other settings end on the
+    same sphere. Adds ``variance``: the mean variance ratio of the movable
+    tensors to the start at every recorded point.
     """
+    names = movable_names(model)
+    ratio = settings.get("target_ratio")
+    target = None
+    if ratio is not None:
+        start = tensor_variances(model.state_dict(), names)
+        target = {n: ratio * v for n, v in start.items() if v > 0}
     path = m2o(
         model,
         model.state_dict(),
@@ -255,11 +358,12 @@ def m2o_run(
         shrink=settings["shrink"],
         refine=setup.refine([model], settings),
         compliance=compliance,
+        target_variance=target,
         seed=seed,
         record_every=settings["record_every"],
     )
     res = setup.evaluate(model, path)
-    res["variance"] = variance_along(path, model.state_dict(), movable_names(model))
+    res["variance"] = variance_along(path, model.state_dict(), names)
     return res
 
 
@@ -299,6 +403,7 @@ def hybrid_run(
         source.state_dict(), dest.state_dict(), names
     )
     phases = np.array(path.phase)
+    res["m2o_ticks"] = int(path.ticks[int(np.sum(phases == "m2o")) - 1])
     res["switch"] = (
         float(res["position"][np.argmax(phases == "m2m") - 1])
         if "m2m" in phases
