@@ -1,10 +1,16 @@
 """Weight matching recovers hidden permutations and keeps the function."""
 
+import pytest
 import torch
 
-from wslib.core.matching import align, weight_matching
+from wslib.core.matching import align, match_scales, scale_distance, weight_matching
 from wslib.core.models import build_model
-from wslib.core.neurons import permute_state, random_permutations
+from wslib.core.neurons import (
+    permute_state,
+    random_permutations,
+    random_scales,
+    rescale_state,
+)
 
 MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [24, 16]}
 RESNET = {
@@ -13,6 +19,11 @@ RESNET = {
     "n_classes": 10,
     "widths": [8, 16],
     "blocks_per_stage": 1,
+}
+CONFIGS = {
+    "mlp": MLP,
+    "cnn": {"name": "cnn1d", "in_shape": [1, 40], "n_classes": 10, "channels": [6, 8]},
+    "resnet": RESNET,
 }
 
 
@@ -57,3 +68,49 @@ def test_identity_when_models_are_equal() -> None:
     perms = weight_matching(model.state_dict(), model.state_dict(), structure)
     for g in structure.groups:
         assert torch.equal(perms[g.name], torch.arange(g.size))
+
+
+def scaled_pair(key: str, seed: int = 0) -> tuple:
+    model = build_model(CONFIGS[key])
+    structure = model.neuron_structure()
+    g = torch.Generator().manual_seed(seed)
+    scales = random_scales(structure, spread=1.0, generator=g)
+    state = {k: v.double() for k, v in model.state_dict().items()}
+    return state, rescale_state(state, structure, scales), structure, scales
+
+
+@pytest.mark.parametrize("key", ["mlp", "cnn", "resnet"])
+def test_match_scales_undoes_a_hidden_rescaling(key: str) -> None:
+    """A model matched to a rescaled copy of itself comes back exactly."""
+    a, b, structure, scales = scaled_pair(key)
+    found, history = match_scales(a, b, structure)
+    back = rescale_state(b, structure, found)
+    for name, tensor in a.items():
+        torch.testing.assert_close(back[name], tensor, rtol=1e-6, atol=1e-9)
+    for name, lam in scales.items():
+        torch.testing.assert_close(
+            found[name] * lam, torch.ones_like(lam), rtol=1e-6, atol=0
+        )
+    assert history[-1] < 1e-12 * history[0]
+
+
+def test_match_scales_never_increases_the_distance_and_stops_at_a_stationary_point() -> (
+    None
+):
+    a_model, b_model = build_model(CONFIGS["mlp"]), build_model(CONFIGS["mlp"])
+    structure = a_model.neuron_structure()
+    a, b = a_model.state_dict(), b_model.state_dict()
+    found, history = match_scales(a, b, structure)
+    assert all(
+        later <= earlier * (1 + 1e-12) for earlier, later in zip(history, history[1:])
+    )
+    assert history[-1] < history[0]
+    best = scale_distance(a, rescale_state(b, structure, found), structure)
+    for group in structure.groups:  # nudging any neuron's scale moves away from A
+        for factor in (0.99, 1.01):
+            nudged = dict(found)
+            nudged[group.name] = found[group.name].clone()
+            nudged[group.name][0] *= factor
+            assert (
+                scale_distance(a, rescale_state(b, structure, nudged), structure) > best
+            )
