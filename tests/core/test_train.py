@@ -4,7 +4,14 @@ import pytest
 import torch
 
 from wslib.core.models import build_model
-from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
+from wslib.core.train import (
+    Recipe,
+    evaluate,
+    fit,
+    model_device,
+    pick_device,
+    seed_everything,
+)
 
 MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [32]}
 
@@ -61,3 +68,26 @@ def test_augment_needs_images() -> None:
 def test_pick_device() -> None:
     assert pick_device("cpu").type == "cpu"
     assert pick_device().type in ("cpu", "cuda")
+
+
+def test_fit_reads_the_device_once_per_epoch_not_per_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Host synchronisations (``Tensor.item``) per epoch, whatever the step count."""
+    calls = []
+    item = torch.Tensor.item
+    monkeypatch.setattr(torch.Tensor, "item", lambda t: calls.append(1) or item(t))
+    x, y = torch.randn(256, 1, 12), torch.randint(0, 3, (256,))
+    model = build_model(
+        {"name": "mlp", "in_shape": [1, 12], "n_classes": 3, "widths": [8]}
+    )
+    fit(model, x, y, Recipe(epochs=2, batch_size=16), progress=False)  # 16 steps/epoch
+    assert len(calls) == 2 * 2  # loss and accuracy, once per epoch
+
+
+def test_data_meets_the_model_on_its_device() -> None:
+    model = build_model(
+        {"name": "mlp", "in_shape": [1, 12], "n_classes": 3, "widths": [8]}
+    )
+    assert model_device(model) == torch.device("cpu")
+    assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters

@@ -33,7 +33,7 @@ from wslib.core.neurons import (
     random_scales,
     rescale_state,
 )
-from wslib.core.train import evaluate
+from wslib.core.train import evaluate, model_device
 
 SYMMETRIES = ("permutation", "rescaling")
 OUTPUT_DIFFS = ("max output diff (eval)", "max output diff (train)")
@@ -113,6 +113,7 @@ def max_output_diff(
     other.load_state_dict(state)
     original.train(train_mode)
     other.train(train_mode)
+    x = x.to(model_device(original))
     with torch.no_grad():
         return (original(x) - other(x)).abs().max().item()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from wslib.core.train import batches
+from wslib.core.train import batches, model_device
 
 BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 NORM_TYPES = (*BN_TYPES, nn.LayerNorm, nn.GroupNorm)
@@ -41,7 +41,7 @@ def reset_bn_stats(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> 
     for m in bns:
         m.reset_running_stats()
         m.momentum = None  # cumulative average over all batches
-    dev = next(model.parameters()).device
+    dev = model_device(model)
     model.train()
     for idx in batches(len(x), batch_size):
         model(x[idx].to(dev))

@@ -33,6 +33,16 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """The device of a model's parameters (the CPU for a model without any).
+
+    Data meets a model through this helper (``x.to(model_device(model))``), so
+    a model on CUDA never receives a CPU tensor.
+    """
+    param = next(model.parameters(), None)
+    return torch.device("cpu") if param is None else param.device
+
+
 @dataclass(frozen=True)
 class Recipe:
     """How a model is trained. Part of every cached model's identity."""
@@ -126,7 +136,9 @@ def fit(
     The loss is cross-entropy unless ``loss_fn(outputs, targets)`` is given (then
     the accuracy is NaN, e.g. for a regression or autoencoder target).
     ``on_step(model)`` runs after every optimiser step, ``on_epoch(epoch, model)``
-    after every epoch.
+    after every epoch. The epoch's loss and accuracy are summed on the device
+    (in float64, the same arithmetic as on the host) and read once per epoch:
+    no host synchronisation per step.
     """
     dev = pick_device(device)
     model.to(dev)
@@ -142,7 +154,8 @@ def fit(
     bar = tqdm(range(recipe.epochs), desc="train", disable=not progress, leave=False)
     for epoch in bar:
         model.train()
-        total_loss, correct = 0.0, 0
+        total_loss = torch.zeros((), dtype=torch.float64, device=dev)
+        correct = torch.zeros((), dtype=torch.long, device=dev)
         for idx in batches(len(x), recipe.batch_size, gen):
             xb, yb = x[idx.to(dev)], y[idx.to(dev)]
             if recipe.augment:
@@ -158,13 +171,15 @@ def fit(
             opt.step()
             if on_step is not None:
                 on_step(model)
-            total_loss += loss.item() * len(idx)
+            total_loss += loss.detach().double() * len(idx)
             if loss_fn is None:
-                correct += (out.argmax(1) == yb).sum().item()
+                correct += (out.argmax(1) == yb).sum()
         if sched is not None:
             sched.step()
-        history["loss"].append(total_loss / len(x))
-        history["acc"].append(correct / len(x) if loss_fn is None else float("nan"))
+        history["loss"].append(total_loss.item() / len(x))
+        history["acc"].append(
+            correct.item() / len(x) if loss_fn is None else float("nan")
+        )
         bar.set_postfix(
             loss=f"{history['loss'][-1]:.3f}", acc=f"{history['acc'][-1]:.3f}"
         )
@@ -177,7 +192,7 @@ def fit(
 @torch.no_grad()
 def predict(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
     """Model outputs for ``x`` in eval mode (on the model's device), returned on the CPU."""
-    dev = next(model.parameters()).device
+    dev = model_device(model)
     model.eval()
     return torch.cat([model(x[i].to(dev)).cpu() for i in batches(len(x), batch_size)])
 
