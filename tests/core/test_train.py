@@ -91,3 +91,15 @@ def test_data_meets_the_model_on_its_device() -> None:
     )
     assert model_device(model) == torch.device("cpu")
     assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters
+
+
+def test_bf16_recipe_trains_under_autocast_and_unknown_precision_is_named() -> None:
+    x, y = torch.randn(64, 1, 12), torch.randint(0, 3, (64,))
+    model = build_model(
+        {"name": "mlp", "in_shape": [1, 12], "n_classes": 3, "widths": [8]}
+    )
+    history = fit(model, x, y, Recipe(epochs=2, precision="bf16"), progress=False)
+    assert all(torch.isfinite(torch.tensor(history["loss"])))
+    assert next(model.parameters()).dtype == torch.float32  # weights stay float32
+    with pytest.raises(ValueError, match="unknown precision 'fp16'; valid"):
+        Recipe(precision="fp16")
