@@ -95,11 +95,15 @@ def test_data_meets_the_model_on_its_device() -> None:
 
 def test_bf16_recipe_trains_under_autocast_and_unknown_precision_is_named() -> None:
     x, y = torch.randn(64, 1, 12), torch.randint(0, 3, (64,))
-    model = build_model(
-        {"name": "mlp", "in_shape": [1, 12], "n_classes": 3, "widths": [8]}
-    )
-    history = fit(model, x, y, Recipe(epochs=2, precision="bf16"), progress=False)
-    assert all(torch.isfinite(torch.tensor(history["loss"])))
+    config = {"name": "mlp", "in_shape": [1, 12], "n_classes": 3, "widths": [8]}
+    histories = {}
+    for precision in ("fp32", "bf16"):
+        torch.manual_seed(0)
+        model = build_model(config)
+        recipe = Recipe(epochs=2, precision=precision)
+        histories[precision] = fit(model, x, y, recipe, progress=False)["loss"]
+    assert all(torch.isfinite(torch.tensor(histories["bf16"])))
+    assert histories["bf16"] != histories["fp32"]  # autocast did run
     assert next(model.parameters()).dtype == torch.float32  # weights stay float32
     with pytest.raises(ValueError, match="unknown precision 'fp16'; valid"):
         Recipe(precision="fp16")
