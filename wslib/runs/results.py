@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import subprocess
 import time
@@ -35,9 +36,26 @@ def hardware() -> str:
 PACKAGES = ("numpy", "scikit-learn", "POT", "captum", "papermill")
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]  # the repository, for a source install
+
+
+def work_in_checkout() -> Path:
+    """Make the repository root the working directory; return it.
+
+    Every chapter reads and writes ``data/``, ``results/`` and the caches
+    relative to the repository root. A kernel started elsewhere (a chapter
+    downloaded from the book and opened from ``notebooks/``, or from any
+    folder) calls this first and finds them. Outside a checkout (the library
+    installed from a wheel) the working directory is left as it is.
+    """
+    if (CHECKOUT / "notebooks").is_dir() and (CHECKOUT / "wslib").is_dir():
+        os.chdir(CHECKOUT)
+    return Path.cwd()
+
+
 def git_commit(root: str | Path | None = None) -> str:
     """The checked-out commit, with ``-dirty`` when the tree has changes; ``unknown`` outside git."""
-    root = Path(root) if root else Path(__file__).resolve().parents[2]
+    root = Path(root) if root else CHECKOUT
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],
