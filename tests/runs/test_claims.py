@@ -80,3 +80,11 @@ def test_the_registry_is_well_formed() -> None:
     assert {c.paper for c in CLAIMS} <= set(PAPERS)
     assert {c.chapter for c in CLAIMS} <= set(NOTEBOOKS)
     assert all(c.op in "<>" for c in CLAIMS)
+
+
+def test_a_difference_claim_subtracts_seed_by_seed() -> None:
+    claim = Claim("d", "fusion", "a beats b", "nb", "a", ">", 0.0, minus="b")
+    metrics = {"a": {"values": {"0": 0.9, "1": 0.7}}, "b": {"values": {"0": 0.5}}}
+    result = claim_stats(claim, metrics)
+    assert result["values"] == pytest.approx({"0": 0.4})
+    assert claim.quantity == "a - b"

@@ -3,7 +3,8 @@
 Every claim names the chapter (notebook) and the metric (a ``/``-joined key
 path of its results file) that test it, and a rule written down before any
 run: the claim holds when the metric (or its ratio to another metric of the
-same run, ``per``) is below (``"<"``) or above (``">"``) a bound. The verdict
+same run, ``per``, or its difference from one, ``minus``) is below (``"<"``)
+or above (``">"``) a bound. The verdict
 reads the per-seed values (:mod:`wslib.runs.sweeps`) and their summary:
 
 - one seed: ``holds`` or ``does not hold`` for that seed;
@@ -41,10 +42,13 @@ class Claim:
     op: Literal["<", ">"]
     bound: float
     per: str | None = None
+    minus: str | None = None
 
     @property
     def quantity(self) -> str:
-        return self.metric if self.per is None else f"{self.metric} / {self.per}"
+        if self.per is not None:
+            return f"{self.metric} / {self.per}"
+        return self.metric if self.minus is None else f"{self.metric} - {self.minus}"
 
     @property
     def rule(self) -> str:
@@ -73,6 +77,9 @@ def claim_stats(
     if claim.per is not None:
         per = metrics.get(claim.per, {}).get("values", {})
         values = {s: v / per[s] for s, v in values.items() if per.get(s)}
+    if claim.minus is not None:
+        other = metrics.get(claim.minus, {}).get("values", {})
+        values = {s: v - other[s] for s, v in values.items() if s in other}
     if not values:
         return None
     return {"values": values} | summary(list(values.values()))
@@ -99,7 +106,7 @@ PAPERS = {
 }
 
 CHAPTER_1 = "01_symmetries"
-CLAIMS: tuple[Claim, ...] = (
+FOUNDATION_CLAIMS: tuple[Claim, ...] = (
     *(
         Claim(
             f"barrier-{name}",
@@ -140,4 +147,288 @@ CLAIMS: tuple[Claim, ...] = (
         )
         for kind in ("permutation", "rescaling")
     ),
+)
+
+LLPF = "03_llpf_m2m"
+ARCHS = ("mlp", "cnn", "resnet", "transformer")
+LLPF_CLAIMS: tuple[Claim, ...] = (
+    *(
+        Claim(
+            f"llpf-low-loss-{arch}",
+            "llpf",
+            f"LLPF joins two independent {arch} modes by a path whose training loss "
+            "stays within 0.1 of the larger endpoint loss.",
+            LLPF,
+            f"{arch}/llpf_peak_excess",
+            "<",
+            0.1,
+        )
+        for arch in ARCHS
+    ),
+    Claim(
+        "llpf-reproducible",
+        "llpf",
+        "LLPF paths are reproducible: the peak excess moves little between path "
+        "seeds (standard deviation below 0.02).",
+        LLPF,
+        "seed_std_peak_excess",
+        "<",
+        0.02,
+    ),
+    Claim(
+        "llpf-continuous",
+        "llpf",
+        "The recorded points form a continuous low-loss path: the loss at the "
+        "midpoint of every segment rises by less than 0.1.",
+        LLPF,
+        "max_segment_midpoint_rise",
+        "<",
+        0.1,
+    ),
+    *(
+        Claim(
+            f"llpf-fdf-{arch}",
+            "llpf",
+            f"Following the data flow layer by layer gives a lower peak than moving "
+            f"all layers at once ({arch}, mean over path seeds).",
+            LLPF,
+            f"ablation_by_arch/{arch}/over_seeds_difference_mean",
+            ">",
+            0.0,
+        )
+        for arch in ARCHS
+    ),
+    *(
+        Claim(
+            f"llpf-vs-autoneb-{arch}",
+            "llpf",
+            f"At equal gradient steps LLPF's peak is lower than AutoNEB's ({arch}; "
+            "the simplified AutoNEB of chapter 4).",
+            "04_llpf_baselines",
+            f"{arch}/autoneb_simplified_peak_excess",
+            ">",
+            0.0,
+            minus=f"{arch}/llpf_peak_excess",
+        )
+        for arch in ("mlp", "cnn")
+    ),
+    *(
+        Claim(
+            f"llpf-single-layer-{arch}",
+            "llpf",
+            f"Moving a single layer towards the other mode raises the loss less "
+            f"than moving the whole {arch} (first step of the straight line).",
+            "02_layerwise",
+            f"{arch}/max_single_first_step_increase",
+            "<",
+            1.0,
+            per=f"{arch}/whole_first_step_increase",
+        )
+        for arch in ("mlp", "cnn", "resnet")
+    ),
+    Claim(
+        "llpf-spheres",
+        "llpf",
+        "M2O then M2M joins modes on different variance spheres with a low-loss "
+        "path (peak excess below 0.1).",
+        "05_llpf_spheres",
+        "hybrid_peak_excess",
+        "<",
+        0.1,
+    ),
+    Claim(
+        "llpf-sharp",
+        "llpf",
+        "Sharp minima (no weight decay, constant learning rate) are connected "
+        "too (peak excess below 0.1).",
+        "05_llpf_spheres",
+        "sharp_peak_excess",
+        "<",
+        0.1,
+    ),
+)
+
+PATHCOND = "07_pathcond_mlp"
+PATHCOND_CLAIMS: tuple[Claim, ...] = (
+    *(
+        Claim(
+            f"pathcond-faster-{config}",
+            "pathcond",
+            f"PathCond reaches 99% training accuracy in fewer epochs than SGD from "
+            f"the default initialisation ({label}; each method at its tuned rate).",
+            PATHCOND,
+            f"{config}/speedup_pathcond_best_lr/value",
+            ">",
+            1.0,
+        )
+        for config, label in (
+            ("varwidth", "variable widths"),
+            ("lowvar_03", "low-variance initialisation, a = 0.3"),
+            ("lowvar_01", "low-variance initialisation, a = 0.1"),
+        )
+    ),
+    Claim(
+        "pathcond-small-effect-const",
+        "pathcond",
+        "With constant widths and the default variance the effect is small "
+        "(speed-up below 1.1x).",
+        PATHCOND,
+        "const/speedup_pathcond_best_lr/value",
+        "<",
+        1.1,
+    ),
+    *(
+        Claim(
+            f"pathcond-test-acc-{config}",
+            "pathcond",
+            f"PathCond loses no test accuracy ({label}; at most 1 point below SGD).",
+            PATHCOND,
+            f"{config}/best_lr_runs/pathcond/test_acc",
+            ">",
+            -0.01,
+            minus=f"{config}/best_lr_runs/baseline/test_acc",
+        )
+        for config, label in (
+            ("varwidth", "variable widths"),
+            ("lowvar_01", "low-variance initialisation, a = 0.1"),
+        )
+    ),
+    Claim(
+        "pathcond-cost",
+        "pathcond",
+        "Computing the rescaling costs at most about one training epoch "
+        "(the paper: 22% to 103%).",
+        PATHCOND,
+        "const/rescale_over_epoch",
+        "<",
+        1.03,
+    ),
+    Claim(
+        "pathcond-function",
+        "pathcond",
+        "The PathCond rescaling leaves the network's function unchanged (relative "
+        "output change below 1e-5, float32 rounding).",
+        "06_pathlifting",
+        "function_change_max_rel",
+        "<",
+        1e-5,
+    ),
+    Claim(
+        "pathcond-diag-g",
+        "pathcond",
+        "diag G from one backward pass of the squared network equals the sum "
+        "over explicitly enumerated paths.",
+        "06_pathlifting",
+        "diagG_max_rel_err",
+        "<",
+        1e-9,
+    ),
+    *(
+        Claim(
+            f"pathcond-faster-{net}",
+            "pathcond",
+            f"PathCond lowers the training loss faster than the default "
+            f"initialisation on {label} (final loss ratio below 1).",
+            "08_pathcond_conv",
+            f"{net}/final_loss_ratio_pathcond_over_baseline",
+            "<",
+            1.0,
+        )
+        for net, label in (
+            ("fully_conv", "a fully convolutional net"),
+            ("resnet_bn", "a ResNet with BatchNorm"),
+            ("autoencoder", "an autoencoder (MSE loss)"),
+        )
+    ),
+)
+
+FUSION_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "fusion-sharded-vs-otfusion",
+        "fusion",
+        "On sharded data the best HF/KF fusion (chosen on validation) beats "
+        "OTFusion (2 models, points of accuracy).",
+        "10_fusion_regimes",
+        "headline/sh_gap_ot",
+        ">",
+        0.0,
+    ),
+    Claim(
+        "fusion-sharded-vs-averaging",
+        "fusion",
+        "On sharded data the best HF/KF fusion beats vanilla averaging.",
+        "10_fusion_regimes",
+        "headline/sh_gap_avg",
+        ">",
+        0.0,
+    ),
+    Claim(
+        "fusion-6-way-robust",
+        "fusion",
+        "With the most models on sharded data, HF/KF stay ahead of OTFusion.",
+        "10_fusion_regimes",
+        "headline/shmax_gap_ot",
+        ">",
+        0.0,
+    ),
+    Claim(
+        "fusion-full-zero-shot",
+        "fusion",
+        "On the full data the fused model is within 1 point of the individual "
+        "models without fine-tuning.",
+        "10_fusion_regimes",
+        "headline/full_gap",
+        ">",
+        -1.0,
+    ),
+    *(
+        Claim(
+            f"fusion-importance-{method}",
+            "fusion",
+            f"{label} importance scores improve HF/KF over uniform weights "
+            "(mean gain in points).",
+            "10_fusion_regimes",
+            f"headline/gain_{method}",
+            ">",
+            0.0,
+        )
+        for method, label in (("conductance", "Conductance"), ("deeplift", "DeepLIFT"))
+    ),
+    Claim(
+        "fusion-compression-vs-kd",
+        "fusion",
+        "Compressing a wide model into a narrow one with KF beats knowledge "
+        "distillation when data is limited.",
+        "11_fusion_beyond",
+        "compression_acc",
+        ">",
+        0.0,
+        minus="kd_acc",
+    ),
+    Claim(
+        "fusion-theorem-1",
+        "fusion",
+        "Theorem 1: the fused output splits exactly into the approximation and "
+        "grouping terms.",
+        "09_fusion_cost",
+        "theorem1_max_rel_err",
+        "<",
+        1e-6,
+    ),
+    Claim(
+        "fusion-self",
+        "fusion",
+        "Fusing a model with itself returns the model.",
+        "10_fusion_regimes",
+        "self_fusion_max_abs_diff",
+        "<",
+        1e-5,
+    ),
+)
+
+CLAIMS: tuple[Claim, ...] = (
+    *FOUNDATION_CLAIMS,
+    *LLPF_CLAIMS,
+    *PATHCOND_CLAIMS,
+    *FUSION_CLAIMS,
 )
