@@ -29,4 +29,4 @@ The package is layered; a package imports only those listed before it::
 The three paper packages never import each other (``tests/test_layers.py``).
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
