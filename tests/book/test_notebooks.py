@@ -63,13 +63,18 @@ EXPECTED_METRICS = {
     "10_fusion_regimes": {
         "acc",
         "fusion_set_size",
+        "head_rules_sharded",
+        "headline",
         "seconds",
         "self_fusion",
         "self_fusion_max_abs_diff",
+        "validation_per_class",
     },
     "11_fusion_beyond": {
         "compression_acc",
         "compression_by_variant",
+        "depth_compression",
+        "depth_kf_minus_kd",
         "different_widths",
         "ensemble_acc",
         "finetune_curves",
