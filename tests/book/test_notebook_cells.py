@@ -15,7 +15,9 @@ import statistics
 import nbformat
 import pytest
 
-from tests.conftest import NOTEBOOKS, ROOT
+from tests.conftest import NOTEBOOKS, ROOT, load_script
+
+course = load_script("book/course.py")
 
 MEDIAN_LINES = 8
 MAX_LINES = 30
@@ -165,3 +167,26 @@ def test_plumbing_detection() -> None:
         tree(cell("import numpy as np\nfrom wslib.plotting import set_style"))
     )
     assert not imports_wslib(tree(cell("import numpy as np")))
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS)
+def test_setup_cell_works_from_the_repository_root(nb: str) -> None:
+    """A chapter downloaded and opened from any folder finds data/ and results/."""
+    first, second = steps(nb)[:2]  # the imports, then the setup of the run
+    assert "work_in_checkout()" in first.source + second.source, head(first)
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS)
+def test_chapter_opens_with_goals_and_ends_with_takeaways_and_exercises(
+    nb: str,
+) -> None:
+    notebook = nbformat.read(ROOT / "notebooks" / f"{nb}.ipynb", as_version=4)
+    text = [c.source for c in notebook.cells if c.cell_type == "markdown"]
+    assert "Learning goals" in text[0]
+    assert any(t.startswith("## Key takeaways") for t in text)
+    exercises = course.exercises(ROOT / "notebooks" / f"{nb}.ipynb")
+    assert 3 <= len(exercises) <= 5, [e["label"] for e in exercises]
+    assert all(e["label"].startswith(f"ex-{nb[:2]}-") for e in exercises)
+    assert all(e["difficulty"] in course.DIFFICULTIES for e in exercises)
+    coding = [t for t in text if t.strip().startswith("```{solution-start}")]
+    assert coding, "at least one coding exercise with an executed solution"

@@ -204,14 +204,15 @@ def test_another_seed_changes_the_run(smoke_other_seed: Path, nb: str) -> None:
 
     Compares every scalar metric of the default run with the run at another
     seed; a notebook whose seeds are fixed elsewhere (model seeds, path seeds,
-    a tuning seed) reproduces most of its numbers and fails here. Sizes and
-    counts set by the profile do not move, hence "most" rather than "all".
+    a tuning seed) reproduces most of its numbers and fails here. Integer
+    values (sizes, counts, epochs, run lengths set by the profile) are left
+    out: they need not move with the seed.
     """
     default = json.loads((ROOT / "results" / SMOKE / f"{nb}.json").read_text())
     other = json.loads((smoke_other_seed / f"{nb}.json").read_text())
     assert other["params"]["seed"] != default["params"]["seed"]
     before = dict(scalar_metrics(default["metrics"]))
     after = dict(scalar_metrics(other["metrics"]))
-    shared = [k for k in before if k in after]
+    shared = [k for k in before if k in after and not before[k].is_integer()]
     same = [k for k in shared if before[k] == after[k]]
     assert shared and len(same) <= len(shared) // 2, f"unchanged: {same[:10]}"

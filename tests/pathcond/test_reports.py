@@ -337,23 +337,58 @@ def test_tuned_verdict_text():
         ("even", "pathcond"): summarise_runs([run(SLOW, 0.5), run(SLOW, 0.5)]),
     }
     assert tuned_verdict_text(long, ["low", "even"]) == (
-        "PathCond reaches the threshold sooner than the baseline on `low`; later than "
-        "the baseline on `even`; its mean test accuracy is higher on `low` and not "
-        "higher on `even`"
+        "PathCond reaches the threshold sooner on average than the baseline on `low` "
+        "(2.0 ± 0.0 vs never within 3 epochs over 2 seeds); later on average than "
+        "the baseline on `even` (3.0 ± 0.0 vs 2.0 ± 0.0 epochs over 2 seeds); its "
+        "mean test accuracy is higher on `low` and not higher on `even`"
     )
     long[("tie", "baseline")] = long[("tie", "pathcond")] = long[("even", "pathcond")]
     assert tuned_verdict_text(long, ["tie"]) == (
         "PathCond reaches the threshold after as many epochs (mean) as the baseline on "
-        "`tie`; its mean test accuracy is not higher on every one"
+        "`tie` (3.0 ± 0.0 vs 3.0 ± 0.0 epochs over 2 seeds); its mean test accuracy "
+        "is not higher on every one"
     )
     assert tuned_verdict_text(long, ["even"]) == (
-        "PathCond reaches the threshold later than the baseline on `even`; its mean "
-        "test accuracy is not higher on every one"
+        "PathCond reaches the threshold later on average than the baseline on `even` "
+        "(3.0 ± 0.0 vs 2.0 ± 0.0 epochs over 2 seeds); its mean test accuracy is not "
+        "higher on every one"
+    )
+    # 2.5 ± 0.5 against 2.67 ± 0.47: closer than the larger std, no direction
+    long[("close", "pathcond")] = summarise_runs([run(FAST), run(SLOW)])
+    long[("close", "baseline")] = summarise_runs([run(FAST), run(SLOW), run(SLOW)])
+    assert tuned_verdict_text(long, ["close"]).startswith(
+        "PathCond reaches the threshold as soon as the baseline within the spread "
+        "between seeds on `close` (2.5 ± 0.5 vs 2.7 ± 0.5 epochs over 2 seeds)"
+    )
+    # 2.75 ± 0.43 against 3.0 ± 0.0: the larger std decides, not the smaller
+    long[("one_sided", "pathcond")] = summarise_runs([run(FAST)] + [run(SLOW)] * 3)
+    long[("one_sided", "baseline")] = summarise_runs([run(SLOW), run(SLOW)])
+    assert "within the spread between seeds on `one_sided`" in tuned_verdict_text(
+        long, ["one_sided"]
+    )
+    # 2.5 ± 0.5 against 3.0 ± 0.0: a difference as large as the larger std counts
+    long[("edge", "pathcond")] = long[("close", "pathcond")]
+    long[("edge", "baseline")] = summarise_runs([run(SLOW), run(SLOW)])
+    assert tuned_verdict_text(long, ["edge"]).startswith(
+        "PathCond reaches the threshold sooner on average than the baseline on `edge`"
+    )
+    long[("later", "pathcond")] = long[("edge", "baseline")]
+    long[("later", "baseline")] = long[("edge", "pathcond")]
+    assert tuned_verdict_text(long, ["later"]).startswith(
+        "PathCond reaches the threshold later on average than the baseline on `later`"
+    )
+    one = {
+        ("one", "pathcond"): summarise_runs([run(FAST)]),
+        ("one", "baseline"): summarise_runs([run(SLOW)]),
+    }
+    assert "(2.0 ± 0.0 vs 3.0 ± 0.0 epochs over 1 seed)" in tuned_verdict_text(
+        one, ["one"]
     )
     long[("none", "baseline")] = long[("even", "baseline")]
     long[("none", "pathcond")] = summarise_runs([run(NEVER, 0.7), run(NEVER, 0.7)])
     assert tuned_verdict_text(long, ["none"]).startswith(
-        "PathCond reaches the threshold later than the baseline on `none`"
+        "PathCond reaches the threshold later on average than the baseline on `none` "
+        "(never within 3 vs 2.0 ± 0.0 epochs"
     )
     long[("open", "baseline")] = long[("open", "pathcond")] = long[("none", "pathcond")]
     assert "run length leaves open on `open`" in tuned_verdict_text(long, ["open"])

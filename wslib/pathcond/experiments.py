@@ -13,7 +13,9 @@
   of rescaling per configuration (:func:`cost_rows`);
 - chapter 8: one training run per architecture, method and seed
   (:func:`train_archs`);
-- chapters 7 and 8: the cost of rescaling against an epoch (:func:`rescale_cost`).
+- chapters 7 and 8: the cost of rescaling against an epoch (:func:`rescale_cost`),
+  the evaluation and tuning seeds derived from a chapter's ``seed``
+  (:func:`derive_seeds`).
 """
 
 from __future__ import annotations
@@ -51,6 +53,24 @@ from wslib.runs.workers import run_jobs
 Run = dict[str, Any]
 
 COST_BATCH = 128  # batch size of the epoch that :func:`rescale_cost` times
+
+
+def derive_seeds(
+    seed: int, n_seeds: int, tuning_offset: int | None = None
+) -> tuple[list[int], int | None]:
+    """Evaluation seeds ``seed, ..., seed + n_seeds - 1`` and the tuning seed
+    ``seed + tuning_offset`` (None without an offset), never an evaluation seed."""
+    if n_seeds < 1:
+        raise ValueError(f"n_seeds must be at least 1, got {n_seeds}")
+    seeds = [seed + i for i in range(n_seeds)]
+    if tuning_offset is None:
+        return seeds, None
+    if 0 <= tuning_offset < n_seeds:
+        raise ValueError(
+            f"tuning_offset {tuning_offset} makes the tuning seed one of the "
+            f"{n_seeds} evaluation seeds; use an offset of at least n_seeds"
+        )
+    return seeds, seed + tuning_offset
 
 
 def rescale_cost(

@@ -341,9 +341,13 @@ def tuned_verdict_text(
     long_summary: dict[Pair, dict[str, Any]], names: Sequence[str]
 ) -> str:
     """The tuned comparison in words: where PathCond reaches the threshold sooner,
-    later, or undecided, and where its mean test accuracy is higher.
+    later, within the spread between seeds, or undecided, and where its mean test
+    accuracy is higher.
 
-    A configuration where every baseline run reached the threshold and no
+    Each configuration names the epochs it rests on (mean ± std over the seeds).
+    A difference of the means smaller than the larger of the two standard
+    deviations is "within the spread between seeds", not sooner or later. A
+    configuration where every baseline run reached the threshold and no
     PathCond run did counts as later (the ratio itself is undetermined).
     """
     if not names:
@@ -351,6 +355,7 @@ def tuned_verdict_text(
     groups: dict[str, list[str]] = {
         "faster": [],
         "slower": [],
+        "spread": [],
         "tied": [],
         "undecided": [],
     }
@@ -363,12 +368,17 @@ def tuned_verdict_text(
         > long_summary[(n, "baseline")]["test_acc"]
     ]
     words = {
-        "faster": "sooner than the baseline on",
-        "slower": "later than the baseline on",
+        "faster": "sooner on average than the baseline on",
+        "slower": "later on average than the baseline on",
+        "spread": "as soon as the baseline within the spread between seeds on",
         "tied": "after as many epochs (mean) as the baseline on",
         "undecided": "in an order the run length leaves open on",
     }
-    parts = [f"{words[k]} {_names(v)}" for k, v in groups.items() if v]
+    parts = [
+        f"{words[k]} " + ", ".join(_epochs_detail(long_summary, n) for n in v)
+        for k, v in groups.items()
+        if v
+    ]
     parts[0] = "PathCond reaches the threshold " + parts[0]
     test = (
         f"its mean test accuracy is higher on {_names(higher)} and not higher on "
@@ -381,13 +391,38 @@ def tuned_verdict_text(
     return "; ".join(parts) + "; " + test
 
 
+def _epochs_detail(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
+    """``name`` with PathCond's and the baseline's epochs (mean ± std) over the seeds."""
+    base, pc = (long_summary[(name, m)]["epochs"] for m in PAIR_METHODS)
+
+    def text(e: dict[str, Any]) -> str:
+        if e["mean"] is None:
+            return f"never within {e['run_length']}"
+        return format_epochs(e)
+
+    n = pc["n_runs"]
+    return (
+        f"`{name}` ({text(pc)} vs {text(base)} epochs over {n} "
+        f"seed{'s' if n != 1 else ''})"
+    )
+
+
 def _tuned_verdict(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
-    """:func:`speedup_verdict` of ``name``, "slower" when only the baseline reached."""
+    """:func:`speedup_verdict` of ``name``; "slower" when only the baseline reached,
+    "spread" when the means differ by less than the larger standard deviation."""
     s = pair_speedup(long_summary, name)
-    base = long_summary[(name, "baseline")]["epochs"]
+    base, pc = (long_summary[(name, m)]["epochs"] for m in PAIR_METHODS)
     if s["value"] is None and not base["censored"]:
         return "slower"
-    return speedup_verdict(s)
+    verdict = speedup_verdict(s)
+    if (
+        verdict in ("faster", "slower")
+        and pc["mean"] is not None
+        and base["mean"] is not None
+        and abs(pc["mean"] - base["mean"]) < max(pc["std"], base["std"])
+    ):
+        return "spread"
+    return verdict
 
 
 def _names(names: Sequence[str]) -> str:
