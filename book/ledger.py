@@ -37,18 +37,24 @@ def value_text(stats: dict[str, Any] | None) -> str:
     return f"{stats['mean']:.3g} [{low:.3g}, {high:.3g}] (n = {stats['n']})"
 
 
+def breakable(text: str) -> str:
+    """``text`` with a zero-width space after each ``/`` and ``_``, so a table cell wraps."""
+    return text.replace("/", "/\u200b").replace("_", "\\_\u200b")
+
+
 def row_markdown(row: dict[str, Any], link: bool) -> str:
     """One table row: claim, chapter, measured value, rule, verdict."""
     claim = row["claim"]
-    chapter = f"{{doc}}`chapters/{claim.chapter}`" if link else claim.chapter
+    short = f"ch. {int(claim.chapter[:2])}"  # the full title would crowd the table
+    chapter = f"{{doc}}`{short} <chapters/{claim.chapter}>`" if link else short
     mark = MARKS.get(row["verdict"], "✗")
     return (
         f"| {claim.text} | {chapter} | {value_text(row['stats'])} | "
-        f"`{claim.rule}` | {mark} {row['verdict']} |"
+        f"{breakable(claim.rule)} | {mark} {row['verdict']} |"
     )
 
 
-HEADER = "| claim | chapter | measured: mean [95% interval] (seeds) | rule | verdict |\n|---|---|---|---|---|"
+HEADER = "| claim | chapter | mean [95% interval] (seeds) | rule | verdict |\n|---|---|---|---|---|"
 
 
 def draw_paper(rows: list[dict[str, Any]], title: str, path: Path) -> None:
