@@ -27,6 +27,8 @@ import yaml
 from course import strip_solutions, write_guide
 from ledger import append_claims, write_ledger
 
+from wslib.runs.claims import CLAIMS, ledger
+
 BOOK = Path(__file__).resolve().parent
 ROOT = BOOK.parent
 CHAPTERS = BOOK / "chapters"
@@ -100,12 +102,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no executed notebooks in {args.executed}", file=sys.stderr)
         return 2
     results = results_dir(args.executed)
+    rows = ledger(results, CLAIMS)  # every results file read once for the whole book
     chapters = sorted(CHAPTERS.glob("*.ipynb"))
     for chapter in chapters:
-        append_claims(chapter, results)
+        append_claims(chapter, rows)
         if args.edition == "student":
             strip_solutions(chapter)
-    write_ledger(results, BOOK)
+    write_ledger(rows, results, BOOK)
     write_guide(chapters, args.executed / "run_times.json", BOOK)
     return build_book(args.edition)
 

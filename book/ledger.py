@@ -3,8 +3,8 @@
 ``book/build.py`` calls :func:`write_ledger` (``book/ledger.md`` and one dot
 plot per paper in ``book/_static/ledger/``) and :func:`append_claims` (a
 markdown cell at the end of each chapter copy listing the claims it tests),
-from every results file present under ``results/<profile>/``: the default run
-and any sweep (``make sweep``).
+both from one :func:`wslib.runs.claims.ledger` of every results file present
+under ``results/<profile>/``: the default run and any sweep (``make sweep``).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import nbformat  # noqa: E402
 
 from wslib.plotting import label_axes, set_style  # noqa: E402
-from wslib.runs.claims import CLAIMS, HOLDS, MIXED, NOT_RUN, PAPERS, ledger  # noqa: E402
+from wslib.runs.claims import HOLDS, MIXED, NOT_RUN, PAPERS  # noqa: E402
 
 MARKS = {HOLDS: "✓", MIXED: "≈", NOT_RUN: "–"}  # anything else: does not hold
 PANELS_PER_ROW = 4
@@ -87,9 +87,8 @@ def draw_paper(rows: list[dict[str, Any]], title: str, path: Path) -> None:
     plt.close(fig)
 
 
-def write_ledger(results_dir: Path, book: Path) -> Path:
-    """Write ``<book>/ledger.md`` and its figures from the results under ``results_dir``."""
-    rows = ledger(results_dir, CLAIMS)
+def write_ledger(rows: list[dict[str, Any]], results_dir: Path, book: Path) -> Path:
+    """Write ``<book>/ledger.md`` and its figures from the ledger ``rows`` of ``results_dir``."""
     n_seeds = max((r["stats"]["n"] for r in rows if r["stats"]), default=0)
     counts = Counter(r["verdict"] for r in rows)
     lines = [
@@ -135,12 +134,11 @@ def write_ledger(results_dir: Path, book: Path) -> Path:
     return path
 
 
-def append_claims(chapter: Path, results_dir: Path) -> None:
+def append_claims(chapter: Path, rows: list[dict[str, Any]]) -> None:
     """End the chapter copy with the ledger rows of the claims it tests."""
-    claims = tuple(c for c in CLAIMS if c.chapter == chapter.stem)
-    if not claims:
+    rows = [r for r in rows if r["claim"].chapter == chapter.stem]
+    if not rows:
         return
-    rows = ledger(results_dir, claims)
     text = "\n".join(
         [
             "## Claims tested in this chapter",

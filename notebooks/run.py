@@ -381,7 +381,7 @@ def run_one(nb: str, args: argparse.Namespace, alone: bool) -> bool:
 
 def run_all(args: argparse.Namespace) -> list[str]:
     """Run the notebooks ``args.jobs`` at a time, in order; the names of those that failed."""
-    jobs = args.jobs
+    jobs = args.jobs  # at most the number of notebooks (main)
     one_thread_kernels(jobs)
     failed: list[str] = []
     with ThreadPoolExecutor(jobs) as pool:

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.conftest import NOTEBOOKS, PROFILES, load_script
+from tests.fixtures import write_notebook
 
 TINY = "00_tiny"
 DEFAULTS = {
@@ -37,18 +38,7 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
         "from wslib.runs.results import write_results\n\n"
         'write_results(results_path, {"double": 2 * width, "name": name}, {})'
     )
-    notebook = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_markdown_cell("# A tiny chapter"),
-            nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]}),
-            nbformat.v4.new_code_cell(body),
-        ],
-        metadata={
-            "kernelspec": {"name": "python3", "display_name": "Python 3"},
-            "language_info": {"name": "python"},
-        },
-    )
-    nbformat.write(notebook, notebooks / f"{TINY}.ipynb")
+    write_notebook(notebooks / f"{TINY}.ipynb", parameters, body)
     monkeypatch.setattr(module, "ROOT", tmp_path)
     monkeypatch.setattr(module, "NOTEBOOKS", notebooks)
     monkeypatch.setattr(module, "PARAMS", notebooks / "params")

@@ -12,10 +12,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from tests.conftest import ROOT
+from tests.fixtures import write_notebook
 
 BODY = (
     "from wslib.runs.results import write_results\n\n"
@@ -25,18 +25,7 @@ BODY = (
 
 def tiny_notebook(path: Path, body: str = BODY) -> None:
     parameters = 'profile = "cpu"\nresults_path = "r.json"\nseed = 0\nwidth = 3'
-    notebook = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_markdown_cell("# A tiny chapter"),
-            nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]}),
-            nbformat.v4.new_code_cell(body),
-        ],
-        metadata={
-            "kernelspec": {"name": "python3", "display_name": "Python 3"},
-            "language_info": {"name": "python"},
-        },
-    )
-    nbformat.write(notebook, path)
+    write_notebook(path, parameters, body)
 
 
 @pytest.fixture()
