@@ -26,6 +26,10 @@ The package is layered; a package imports only those listed before it::
     wslib.fusion     HF / KF fusion: levels, hfkf, residual, importance,
                      baselines, experiments (protocols and result assembly)
 
+    wslib.synthesis  across the papers (chapter 12): alignment (both
+                     symmetries), conditioning (PathCond's criterion along
+                     a path)
+
 The three paper packages never import each other (``tests/test_layers.py``).
 """
 

@@ -1,0 +1,115 @@
+"""Alignment with both symmetries: permutations and per-neuron rescalings.
+
+Weight matching removes the permutation symmetry between two ReLU networks,
+yet the two still differ by positive rescalings of every neuron: a function
+has a whole orbit of representatives, and the straight line between two
+networks depends on which representatives it joins. :func:`alignment_steps`
+builds, for modes A and B, the pairs of representatives the chapter compares:
+
+- ``none``: A and B as trained;
+- ``weight matching``: B permuted to match A;
+- ``PathCond gauge + WM`` / ``ENorm gauge + WM``: each model first moved to a
+  canonical representative (PathCond's F-minimising rescaling, or ENorm's
+  balanced norms), then weight matching;
+- ``WM + scale matching``: weight matching, then the per-neuron rescaling of
+  B closest to A (:func:`wslib.core.matching.match_scales`).
+
+Every step keeps each model's function (checked by :func:`function_change`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import nn
+
+from wslib.core.matching import align, match_scales
+from wslib.core.neurons import StateDict, rescale_state
+from wslib.core.train import predict
+from wslib.pathcond.enorm import enorm_step
+from wslib.pathcond.rescaling import pathcond_rescale
+
+STEPS = (
+    "none",
+    "weight matching",
+    "PathCond gauge + WM",
+    "ENorm gauge + WM",
+    "WM + scale matching",
+)
+
+
+def with_state(model: nn.Module, state: StateDict) -> nn.Module:
+    """A copy of ``model`` holding ``state``."""
+    out = copy.deepcopy(model)
+    out.load_state_dict(state)
+    return out
+
+
+def pathcond_gauge(model: nn.Module, in_shape: Sequence[int]) -> StateDict:
+    """The state of ``model`` rescaled by PathCond (same function)."""
+    out = copy.deepcopy(model).double()
+    pathcond_rescale(out, in_shape)
+    return {k: v.to(model.state_dict()[k].dtype) for k, v in out.state_dict().items()}
+
+
+def enorm_gauge(model: nn.Module, cycles: int = 100, rtol: float = 1e-6) -> StateDict:
+    """The state of ``model`` after ENorm cycles until no weight moves by ``rtol``."""
+    out = copy.deepcopy(model).double()
+    for _ in range(cycles):
+        before = {k: v.clone() for k, v in out.state_dict().items()}
+        enorm_step(out)
+        moved = max(
+            float((v - before[k]).abs().max() / before[k].abs().max().clamp_min(1e-300))
+            for k, v in out.state_dict().items()
+            if v.is_floating_point()
+        )
+        if moved < rtol:
+            break
+    return {k: v.to(model.state_dict()[k].dtype) for k, v in out.state_dict().items()}
+
+
+def scale_matched(a: StateDict, b: StateDict, model: nn.Module) -> StateDict:
+    """B rescaled per neuron to lie closest to A (same function as B)."""
+    structure = model.neuron_structure()
+    scales, _ = match_scales(a, b, structure)
+    wide = {k: v.double() if v.is_floating_point() else v for k, v in b.items()}
+    rescaled = rescale_state(wide, structure, scales)
+    return {k: v.to(b[k].dtype) for k, v in rescaled.items()}
+
+
+def alignment_steps(
+    a: nn.Module, b: nn.Module, in_shape: Sequence[int], seed: int
+) -> dict[str, tuple[StateDict, StateDict]]:
+    """``{step: (state of A's representative, state of B's representative)}``."""
+    structure = a.neuron_structure()
+    sa, sb = a.state_dict(), b.state_dict()
+    matched = align(sa, sb, structure, seed=seed)
+    gauges: dict[str, Callable[[nn.Module], StateDict]] = {
+        "PathCond gauge + WM": lambda m: pathcond_gauge(m, in_shape),
+        "ENorm gauge + WM": enorm_gauge,
+    }
+    steps = {"none": (sa, sb), "weight matching": (sa, matched)}
+    for name, gauge in gauges.items():
+        ga, gb = gauge(a), gauge(b)
+        steps[name] = (ga, align(ga, gb, structure, seed=seed))
+    steps["WM + scale matching"] = (sa, scale_matched(sa, matched, a))
+    return steps
+
+
+def distance(a: StateDict, b: StateDict) -> float:
+    """Euclidean distance between two states over their floating-point tensors."""
+    return float(
+        sum(
+            ((a[k].double() - b[k].double()) ** 2).sum()
+            for k in a
+            if a[k].is_floating_point()
+        )
+        ** 0.5
+    )
+
+
+def function_change(model: nn.Module, state: StateDict, x: torch.Tensor) -> float:
+    """Largest output change on ``x`` when ``model`` gets ``state`` (eval mode)."""
+    return float((predict(model, x) - predict(with_state(model, state), x)).abs().max())
