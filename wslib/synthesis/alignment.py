@@ -21,10 +21,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from wslib.core.connectivity import straight_line
+from wslib.core.data import Dataset
 from wslib.core.matching import align, match_scales
 from wslib.core.neurons import StateDict, rescale_state
 from wslib.core.train import predict
@@ -113,3 +117,54 @@ def distance(a: StateDict, b: StateDict) -> float:
 def function_change(model: nn.Module, state: StateDict, x: torch.Tensor) -> float:
     """Largest output change on ``x`` when ``model`` gets ``state`` (eval mode)."""
     return float((predict(model, x) - predict(with_state(model, state), x)).abs().max())
+
+
+def alignment_study(
+    pairs: dict[str, list[tuple[nn.Module, nn.Module]]],
+    ds: Dataset,
+    ts: Sequence[float],
+    seed: int,
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """``result[arch][step]``: barrier and distance per pair of modes, and their spread.
+
+    ``pairs[arch]`` lists the (A, B) pairs of independently trained modes. For
+    each step the barrier is that of the straight line between the two
+    representatives (training set, BatchNorm statistics recomputed), the
+    distance is relative to the norm of A's representative, and
+    ``function_change`` is the largest output change any step made to A or B.
+    """
+    x = ds.x_test
+    result: dict[str, dict[str, dict[str, Any]]] = {}
+    for arch, arch_pairs in pairs.items():
+        per_step: dict[str, dict[str, list[float]]] = {
+            s: {"barrier": [], "distance": [], "function_change": []} for s in STEPS
+        }
+        for a, b in arch_pairs:
+            in_shape = list(ds.x_train.shape[1:])
+            for step, (sa, sb) in alignment_steps(a, b, in_shape, seed).items():
+                line = straight_line(a, sa, sb, ts, ds, test=False)
+                row = per_step[step]
+                row["barrier"].append(float(line["barrier"]))
+                row["distance"].append(distance(sa, sb) / distance(sa, zeros(sa)))
+                row["function_change"].append(
+                    max(function_change(a, sa, x), function_change(b, sb, x))
+                )
+        result[arch] = {step: summarise(row) for step, row in per_step.items()}
+    return result
+
+
+def zeros(state: StateDict) -> StateDict:
+    return {k: torch.zeros_like(v) for k, v in state.items()}
+
+
+def summarise(row: dict[str, list[float]]) -> dict[str, Any]:
+    """Per-pair values with mean and standard deviation of barrier and distance."""
+    return {
+        "barriers": row["barrier"],
+        "barrier_mean": float(np.mean(row["barrier"])),
+        "barrier_std": float(np.std(row["barrier"], ddof=1))
+        if len(row["barrier"]) > 1
+        else 0.0,
+        "distance_mean": float(np.mean(row["distance"])),
+        "function_change_max": float(max(row["function_change"])),
+    }
