@@ -21,9 +21,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import nbformat  # noqa: E402
 
 from wslib.plotting import label_axes, set_style  # noqa: E402
-from wslib.runs.claims import HOLDS, MIXED, NOT_RUN, PAPERS  # noqa: E402
+from wslib.runs.claims import CENSORED, HOLDS, MIXED, NOT_RUN, PAPERS  # noqa: E402
 
-MARKS = {HOLDS: "✓", MIXED: "≈", NOT_RUN: "–"}  # anything else: does not hold
+MARKS = {
+    HOLDS: "✓",
+    MIXED: "≈",
+    CENSORED: "∅",
+    NOT_RUN: "–",
+}  # anything else: does not hold
 PANELS_PER_ROW = 4
 
 

@@ -17,7 +17,9 @@ shows what ran) with its values wrapped to the page width; the wall times are
 merged into ``run_times.json`` next to the executed copies.
 
 Notebooks run ``--jobs`` at a time (default: one per CPU core, at most
-:data:`MAX_JOBS`), each kernel computing on ONE CPU thread, whatever the number
+:data:`MAX_JOBS`), the longest first (by the last wall times recorded for the
+profile, else :data:`REFERENCE_TIMES`; a notebook never timed counts as the
+longest), so that no long chapter ends up running alone at the end; each kernel computing on ONE CPU thread, whatever the number
 of jobs: the book's small models train no faster on two threads than on one,
 and a fixed thread count keeps every metric independent of how many notebooks
 run side by side. Two notebooks that need the same zoo model or cached run do
@@ -62,6 +64,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 PARAMS = NOTEBOOKS / "params"
 MAX_JOBS = 4  # notebooks side by side by default (they share one GPU when there is one)
+# Wall times of the reference cpu build: they only set the order notebooks start in.
+REFERENCE_TIMES = NOTEBOOKS / "reference_times.json"
 
 
 class MissingResults(RuntimeError):
@@ -379,14 +383,27 @@ def run_one(nb: str, args: argparse.Namespace, alone: bool) -> bool:
     return True
 
 
+def longest_first(notebooks: list[str], profile: str) -> list[str]:
+    """``notebooks`` by expected wall time, longest first; never timed ones first."""
+    expected = json.loads(REFERENCE_TIMES.read_text()) if profile == "cpu" else {}
+    last = ROOT / "build" / profile / "run_times.json"
+    if last.exists():
+        expected |= json.loads(last.read_text())
+    return sorted(notebooks, key=lambda nb: -expected.get(nb, float("inf")))
+
+
 def run_all(args: argparse.Namespace) -> list[str]:
-    """Run the notebooks ``args.jobs`` at a time, in order; the names of those that failed."""
+    """Run the notebooks ``args.jobs`` at a time, longest first; the names of those that failed."""
     jobs = args.jobs  # at most the number of notebooks (main)
     one_thread_kernels(jobs)
     failed: list[str] = []
     with ThreadPoolExecutor(jobs) as pool:
         running: dict[Future, str] = {}
-        queue = list(args.notebooks)
+        queue = (
+            longest_first(args.notebooks, args.profile)
+            if jobs > 1
+            else list(args.notebooks)
+        )
         while queue or running:
             while queue and len(running) < jobs:
                 nb = queue.pop(0)

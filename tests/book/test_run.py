@@ -15,7 +15,7 @@ import nbformat
 import pytest
 import yaml
 
-from tests.conftest import NOTEBOOKS, PROFILES, load_script
+from tests.conftest import NOTEBOOKS, PROFILES, ROOT, load_script
 from tests.fixtures import write_notebook
 
 TINY = "00_tiny"
@@ -208,3 +208,22 @@ def test_gpu_profile_refuses_to_start_without_cuda(
     assert not (run.ROOT / "build").exists()
     assert run.missing_cuda("gpu", allow_cpu=True) is None
     assert run.missing_cuda("cpu", allow_cpu=False) is None
+
+
+def test_longest_notebooks_start_first(
+    run: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reference = tmp_path / "reference_times.json"
+    reference.write_text(json.dumps({"a": 10, "b": 300, "c": 50}))
+    monkeypatch.setattr(run, "REFERENCE_TIMES", reference)
+    assert run.longest_first(["a", "b", "c", "new"], "cpu") == ["new", "b", "c", "a"]
+    assert run.longest_first(["a", "b", "c"], "smoke") == ["a", "b", "c"]
+    last = tmp_path / "build" / "cpu" / "run_times.json"
+    last.parent.mkdir(parents=True)
+    last.write_text(json.dumps({"a": 900}))
+    assert run.longest_first(["a", "b", "c"], "cpu") == ["a", "b", "c"]
+
+
+def test_reference_times_name_every_chapter() -> None:
+    times = json.loads((ROOT / "notebooks" / "reference_times.json").read_text())
+    assert set(times) <= set(NOTEBOOKS)

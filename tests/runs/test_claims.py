@@ -9,6 +9,7 @@ import pytest
 
 from tests.conftest import NOTEBOOKS
 from wslib.runs.claims import (
+    CENSORED,
     CLAIMS,
     FAILS,
     HOLDS,
@@ -72,6 +73,15 @@ def test_ledger_reads_every_seed_present(tmp_path: Path) -> None:
     (row,) = ledger(tmp_path, (BELOW,))
     assert row["stats"]["n"] == 3
     assert row["verdict"] == HOLDS
+
+
+def test_a_null_metric_of_a_chapter_that_ran_is_censored(tmp_path: Path) -> None:
+    path = tmp_path / "nb.json"
+    path.write_text(json.dumps({"params": {"seed": 0}, "metrics": {"x": None}}))
+    (row,) = ledger(tmp_path, (BELOW,))
+    assert row["verdict"] == CENSORED
+    (row,) = ledger(tmp_path / "other-profile", (BELOW,))
+    assert row["verdict"] == NOT_RUN
 
 
 def test_the_registry_is_well_formed() -> None:

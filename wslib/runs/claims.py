@@ -11,7 +11,9 @@ reads the per-seed values (:mod:`wslib.runs.sweeps`) and their summary:
 - several seeds: ``holds`` when the whole 95% interval of the mean satisfies
   the rule, ``does not hold`` when none of it does, ``mixed`` when the
   interval straddles the bound;
-- ``not run in this profile`` when the metric is missing.
+- ``no value (censored)`` when the chapter ran but the metric has no value
+  (e.g. a speed-up whose runs never reached their target: results store null);
+- ``not run in this profile`` when the chapter has no results.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from typing import Any, Literal
 
 from wslib.runs.sweeps import summarise_seeds, summary
 
-HOLDS, FAILS, MIXED, NOT_RUN = (
+HOLDS, FAILS, MIXED, CENSORED, NOT_RUN = (
     "holds",
     "does not hold",
     "mixed",
+    "no value (censored)",
     "not run in this profile",
 )
 
@@ -58,10 +61,10 @@ class Claim:
         return value < self.bound if self.op == "<" else value > self.bound
 
 
-def verdict(claim: Claim, stats: dict[str, Any] | None) -> str:
-    """The claim's verdict from the metric's summary over seeds."""
+def verdict(claim: Claim, stats: dict[str, Any] | None, ran: bool = False) -> str:
+    """The claim's verdict from the metric's summary over seeds (``ran``: chapter ran)."""
     if stats is None:
-        return NOT_RUN
+        return CENSORED if ran else NOT_RUN
     if stats["n"] == 1:
         return HOLDS if claim.satisfied(stats["mean"]) else FAILS
     low, high = stats["ci95"]
@@ -87,14 +90,14 @@ def claim_stats(
 
 def ledger(results_dir: Path, claims: tuple[Claim, ...]) -> list[dict[str, Any]]:
     """One row per claim: the claim, its quantity over seeds, the verdict."""
-    metrics = {
-        nb: summarise_seeds(results_dir, nb)["metrics"]
-        for nb in sorted({c.chapter for c in claims})
-    }
+    runs = {nb: summarise_seeds(results_dir, nb) for nb in {c.chapter for c in claims}}
     rows = []
     for claim in claims:
-        stats = claim_stats(claim, metrics[claim.chapter])
-        rows.append({"claim": claim, "stats": stats, "verdict": verdict(claim, stats)})
+        stats = claim_stats(claim, runs[claim.chapter]["metrics"])
+        ran = bool(runs[claim.chapter]["seeds"])
+        rows.append(
+            {"claim": claim, "stats": stats, "verdict": verdict(claim, stats, ran)}
+        )
     return rows
 
 
