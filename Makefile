@@ -6,6 +6,8 @@
 #   make book EDITION=student                   the same book without solutions (book/_student/)
 #   make publish [EDITION=full|student] [PUSH=1]   commit the built HTML to the gh-pages branch
 #   make data [DATA="mnist fashion_mnist cifar10 cifar100"]   download image data sets (gpu profile)
+#   make gpu-check  on a CUDA machine (<= 5 min): smoke notebooks on the GPU, step timings,
+#                   the gpu book's estimated time per chapter
 #   make test      lint (ruff format --check, ruff check, lint-imports), then pytest
 #   make lint | make format | make clean | make clean-data
 PROFILE ?= cpu
@@ -48,7 +50,7 @@ endif
 
 HTML := $(if $(filter student,$(EDITION)),book/_student/_build/html,book/_build/html)
 
-.PHONY: book notebook sweep publish data lint format test clean clean-data
+.PHONY: book notebook sweep publish data gpu-check lint format test clean clean-data
 
 book: $(STAMP)
 	@start=$$(date +%s) && \
@@ -74,6 +76,9 @@ publish:
 
 data: $(STAMP)
 	@$(PY) notebooks/download.py $(DATA)
+
+gpu-check: $(STAMP)
+	$(PY) notebooks/gpu_check.py $(if $(ALLOW_CPU),--allow-cpu)
 
 # ruff covers .py files and notebooks (pyproject.toml: extend-include); the
 # layers contract of pyproject.toml is checked by lint-imports.

@@ -28,7 +28,8 @@ The package is layered; a package imports only those listed before it::
 
     wslib.synthesis  across the papers (chapter 12): alignment (both
                      symmetries), conditioning (PathCond's criterion along
-                     a path)
+                     a path), experiments (the four questions' protocols and
+                     verdicts)
 
 The three paper packages never import each other (``tests/test_layers.py``).
 """

@@ -71,6 +71,7 @@ EXPECTED_METRICS = {
         "validation_per_class",
     },
     "11_fusion_beyond": {
+        "block_gradient",
         "compression_acc",
         "compression_by_variant",
         "depth_compression",
@@ -83,6 +84,20 @@ EXPECTED_METRICS = {
         "fusion_set_sizes",
         "kd_acc",
         "per_architecture_zero_shot",
+    },
+    "12_synthesis": {
+        "alignment",
+        "alignment_verdict",
+        "base_accuracy",
+        "basin",
+        "conditioning",
+        "conditioning_verdict",
+        "fused_parent",
+        "gauge_fusion",
+        "gauge_loss_change_max",
+        "loss_amgm_correlation",
+        "parent_parent",
+        "verdicts",
     },
 }
 PER_ENTRY = {

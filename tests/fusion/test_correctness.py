@@ -14,6 +14,7 @@ from wslib.core.models import build_model
 from wslib.core.neurons import permute_state, random_permutations
 from wslib.core.train import predict
 from wslib.fusion.baselines import (
+    Ensemble,
     distill,
     fuse_by,
     importance_average,
@@ -27,6 +28,7 @@ from wslib.fusion.importance import Scores, neuron_importance
 from wslib.fusion.levels import (
     GradientConfig,
     chain_levels,
+    design_matrix,
     hf_groups,
     hungarian_groups,
     layer_io,
@@ -34,7 +36,17 @@ from wslib.fusion.levels import (
     normalised_scores,
     retrofit_gradient,
     retrofit_linear,
+    ridge_solve,
+    solve_dtype,
     weighted_centroids,
+)
+from wslib.fusion.residual import (
+    block_output,
+    fit_block,
+    resnet_taps,
+    restat_batchnorm,
+    tap_matrix,
+    transformer_taps,
 )
 
 MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [12, 8]}
@@ -560,3 +572,156 @@ def test_attribution_share_gives_a_class_to_the_model_that_attributes_it():
     assert np.allclose(share.sum(0), 1.0)
     assert share[0, 3] == pytest.approx(1.0)
     assert 0.0 < share[0, 0] < 1.0
+
+
+# --- the Gradient variant on whole blocks (ResNets, transformers) ----------------------------
+
+TRANSFORMER = {
+    "name": "transformer1d",
+    "in_shape": [1, 40],
+    "n_classes": 10,
+    "embed_dim": 8,
+    "depth": 1,
+    "heads": 2,
+    "mlp_dim": 12,
+}
+
+
+def _with_bn_statistics(model: nn.Module, x: torch.Tensor) -> nn.Module:
+    model.train()
+    with torch.no_grad():
+        model(x)
+    return model.eval()
+
+
+def _residual_pair(config: dict) -> tuple[list[nn.Module], torch.Tensor, torch.Tensor]:
+    x, y = _data()
+    return [_with_bn_statistics(_model(config, s), x) for s in (0, 1)], x, y
+
+
+@pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
+def test_block_fit_lowers_the_block_output_error_of_the_affine_fit(config):
+    models, x, y = _residual_pair(config)
+    linear = fuse(models, x, y, "kf", "linear", progress=False)
+    blocks = fuse(models, x, y, "kf", "gradient", progress=False)
+    names = [
+        n for n, m in models[0].named_modules() if type(m).__name__.endswith("Block")
+    ]
+    assert linear.block_fits == []
+    assert [f["block"] for f in blocks.block_fits] == names
+    for fit in blocks.block_fits:
+        assert fit["best"] <= fit["start"]
+    first = blocks.block_fits[0]  # same input as the Linear fit: its start is that fit
+    assert first["best"] < 0.8 * first["start"]
+    # the Linear fusion's first block misses its targets by the block fit's start error
+    taps_of = resnet_taps if config is RESNET else transformer_taps
+    out_lin = taps_of(linear.model, x)
+    out_blk = taps_of(blocks.model, x)
+    tap = "stages.0.0.sum" if config is RESNET else "blocks.0.mlp_sum"
+    assert not torch.allclose(out_lin[tap], out_blk[tap], atol=1e-4)
+    assert (
+        fuse(models, x, y, "kf", "gradient", gradient=GradientConfig(blocks=False))
+    ).block_fits == []
+    # the stem (same input) stays the least-squares fit; the blocks' BatchNorms describe
+    # their convs' outputs on the fusion set after the fit
+    for name, p in linear.model.named_parameters():
+        if name.startswith(("stem.", "embed.")):
+            assert torch.allclose(p, blocks.model.get_parameter(name), atol=1e-7), name
+    if config is RESNET:
+        block = blocks.model.stages[0][0]
+        conv_out = block.conv1(out_blk["stages.0.0.in"]).transpose(0, 1).flatten(1)
+        assert torch.allclose(block.bn1.running_mean, conv_out.mean(1), atol=1e-4)
+
+
+def test_fit_block_keeps_the_better_of_start_and_end_and_reports_it():
+    x, _ = _data()
+    model = _with_bn_statistics(_model(RESNET, 0), x)
+    other = _with_bn_statistics(_model(RESNET, 1), x)
+    block, ref = model.stages[0][0], other.stages[0][0]
+    inp = resnet_taps(model, x)["stages.0.0.in"]
+    with torch.no_grad():
+        target = tap_matrix(block_output(ref, inp), False)
+
+    def mse() -> float:
+        with torch.no_grad():
+            return float(
+                ((tap_matrix(block_output(block, inp), False) - target) ** 2).mean()
+            )
+
+    before = mse()
+    out = fit_block(block, inp, target, False, GradientConfig(max_epochs=50), 0)
+    assert out["start"] == pytest.approx(before, rel=1e-4)
+    assert out["best"] == pytest.approx(mse(), rel=1e-3)
+    assert out["best"] < 0.5 * before
+    # from an exact start, nothing moves: the result is never worse than the start
+    again = fit_block(ref, inp, target, False, GradientConfig(max_epochs=20), 0)
+    assert again["best"] <= again["start"] < 1e-10
+
+
+def test_block_fit_keeps_batchnorm_statistics_true_and_the_eval_function():
+    x, _ = _data()
+    block = _with_bn_statistics(_model(RESNET, 0), x).stages[1][0]  # with a projection
+    inp = torch.relu(
+        torch.randn(len(x), 4, 40, generator=torch.Generator().manual_seed(3))
+    )
+    with torch.no_grad():
+        block.conv1.weight.mul_(2.0)
+        before = block_output(block, inp)
+        restat_batchnorm(block, inp)
+        after = block_output(block, inp)
+        conv_out = block.conv1(inp).transpose(0, 1).flatten(1)
+    assert torch.allclose(before, after, atol=1e-4)
+    assert torch.allclose(block.bn1.running_mean, conv_out.mean(1), atol=1e-5)
+    assert torch.allclose(
+        block.bn1.running_var, conv_out.var(1, unbiased=False), rtol=1e-4
+    )
+
+
+@pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
+def test_block_gradient_fusion_of_a_model_with_itself_returns_it(config):
+    x, y = _data()
+    model = _with_bn_statistics(_model(config, 0), x)
+    fused = fuse([model, copy.deepcopy(model)], x, y, "hf", "gradient", progress=False)
+    x_test, _ = _data(5, seed=1)
+    assert (predict(model, x_test) - predict(fused.model, x_test)).abs().max() < 1e-3
+
+
+def test_gradient_config_blocks_must_be_a_bool():
+    with pytest.raises(TypeError, match="blocks must be True or False"):
+        GradientConfig(blocks="yes")
+
+
+# --- devices and dtypes (no GPU here: what holds by construction) ----------------------------
+
+
+def test_ensemble_class_weights_are_a_buffer_that_follows_the_members():
+    models = [_model(MLP, s) for s in (0, 1)]
+    ens = Ensemble(models, np.ones((2, 10)))
+    assert "class_weights" in dict(ens.named_buffers())
+    assert ens.class_weights.device == next(models[0].parameters()).device
+    ens.to(torch.float64)  # .to() reaches the buffer, so a device move does too
+    assert ens.class_weights.dtype == torch.float64
+
+
+def test_least_squares_run_in_float64_where_the_device_supports_it():
+    assert solve_dtype(torch.device("cpu")) == torch.float64
+    assert solve_dtype(torch.device("cuda")) == torch.float64
+    assert solve_dtype(torch.device("mps")) == torch.float32
+    conv = nn.Conv1d(2, 3, 3)
+    assert design_matrix(conv, torch.randn(4, 2, 8)).dtype == torch.float64
+    assert (
+        design_matrix(conv, torch.randn(4, 2, 8), torch.float32).dtype == torch.float32
+    )
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(50, 4, generator=gen, dtype=torch.float64)
+    t = torch.randn(3, 50, generator=gen)
+    sol = ridge_solve(lambda sl: a[sl], t, 50, 1e-8, chunk=7)
+    assert sol.dtype == torch.float64
+    assert torch.allclose(sol, torch.linalg.lstsq(a, t.T.double()).solution, atol=1e-6)
+
+
+def test_distillation_moves_the_data_to_the_student():
+    teacher, student = _model(MLP, 0), _model(MLP, 1)
+    x, _ = _data(2)
+    out = distill(student, teacher, x.double().float(), epochs=1)
+    assert next(out.parameters()).device == x.device

@@ -817,3 +817,91 @@ def test_architecture_zero_shot_marks_what_does_not_apply() -> None:
     assert len(skipped) == 1 and skipped[0].startswith(
         "resnet / otfusion: not applicable"
     )
+
+
+# --- chapter 11: the Gradient variant on whole blocks -------------------------------------------
+
+
+def test_residual_gradient_variants_fit_blocks_only_in_the_block_variant():
+    ds = _dataset()
+    x, y = _fusion_set(ds)
+    models = _models(2, RESNET)
+    rows = fx.residual_gradient_variants(
+        models, x, y, ds, GradientConfig(max_epochs=15)
+    )
+    assert [(r["method"], r["variant"]) for r in rows] == [
+        (g, v) for g in ("HF", "KF") for v in fx.GRADIENT_VARIANTS
+    ]
+    for r in rows:
+        has_fit = r["variant"] == "Gradient, whole blocks"
+        assert (r["block MSE start"] is not None) == has_fit
+        if has_fit:
+            assert r["block MSE end"] < r["block MSE start"]
+    linear = fuse_by("hf_linear", models, x, y)
+    assert rows[0]["test acc"] == pytest.approx(
+        evaluate(linear, ds.x_test, ds.y_test)[1]
+    )
+
+
+def _block_rows(lin: float, blk: float, start: float = 2.0) -> list[dict]:
+    return [
+        {"method": "KF", "variant": "Linear", "test acc": lin},
+        {"method": "KF", "variant": "Gradient, affine steps", "test acc": lin},
+        {
+            "method": "KF",
+            "variant": "Gradient, whole blocks",
+            "test acc": blk,
+            "block MSE start": start,
+            "block MSE end": 0.5,
+        },
+    ]
+
+
+def test_block_fit_text_states_the_verdict_from_the_numbers():
+    up = fx.block_fit_text("resnet", _block_rows(0.50, 0.60))
+    assert up.startswith("resnet: KF: Linear 50.0 %")
+    assert "lowers the block-output error by 75 %" in up
+    assert "raises the accuracy, +10.0 points" in up
+    assert "lowers the accuracy, -10.0 points" in fx.block_fit_text(
+        "r", _block_rows(0.6, 0.5)
+    )
+    assert "leaves the accuracy" in fx.block_fit_text("r", _block_rows(0.6, 0.6005))
+    assert "error as it was" in fx.block_fit_text("r", _block_rows(0.6, 0.6, start=0.0))
+    assert (
+        fx.describe_recipe({"epochs": 3, "batch_size": 32}) == "3 epochs, batch size 32"
+    )
+
+
+def test_residual_architectures_are_the_resnets_and_transformers():
+    archs = {
+        "mlp": {"model": MLP},
+        "resnet": {"model": RESNET},
+        "transformer": {
+            "model": {
+                "name": "transformer1d",
+                "in_shape": [1, 40],
+                "n_classes": 10,
+                "embed_dim": 8,
+                "depth": 1,
+                "heads": 2,
+                "mlp_dim": 8,
+            }
+        },
+    }
+    assert fx.residual_architectures(archs) == ["resnet", "transformer"]
+
+
+def test_block_fit_study_runs_the_residual_nets_on_the_zero_shot_models():
+    ds = _dataset()
+    x, y = _fusion_set(ds)
+    zoo = FakeZoo(ds)
+    archs = {
+        "mlp": {"model": MLP, "recipe": RECIPE},
+        "r": {"model": RESNET, "recipe": RECIPE},
+    }
+    out = fx.block_fit_study(zoo, {"name": "toy"}, archs, x, y, QUICK, seed=1)
+    assert list(out) == ["r"]
+    assert [c["seed"] for c in zoo.configs] == [100, 101]
+    models = [zoo.get({"model": RESNET, "seed": s}) for s in (100, 101)]
+    rows = fx.residual_gradient_variants(models, x, y, ds, QUICK, 1)
+    assert [r["test acc"] for r in out["r"]] == [r["test acc"] for r in rows]

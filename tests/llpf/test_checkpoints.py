@@ -1,7 +1,8 @@
 """LLPF path checkpoints: keyed by the data's content, damaged files are run again.
 
+A checkpoint is a folder (one file per recorded state and an index).
 ``_Run.load`` is private, so every case goes through :func:`m2m` with
-``checkpoint=`` a file that the test overwrites.
+``checkpoint=`` a folder whose files the test overwrites.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def same_path(p: LLPFPath, q: LLPFPath) -> bool:
 
 def test_finished_run_is_loaded_not_run_again(tmp_path: Path) -> None:
     *_, x, y = setting()
-    ckpt = tmp_path / "path.pt"
+    ckpt = tmp_path / "path"
     first, ran = find(ckpt, x, y)
     assert ran == TICKS
     again, ran = find(ckpt, x, y)
@@ -92,30 +93,183 @@ DAMAGES: dict[str, Callable[[dict], object]] = {
     "no-key": _drop("key"),
     "no-tick": _drop("tick"),
     "no-path": _drop("path"),
-    "no-current": _drop("current"),
     "no-gen-state": _drop("gen_state"),
+    "no-states": _drop("states"),
     "path-list": _set("path", [1, 2]),
     "path-missing-field": lambda saved: {
         **saved,
-        "path": {k: v for k, v in saved["path"].items() if k != "states"},
+        "path": {k: v for k, v in saved["path"].items() if k != "ticks"},
+    },
+    "path-with-states": lambda saved: {
+        **saved,
+        "path": {**saved["path"], "states": []},
     },
     "current-list": _set("current", [torch.zeros(2)]),
-    "current-empty": _set("current", {}),
+    "more-states-than-ticks": lambda saved: {**saved, "states": saved["states"] + 1},
+    "no-state": _set("states", 0),
     "gen-state-list": _set("gen_state", [1, 2]),
     "gen-state-short": lambda saved: {**saved, "gen_state": saved["gen_state"][:8]},
     "tick-string": _set("tick", "3"),
 }
 
 
+def index(ckpt: Path) -> dict:
+    return torch.load(ckpt / "index.pt", weights_only=True)
+
+
 @pytest.mark.parametrize("damage", DAMAGES)
 def test_checkpoint_of_the_wrong_shape_is_run_again(
     tmp_path: Path, damage: str
 ) -> None:
-    """A file that loads but is not a whole checkpoint: warning, the run starts again."""
+    """An index that loads but is not a whole checkpoint's: warning, the run starts again."""
     *_, x, y = setting()
-    ckpt = tmp_path / "path.pt"
+    ckpt = tmp_path / "path"
     first, _ = find(ckpt, x, y)
-    torch.save(DAMAGES[damage](torch.load(ckpt, weights_only=True)), ckpt)
+    torch.save(DAMAGES[damage](index(ckpt)), ckpt / "index.pt")
     with pytest.warns(UserWarning, match="path checkpoint"):
         again, ran = find(ckpt, x, y)
     assert ran == TICKS and same_path(first, again)
+
+
+STATE_DAMAGES: dict[str, Callable[[Path], None]] = {
+    "missing": lambda f: f.unlink(),
+    "truncated": lambda f: f.write_bytes(f.read_bytes()[:40]),
+    "other-tensors": lambda f: torch.save({"w": torch.zeros(2)}, f),
+    "not-a-dict": lambda f: torch.save([torch.zeros(2)], f),
+}
+
+
+@pytest.mark.parametrize("damage", STATE_DAMAGES)
+def test_damaged_state_file_is_run_again(tmp_path: Path, damage: str) -> None:
+    *_, x, y = setting()
+    ckpt = tmp_path / "path"
+    first, _ = find(ckpt, x, y)
+    STATE_DAMAGES[damage](ckpt / "state-000001.pt")
+    with pytest.warns(UserWarning, match="incomplete or unreadable"):
+        again, ran = find(ckpt, x, y)
+    assert ran == TICKS and same_path(first, again)
+
+
+def test_old_single_file_checkpoint_is_replaced_with_a_warning(tmp_path: Path) -> None:
+    *_, x, y = setting()
+    ckpt = tmp_path / "path.pt"
+    torch.save({"key": "old", "tick": 3, "path": {}}, ckpt)
+    with pytest.warns(UserWarning, match="single file .*earlier versions"):
+        first, ran = find(ckpt, x, y)
+    assert ran == TICKS and ckpt.is_dir()
+    again, ran = find(ckpt, x, y)
+    assert ran == 0 and same_path(first, again)
+
+
+def test_a_file_that_is_not_a_checkpoint_is_kept(tmp_path: Path) -> None:
+    *_, x, y = setting()
+    ckpt = tmp_path / "notes.txt"
+    ckpt.write_text("not a checkpoint")
+    with pytest.raises(FileExistsError, match="not a path checkpoint"):
+        find(ckpt, x, y)
+    assert ckpt.read_text() == "not a checkpoint"
+
+
+def test_saves_write_each_recorded_state_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Incremental checkpoints: a save writes only the states recorded since the last."""
+    import wslib.llpf.layerwise as layerwise
+
+    written: list[str] = []
+    real = layerwise.atomic_write
+
+    def counting(path: Path, write: Callable[[Path], None]) -> Path:
+        written.append(Path(path).name)
+        return real(path, write)
+
+    monkeypatch.setattr(layerwise, "atomic_write", counting)
+    model, start, dest, x, y = setting()
+    ticks = 7
+    path = m2m(
+        model,
+        start,
+        dest,
+        x,
+        y,
+        ticks=ticks,
+        refine=REFINE,
+        record_every=2,
+        checkpoint=tmp_path / "path",
+        checkpoint_every=1,
+        progress=False,
+    )
+    states = sorted(n for n in written if n.startswith("state-"))
+    assert states == [f"state-{k:06d}.pt" for k in range(len(path.states))]
+    assert written.count("index.pt") == ticks
+    # the current point is written at ticks that recorded no state (1, 3, 5)
+    assert sum(n.startswith("current-") for n in written) == 3
+    files = sorted(f.name for f in (tmp_path / "path").iterdir())
+    assert files == ["index.pt", *states]
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_resume_from_a_point_between_records_writes_only_new_states(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Killed after a checkpoint at an unrecorded tick: same path, nothing saved twice."""
+    import warnings
+
+    import wslib.llpf.layerwise as layerwise
+
+    model, start, dest, x, y = setting()
+    options = {"ticks": 7, "refine": REFINE, "record_every": 3, "progress": False}
+    full = m2m(model, start, dest, x, y, **options)
+
+    def kill(tick: int, _: torch.nn.Module) -> None:
+        if tick == 5:
+            raise Interrupt
+
+    ckpt = tmp_path / "path"
+    with pytest.raises(Interrupt):
+        m2m(
+            model,
+            start,
+            dest,
+            x,
+            y,
+            checkpoint=ckpt,
+            checkpoint_every=2,
+            on_tick=kill,
+            **options,
+        )
+    assert index(ckpt)["tick"] == 4 and index(ckpt)["current"] == "current-000004.pt"
+    written: list[str] = []
+    real = layerwise.atomic_write
+
+    def counting(path: Path, write: Callable[[Path], None]) -> Path:
+        written.append(Path(path).name)
+        return real(path, write)
+
+    monkeypatch.setattr(layerwise, "atomic_write", counting)
+    ticks: list[int] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.filterwarnings("ignore", message=".*cap r_max")
+        resumed = m2m(
+            model,
+            start,
+            dest,
+            x,
+            y,
+            checkpoint=ckpt,
+            checkpoint_every=2,
+            on_tick=lambda tick, _: ticks.append(tick),
+            **options,
+        )
+    assert ticks == [5, 6, 7]
+    assert same_path(full, resumed) and resumed.grad_steps == full.grad_steps
+    # states 0 (start) and 1 (tick 3) were saved before the kill
+    assert sorted(n for n in written if n.startswith("state-")) == [
+        "state-000002.pt",
+        "state-000003.pt",
+    ]
+    assert not list(ckpt.glob("current-*.pt"))

@@ -34,7 +34,7 @@ from wslib.llpf.layerwise import (
 
 IN = [1, 8]
 MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
-FROZEN = Refine(lr=1e-12, batch_size=16, r_min=1, r_max=1, threshold=0.0)
+FROZEN = Refine(lr=1e-12, batch_size=16, r_min=1, r_max=1, threshold=1e9)
 REFINE = Refine(lr=0.05, batch_size=16, r_min=2, r_max=4, threshold=0.0)
 
 

@@ -186,7 +186,7 @@ def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
             on_tick=kill,
             **options,
         )
-    assert torch.load(ckpt, weights_only=True)["tick"] == 6
+    assert torch.load(ckpt / "index.pt", weights_only=True)["tick"] == 6
     resumed = m2m(model, a, b, x, y, checkpoint=ckpt, checkpoint_every=3, **options)
     assert resumed.ticks == full.ticks and resumed.grad_steps == full.grad_steps
     assert all(same(s, t) for s, t in zip(full.states, resumed.states))
@@ -195,8 +195,9 @@ def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
 def test_unreadable_checkpoint_is_ignored_with_a_warning(tmp_path) -> None:
     model, a, b = pair(MLP)
     x, y = data()
-    ckpt = tmp_path / "path.pt"
-    ckpt.write_bytes(b"not a checkpoint")
+    ckpt = tmp_path / "path"
+    ckpt.mkdir()
+    (ckpt / "index.pt").write_bytes(b"not a checkpoint")
     with pytest.warns(UserWarning, match="unreadable"):
         path = m2m(
             model, a, b, x, y, ticks=3, refine=REFINE, checkpoint=ckpt, progress=False

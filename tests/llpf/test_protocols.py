@@ -89,8 +89,8 @@ def test_refine_stops_at_the_endpoint_loss_plus_the_margin() -> None:
 def test_checkpoint_files_are_named_by_model_seed_and_variant(tmp_path) -> None:
     assert setup().checkpoint("mlp", 0) is None
     s = setup(checkpoint_dir=tmp_path)
-    assert s.checkpoint("mlp", 3) == tmp_path / "mlp-seed3.pt"
-    assert s.checkpoint("mlp", 3, all_at_once=True) == tmp_path / "mlp-seed3-all.pt"
+    assert s.checkpoint("mlp", 3) == tmp_path / "mlp-seed3"
+    assert s.checkpoint("mlp", 3, all_at_once=True) == tmp_path / "mlp-seed3-all"
 
 
 def test_m2m_path_connects_the_pair_and_writes_its_checkpoint(tmp_path) -> None:

@@ -20,7 +20,12 @@ from wslib.core.neurons import (
     rescale_state,
 )
 from wslib.core.train import Recipe, fit
-from wslib.pathcond.enorm import enorm_callback, enorm_step, enorm_step_pathcond_variant
+from wslib.pathcond.enorm import (
+    enorm_callback,
+    enorm_step,
+    enorm_step_authors,
+    enorm_step_pathcond_variant,
+)
 from wslib.pathcond.experiments import rescale_cost
 from wslib.pathcond.lifting import explicit_path_lifting
 from wslib.pathcond.rescaling import (
@@ -388,6 +393,14 @@ def test_unsupported_module_is_named():
         diag_g(TanhNet(), [4])
 
 
+def test_diag_g_follows_the_model_device():
+    # a "meta" model has no data: a CPU input would raise on the mixed devices
+    model = build_model(TINY["mlp"]).double().to("meta")
+    g = diag_g(model, TINY["mlp"]["in_shape"])
+    assert {v.device.type for v in g.values()} == {"meta"}
+    assert set(g) == {n for n, _ in model.named_parameters()}
+
+
 # --- ENorm -----------------------------------------------------------------------------------
 
 
@@ -408,6 +421,125 @@ def test_enorm_preserves_function_and_balances(arch):
             a = model.linears[i].weight.pow(2).sum(1)
             b = model.linears[i + 1].weight.pow(2).sum(0)
             assert torch.allclose(a, b, rtol=1e-3)
+
+
+def _enorm_reference(
+    model: nn.Module, p: float, rescale_bias: bool, authors: bool
+) -> dict[str, torch.Tensor]:
+    """ENorm written out of place with ``rescale_state`` (the pre-in-place code)."""
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    groups = [g for g in model.neuron_structure().groups if g.rescalable]
+    groups = groups[:-1] if authors else groups
+
+    def norm(st, group, role):
+        total = torch.zeros(group.size, dtype=torch.float64)
+        for slot in group.slots:
+            if slot.role != role or (
+                slot.name.endswith("bias") and st[slot.name].dim() == 1
+            ):
+                continue
+            t = st[slot.name].double().abs().pow(p).movedim(slot.axis, 0)
+            total += t.reshape(group.size, slot.block, -1).sum((1, 2))
+        return total
+
+    def lam(st, group):
+        a, b = norm(st, group, "out"), norm(st, group, "in")
+        ok = (a > 0) & (b > 0)
+        return torch.where(ok, (b / a.clamp_min(1e-300)) ** (1 / (2 * p)), 1.0)
+
+    def kept(group):
+        slots = tuple(
+            s
+            for s in group.slots
+            if rescale_bias or not (s.role == "out" and s.name.endswith("bias"))
+        )
+        return NeuronStructure((NeuronGroup(group.name, group.size, slots),))
+
+    if authors:  # every scale from the state before the cycle
+        scales = {g.name: lam(state, g) for g in groups}
+        for g in groups:
+            state = rescale_state(state, kept(g), {g.name: scales[g.name]})
+        return state
+    for g in groups:
+        state = rescale_state(state, kept(g), {g.name: lam(state, g)})
+    return state
+
+
+@pytest.mark.parametrize("arch", ["mlp", "resnet1d", "cnn_bn", "cnn_max"])
+@pytest.mark.parametrize(
+    ("p", "rescale_bias", "authors"),
+    [(2.0, True, False), (1.0, False, False), (3.0, True, False), (2.0, False, True)],
+)
+def test_enorm_matches_out_of_place_reference(arch, p, rescale_bias, authors):
+    model = _perturbed(ALL_ARCHS[arch], seed=1)
+    with torch.no_grad():  # uneven scales: every lam differs from 1
+        for param in model.parameters():
+            param.mul_(torch.exp(0.5 * torch.randn_like(param)))
+    expected = _enorm_reference(model, p, rescale_bias, authors)
+    if authors:
+        enorm_step_authors(model, p)
+    else:
+        enorm_step(model, p, rescale_bias)
+    for name, value in model.state_dict().items():
+        assert torch.allclose(value, expected[name], rtol=1e-12, atol=1e-14), name
+
+
+@pytest.mark.parametrize("step", [enorm_step, enorm_step_authors])
+def test_enorm_works_in_place_without_reload(step, monkeypatch):
+    model = _perturbed(ALL_ARCHS["mlp"])
+    params = {
+        n: (q, q.data_ptr(), q.detach().clone()) for n, q in model.named_parameters()
+    }
+
+    def no_reload(*args, **kwargs):
+        raise AssertionError("ENorm must not reload the state dict")
+
+    monkeypatch.setattr(model, "load_state_dict", no_reload)
+    step(model)
+    now = dict(model.named_parameters())
+    for name, (q, ptr, _) in params.items():
+        assert now[name] is q and q.data_ptr() == ptr
+    weight, _, before = params["linears.0.weight"]
+    assert not torch.allclose(weight, before)  # the model's own tensors changed
+
+
+@pytest.mark.parametrize("step", [enorm_step, enorm_step_authors])
+def test_enorm_stays_on_the_model_device(step):
+    # a "meta" model has no data: any copy to the CPU (``.cpu()``, a CPU
+    # accumulator, a state-dict reload of CPU tensors) would raise here
+    model = build_model(ALL_ARCHS["resnet1d"]).to("meta")
+    step(model)
+    assert {q.device.type for q in model.state_dict().values()} == {"meta"}
+
+
+def test_enorm_leaves_a_dead_neuron_alone():
+    model = _perturbed(ALL_ARCHS["mlp"])
+    with torch.no_grad():
+        model.linears[0].weight[3].zero_()  # neuron 3 of the first layer: no input
+    out_col, bias = model.linears[1].weight[:, 3].clone(), model.linears[0].bias[3]
+    bias = float(bias)
+    enorm_step(model)
+    # scale 1 for neuron 3: its bias is kept, its column only takes the next
+    # layer's (moderate) row scales; a zero norm must not give a scale ~1e75
+    assert float(model.linears[0].bias[3]) == bias
+    ratio = (model.linears[1].weight[:, 3] / out_col).abs()
+    assert ((ratio > 1e-3) & (ratio < 1e3)).all()
+
+
+def test_enorm_callbacks_apply_their_step():
+    model = _perturbed(ALL_ARCHS["mlp"])
+    step_copy, cb_copy = copy.deepcopy(model), copy.deepcopy(model)
+    enorm_step(step_copy, 1.0)
+    enorm_callback(1.0)(cb_copy)
+    variant_copy, authors_copy = copy.deepcopy(model), copy.deepcopy(model)
+    enorm_step_authors(authors_copy, 2.0)
+    enorm_step_pathcond_variant(3, variant_copy)
+    for name in model.state_dict():
+        assert torch.equal(cb_copy.state_dict()[name], step_copy.state_dict()[name])
+        assert torch.equal(
+            variant_copy.state_dict()[name], authors_copy.state_dict()[name]
+        )
+    assert not torch.allclose(step_copy.linears[0].weight, model.linears[0].weight)
 
 
 def test_enorm_authors_variant_leaves_biases_and_changes_function():

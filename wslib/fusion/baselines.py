@@ -24,7 +24,7 @@ from torch import nn
 from wslib.core.matching import weight_matching
 from wslib.core.neurons import StateDict, permute_state
 from wslib.core.norms import has_batchnorm, reset_bn_stats
-from wslib.core.train import batches
+from wslib.core.train import batches, model_device, predict
 from wslib.fusion.hfkf import fuse, model_importance
 from wslib.fusion.levels import (
     GradientConfig,
@@ -88,7 +88,8 @@ class Ensemble(nn.Module):
 
     ``forward`` returns the log of the (renormalised) mean probabilities, so
     its argmax is the ensemble's prediction. ``class_weights`` has shape
-    ``(n_models, n_classes)``.
+    ``(n_models, n_classes)``; it is a buffer created on the first member's
+    device, so it follows the members when the ensemble is moved.
     """
 
     def __init__(
@@ -99,9 +100,13 @@ class Ensemble(nn.Module):
         w = (
             None
             if class_weights is None
-            else torch.as_tensor(np.asarray(class_weights), dtype=torch.float32)
+            else torch.as_tensor(
+                np.asarray(class_weights),
+                dtype=torch.float32,
+                device=model_device(self.members[0]),
+            )
         )
-        self.register_buffer("class_weights", w)
+        self.register_buffer("class_weights", w)  # a buffer: .to() moves it
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         probs = torch.stack([F.softmax(m(x), 1) for m in self.members])
@@ -212,7 +217,7 @@ def otfusion(
                     1,
                 )
             ma, mb = marg[j][name], marg[0][name]
-            p = transport(torch.cdist(fa, fb).pow(2).numpy(), ma, mb)
+            p = transport(torch.cdist(fa, fb).pow(2).cpu().numpy(), ma, mb)
             state[f"{name}.weight"] = torch.einsum("i...,ij->j...", w, p).float()
             state[f"{name}.bias"] = (b @ p).float()
             weights[name] = torch.as_tensor(ma) @ p
@@ -246,7 +251,7 @@ def _level_weights(
         if scores is None:
             out[name] = np.ones(n)
             continue
-        s = scores[j][name].double().numpy()
+        s = scores[j][name].double().cpu().numpy()
         if len(s) != n:
             raise ValueError(
                 f"scores of model {j} at {name!r} have {len(s)} entries for {n} neurons"
@@ -278,7 +283,7 @@ def importance_average(
 
 
 def _device(models: Sequence[nn.Module]) -> torch.device:
-    return next(models[0].parameters()).device
+    return model_device(models[0])
 
 
 # --- Git Re-Basin -----------------------------------------------------------------------------
@@ -324,7 +329,7 @@ def permuted_importance_average(
     for j, state in enumerate(aligned):
         w = _level_weights(levels, state, scores, j)
         if perms[j] is not None:
-            w = {lv: w[lv][perms[j][g].numpy()] for g, lv in zip(groups, levels)}
+            w = {lv: w[lv][perms[j][g].cpu().numpy()] for g, lv in zip(groups, levels)}
         weights.append(w)
     return importance_average(aligned, weights, levels)
 
@@ -348,7 +353,7 @@ def rebasin_activation_matching(
         for group, name in zip(groups, levels[:-1]):
             a = _standardised(neuron_matrix(F.relu(acts[0][name])))
             b = _standardised(neuron_matrix(F.relu(acts[j][name])))
-            _, cols = linear_sum_assignment((a @ b.T).numpy(), maximize=True)
+            _, cols = linear_sum_assignment((a @ b.T).cpu().numpy(), maximize=True)
             perms[group.name] = torch.as_tensor(cols, dtype=torch.long)
         aligned.append(permute_state(states[j], models[0].neuron_structure(), perms))
         all_perms.append(perms)
@@ -459,13 +464,11 @@ def distill(
     Runs on the student's device (the teacher's outputs and ``x`` are moved
     there); the student comes back in eval mode, the teacher's mode is kept.
     """
-    dev = next(student.parameters()).device
+    dev = model_device(student)
     was_training = teacher.training
     x = x.to(dev)
     with torch.no_grad():
-        teacher.eval()
-        t_dev = next(teacher.parameters()).device
-        soft = F.softmax(teacher(x.to(t_dev)).to(dev) / temperature, 1)
+        soft = F.softmax(predict(teacher, x).to(dev) / temperature, 1)
     teacher.train(was_training)
     student.train()
     _fit_soft_targets(student, x, soft, epochs, lr, temperature, batch_size, seed)

@@ -12,7 +12,8 @@
 - Chapter 11, beyond the table: :func:`finetune_curves`,
   :func:`epochs_within`, :func:`width_fusions`, :func:`compression`,
   :func:`depth_compression`, :func:`kf_versus_distillation`,
-  :func:`cached_size_sweep` and :func:`architecture_zero_shot`.
+  :func:`cached_size_sweep`, :func:`architecture_zero_shot`,
+  :func:`residual_gradient_variants` and :func:`block_fit_text`.
 
 Every function runs the same steps, in the same order and with the same seeds,
 as the chapters did before these protocols moved into the library.
@@ -21,6 +22,7 @@ as the chapters did before these protocols moved into the library.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import time
 import warnings
@@ -49,6 +51,7 @@ from wslib.fusion.hfkf import (
     model_importance,
 )
 from wslib.fusion.levels import (
+    RESIDUAL_ARCHS,
     GradientConfig,
     kmeans_groups,
     layer_io,
@@ -157,6 +160,14 @@ def describe_model(config: Mapping[str, Any]) -> str:
     ]
     name = str(config["name"])
     return f"{name} ({', '.join(details)})" if details else name
+
+
+def describe_recipe(recipe: Mapping[str, Any]) -> str:
+    """A training recipe in words, e.g. ``100 epochs, lr 0.1, batch size 32``."""
+    return ", ".join(
+        f"{v} epoch{'s' * (v != 1)}" if k == "epochs" else f"{k.replace('_', ' ')} {v}"
+        for k, v in recipe.items()
+    )
 
 
 # --- chapter 9: the representation cost -------------------------------------------------------
@@ -273,8 +284,8 @@ def importance_agreement(
     """
     rows = []
     for li, lv in enumerate(levels):
-        cond = torch.cat([s[lv] for s in scores["conductance"]]).numpy()
-        deep = torch.cat([s[lv] for s in scores["deeplift"]]).numpy()
+        cond = torch.cat([s[lv] for s in scores["conductance"]]).cpu().numpy()
+        deep = torch.cat([s[lv] for s in scores["deeplift"]]).cpu().numpy()
         ranked = np.sort(cond / cond.sum())[::-1]
         rows.append(
             {
@@ -307,7 +318,7 @@ def kf_target_map(
     ``{"xy", "owner", "width", "weights": {imp: w}, "targets": {imp: xy}}``.
     """
     acts = [
-        neuron_matrix(o[level]).numpy()
+        neuron_matrix(o[level]).cpu().numpy()
         for o in (layer_io(m, [level], x) for m in models)
     ]
     points = np.concatenate(acts)
@@ -316,7 +327,7 @@ def kf_target_map(
     weights, targets = {}, {}
     for imp, per_model in scores.items():
         w = np.concatenate(
-            [s[level].numpy() / s[level].numpy().mean() for s in per_model]
+            [s[level].cpu().numpy() / s[level].cpu().numpy().mean() for s in per_model]
         )
         w = np.maximum(w, 1e-6)
         labels = kmeans_groups(points, w, len(acts[0]), acts[0], seed)
@@ -1159,3 +1170,117 @@ def architecture_zero_shot(
                 row[method] = None
         rows.append(row)
     return rows, skipped
+
+
+GRADIENT_VARIANTS = {
+    "Linear": ("linear", {}),
+    "Gradient, affine steps": ("gradient", {"blocks": False}),
+    "Gradient, whole blocks": ("gradient", {"blocks": True}),
+}
+"""The retrofits compared on residual nets: name -> (retrofit, GradientConfig changes)."""
+
+
+def residual_gradient_variants(
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    ds: Dataset,
+    gradient: GradientConfig,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """HF and KF (uniform weights) of two residual models with each of :data:`GRADIENT_VARIANTS`.
+
+    Rows: grouping, variant, test accuracy, and for the whole-block fit the
+    block-output MSE on the fusion set at the start (the least-squares fit)
+    and at the end, summed over the blocks (None for the other variants).
+    """
+    rows = []
+    for grouping in ("hf", "kf"):
+        for name, (retrofit, change) in GRADIENT_VARIANTS.items():
+            config = dataclasses.replace(gradient, **change)
+            res = fuse(
+                models,
+                x,
+                y,
+                grouping,
+                retrofit,
+                gradient=config,
+                seed=seed,
+                progress=False,
+            )
+            fits = res.block_fits
+            rows.append(
+                {
+                    "method": grouping.upper(),
+                    "variant": name,
+                    "test acc": accuracy(res.model, ds),
+                    "block MSE start": sum(f["start"] for f in fits) if fits else None,
+                    "block MSE end": sum(f["best"] for f in fits) if fits else None,
+                    "seconds": res.seconds,
+                }
+            )
+    return rows
+
+
+def residual_architectures(architectures: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The names of the ResNets and transformers among ``architectures`` (``name -> {"model"}``)."""
+    return [
+        name
+        for name, spec in architectures.items()
+        if isinstance(build_model(dict(spec["model"])), RESIDUAL_ARCHS)
+    ]
+
+
+def block_fit_text(name: str, rows: Sequence[Mapping[str, Any]]) -> str:
+    """One sentence per residual net: each variant's accuracy and the whole-block fit's effect.
+
+    The verdict (raises / lowers / leaves) compares the whole-block fit with
+    the Linear variant, per grouping, at 0.1 points.
+    """
+    parts = []
+    for method in dict.fromkeys(r["method"] for r in rows):
+        sub = {r["variant"]: r for r in rows if r["method"] == method}
+        lin = 100 * sub["Linear"]["test acc"]
+        blk = sub["Gradient, whole blocks"]
+        gap = 100 * blk["test acc"] - lin
+        start = blk["block MSE start"]
+        drop = 100 * (1 - blk["block MSE end"] / start) if start > 0 else 0.0
+        word = verdict(gap, "raises", "lowers", "leaves", 0.1)
+        error = (
+            f"lowers the block-output error by {drop:.0f} %"
+            if drop > 0
+            else "leaves the block-output error as it was"
+        )
+        parts.append(
+            f"{method}: Linear {lin:.1f} %, affine-step Gradient "
+            f"{100 * sub['Gradient, affine steps']['test acc']:.1f} %, whole-block "
+            f"Gradient {100 * blk['test acc']:.1f} % (the block fit {error} and "
+            f"{word} the accuracy, {gap:+.1f} points)"
+        )
+    return f"{name}: " + "; ".join(parts)
+
+
+def block_fit_study(
+    zoo: Zoo,
+    data: dict[str, Any],
+    architectures: Mapping[str, Mapping[str, Any]],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    gradient: GradientConfig,
+    seed: int = 0,
+) -> dict[str, list[dict[str, Any]]]:
+    """:func:`residual_gradient_variants` for the two full-data models of each residual net.
+
+    The models are those of :func:`architecture_zero_shot` (model seeds
+    ``100 seed`` and ``100 seed + 1``); chains are left out.
+    """
+    ds = zoo.dataset(data)
+    out = {}
+    for name in residual_architectures(architectures):
+        spec = architectures[name]
+        models = [
+            trained(zoo, data, spec["model"], spec["recipe"], 100 * seed + i)
+            for i in (0, 1)
+        ]
+        out[name] = residual_gradient_variants(models, x, y, ds, gradient, seed)
+    return out

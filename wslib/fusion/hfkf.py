@@ -222,7 +222,7 @@ def fuse(
         name = level_map[fused_name]  # the base models' level it reproduces
         module = fused.get_submodule(fused_name)
         if li < len(fused_levels) - 1:
-            mats = [neuron_matrix(o[name]).numpy() for o in outs]
+            mats = [neuron_matrix(o[name]).cpu().numpy() for o in outs]
             points = np.concatenate(mats)
             w = np.concatenate([normalised_scores(s[name]) for s in scores])
             k = module.weight.shape[0]
@@ -237,9 +237,11 @@ def fuse(
             logits = torch.stack(
                 [o[name].double() for o in outs]
             )  # (models, N, classes)
-            targets = neuron_matrix(
-                (torch.as_tensor(weights)[:, None, :] * logits).sum(0)
-            ).numpy()
+            targets = (
+                neuron_matrix((torch.as_tensor(weights)[:, None, :] * logits).sum(0))
+                .cpu()
+                .numpy()
+            )
             points = labels = w = None
         inputs = layer_io(fused, [fused_name], x, "input")[fused_name]
         target_t = torch.as_tensor(targets)
@@ -256,7 +258,11 @@ def fuse(
                     seed + li,
                 )
         if points is not None:
-            out = neuron_matrix(layer_io(fused, [fused_name], x)[fused_name]).numpy()
+            out = (
+                neuron_matrix(layer_io(fused, [fused_name], x)[fused_name])
+                .cpu()
+                .numpy()
+            )
             result.costs.append(
                 {"level": fused_name, **cost_decomposition(points, w, labels, out)}
             )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -351,9 +352,16 @@ def cost_decomposition(
 # --- retrofitting -----------------------------------------------------------------------------
 
 
-def design_matrix(module: nn.Module, inputs: torch.Tensor) -> torch.Tensor:
+def solve_dtype(device: torch.device) -> torch.dtype:
+    """float64 for least squares wherever the device supports it (the CPU, CUDA), else float32."""
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def design_matrix(
+    module: nn.Module, inputs: torch.Tensor, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
     """Rows of the affine map's inputs, ``(samples, fan_in)``, in neuron_matrix's sample order."""
-    x = inputs.double()
+    x = inputs.to(dtype)
     if isinstance(module, nn.Linear):
         return (
             x.reshape(-1, x.shape[-1])
@@ -379,14 +387,14 @@ def ridge_solve(
 
     ``rows(slice)`` gives the design rows of those examples (each example has
     ``targets.shape[1] // n`` consecutive rows); the Gram matrix is
-    accumulated over ``chunk`` examples at a time and ``ridge`` is relative to
-    its mean diagonal.
+    accumulated over ``chunk`` examples at a time, on the device and in the
+    dtype of the rows, and ``ridge`` is relative to its mean diagonal.
     """
     per_example = targets.shape[1] // n
     gram, rhs, total_rows = None, None, 0
     for start in range(0, n, chunk):
         a = rows(slice(start, start + chunk))
-        t = targets[:, start * per_example : start * per_example + len(a)].double()
+        t = targets[:, start * per_example : start * per_example + len(a)].to(a)
         total_rows += len(a)
         gram = a.T @ a if gram is None else gram + a.T @ a
         rhs = a.T @ t.T if rhs is None else rhs + a.T @ t.T
@@ -398,7 +406,8 @@ def ridge_solve(
             stacklevel=2,
         )
     lam = ridge * gram.diagonal().mean()
-    return torch.linalg.solve(gram + lam * torch.eye(len(gram), dtype=gram.dtype), rhs)
+    eye = torch.eye(len(gram), dtype=gram.dtype, device=gram.device)
+    return torch.linalg.solve(gram + lam * eye, rhs)
 
 
 def retrofit_linear(
@@ -410,16 +419,19 @@ def retrofit_linear(
     """Closed-form ridge least squares of an affine layer to ``targets`` (``(k, samples)``).
 
     The bias, if the layer has one, is fitted through a ones column (see
-    :func:`ridge_solve`).
+    :func:`ridge_solve`). The system is solved on the layer's device, in
+    float64 where the device supports it (:func:`solve_dtype`).
     """
 
     bias = module.bias is not None
+    dev = module.weight.device
+    dtype = solve_dtype(dev)
 
     def rows(sl: slice) -> torch.Tensor:
-        a = design_matrix(module, inputs[sl])
+        a = design_matrix(module, inputs[sl].to(dev), dtype)
         if not bias:
             return a
-        return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1)
+        return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype, device=dev)], 1)
 
     sol = ridge_solve(rows, targets, len(inputs), ridge)
     w = sol[: len(sol) - bias].T.reshape(module.weight.shape)
@@ -446,6 +458,12 @@ class GradientConfig:
     result on it; 0 fits and selects on the whole set. Either way the result is
     the better of the start and the end of the run (Adam: the best epoch) on
     the selection loss, so it is never worse than the start.
+
+    ``blocks`` (ResNets and transformers only): the Gradient variant fits every
+    residual or transformer block end to end, its output against the stream's
+    targets, from the least-squares fits of the block's affine steps (the
+    paper's level); False: each affine step alone, by this optimiser on its
+    least-squares objective.
     """
 
     lr: float = 1.0
@@ -453,6 +471,7 @@ class GradientConfig:
     patience: int = 0
     val_fraction: float = 0.0
     optimizer: str = "lbfgs"
+    blocks: bool = True
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -461,6 +480,8 @@ class GradientConfig:
             )
         if not 0.0 <= self.val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        if not isinstance(self.blocks, bool):
+            raise TypeError(f"blocks must be True or False, got {self.blocks!r}")
         if self.lr <= 0 or self.max_epochs < 0 or self.patience < 0:
             raise ValueError(
                 "GradientConfig needs lr > 0, max_epochs >= 0 and patience >= 0"
@@ -590,10 +611,12 @@ class FusionResult:
     levels: list[str]
     costs: list[dict[str, float]] = field(default_factory=list)
     seconds: float = 0.0
+    block_fits: list[dict[str, Any]] = field(default_factory=list)
+    """Per block fitted end to end: its name and the block-output MSE at the start and the end."""
 
 
 def normalised_scores(scores: torch.Tensor, floor: float = 1e-6) -> np.ndarray:
     """Scores scaled to mean 1 (every model weighs the same in total), floored above zero."""
-    s = scores.double().numpy()
+    s = scores.double().cpu().numpy()
     s = s / s.mean() if s.mean() > 0 else np.ones_like(s)
     return np.maximum(s, floor)

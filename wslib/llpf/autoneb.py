@@ -39,6 +39,7 @@ from torch.func import functional_call
 from tqdm.auto import tqdm
 
 from wslib.core.neurons import StateDict
+from wslib.core.train import model_device
 from wslib.llpf.path import LLPFPath, check_same_architecture
 
 
@@ -107,14 +108,15 @@ def autoneb(
             f"total_steps={total_steps}"
         )
     probe = copy.deepcopy(model).train()
-    dev = next(probe.parameters()).device
+    dev = model_device(probe)
     flat = _Flat(probe)
     buffers = {n: v.clone() for n, v in probe.named_buffers()}
     va, vb = flat.flat(a).to(dev), flat.flat(b).to(dev)
     chain = [torch.lerp(va, vb, k / (n_init + 1)) for k in range(n_init + 2)]
     gen = torch.Generator().manual_seed(seed)
     check = torch.randperm(len(x), generator=gen)[:check_examples]
-    xc, yc = x[check].to(dev), y[check].to(dev)
+    x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
+    xc, yc = x[check.to(dev)], y[check.to(dev)]
     steps = 0
     t0 = time.perf_counter()
     bar = tqdm(desc="AutoNEB", disable=not progress, leave=False)
@@ -129,8 +131,8 @@ def autoneb(
                 )
             if todo <= 0:
                 break
-            idx = torch.randint(len(x), (batch_size,), generator=gen)
-            xb, yb = x[idx].to(dev), y[idx].to(dev)
+            idx = torch.randint(len(x), (batch_size,), generator=gen).to(dev)
+            xb, yb = x[idx], y[idx]
             grads = []
             for i in range(1, todo + 1):
                 p = chain[i].detach().requires_grad_(True)
@@ -147,10 +149,10 @@ def autoneb(
     seconds = time.perf_counter() - t0
     states = []
     for vec in chain:
-        state = {n: v.clone() for n, v in a.items()}
+        state = {n: v.detach().cpu().clone() for n, v in a.items()}
         state.update({n: v.detach().cpu().clone() for n, v in flat.unflat(vec).items()})
         states.append(state)
-    states[-1] = {n: v.clone() for n, v in b.items()}
+    states[-1] = {n: v.detach().cpu().clone() for n, v in b.items()}
     return LLPFPath.of_run(states, steps, seconds, "autoneb")
 
 

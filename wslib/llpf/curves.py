@@ -31,6 +31,7 @@ from torch.func import functional_call
 from tqdm.auto import tqdm
 
 from wslib.core.neurons import StateDict
+from wslib.core.train import model_device
 from wslib.llpf.path import LLPFPath, check_same_architecture
 
 KINDS = ("bezier", "polychain")
@@ -99,7 +100,8 @@ def fit_curve(
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
     check_same_architecture(model, a, b)
     probe = copy.deepcopy(model)
-    dev = next(probe.parameters()).device
+    dev = model_device(probe)
+    x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
     names = [n for n, _ in probe.named_parameters()]
     pa = {n: a[n].to(dev) for n in names}
     pb = {n: b[n].to(dev) for n in names}
@@ -115,10 +117,10 @@ def fit_curve(
         for group in opt.param_groups:
             group["lr"] = lr * lr_factor(schedule, k / steps)
         t = float(torch.rand((), generator=gen))
-        idx = torch.randint(len(x), (batch_size,), generator=gen)
+        idx = torch.randint(len(x), (batch_size,), generator=gen).to(dev)
         point = curve_point(pa, bend, pb, t, kind)
-        out = functional_call(probe, {**point, **buffers}, x[idx].to(dev))
-        loss = nn.functional.cross_entropy(out, y[idx].to(dev))
+        out = functional_call(probe, {**point, **buffers}, x[idx])
+        loss = nn.functional.cross_entropy(out, y[idx])
         if weight_decay > 0:
             loss = loss + 0.5 * weight_decay * sum((w**2).sum() for w in point.values())
         opt.zero_grad(set_to_none=True)
@@ -132,6 +134,6 @@ def fit_curve(
             state = {k: v.detach().cpu().clone() for k, v in a.items()}
             state.update({n: v.detach().cpu().clone() for n, v in point.items()})
             states.append(state)
-    states[0] = {k: v.clone() for k, v in a.items()}
-    states[-1] = {k: v.clone() for k, v in b.items()}
+    states[0] = {k: v.detach().cpu().clone() for k, v in a.items()}
+    states[-1] = {k: v.detach().cpu().clone() for k, v in b.items()}
     return LLPFPath.of_run(states, steps, seconds, kind)

@@ -30,7 +30,11 @@ def layer_distances(
 
     def dist(state: StateDict, names: Sequence[str]) -> float:
         return float(
-            sum(((state[n].float() - dest[n].float()) ** 2).sum() for n in names) ** 0.5
+            sum(
+                ((state[n].float().cpu() - dest[n].float().cpu()) ** 2).sum()
+                for n in names
+            )
+            ** 0.5
         )
 
     first = [dist(states[0], names) for names in stages]

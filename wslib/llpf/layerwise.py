@@ -38,14 +38,20 @@ recorded states keep whatever running statistics the refinement left, and
 :mod:`wslib.llpf.evaluation` recomputes them on the training set before evaluating any
 point (the endpoints included), so every point is judged the same way.
 
-Checkpoints. With ``checkpoint`` set, the loop saves its whole state (current
-point, recorded points, random generator, counters) every
-``checkpoint_every`` ticks and at the end, and resumes from that file when it
-is called again with the same arguments: an interrupted run ends on the same
-path as an uninterrupted one with the same seed. The file holds only tensors,
-lists and numbers and is read with ``torch.load(weights_only=True)``; a file
-that is unreadable, another run's or not a whole checkpoint is ignored with a
-warning and the run starts again.
+Checkpoints. With ``checkpoint`` set (a folder), the loop saves its state
+every ``checkpoint_every`` ticks and at the end, incrementally: each
+recorded point once, in a file of its own, the current point when it is not
+a recorded one, and a small index (random generator, counters, the path's
+lists) written last. It resumes from that folder when called again with the
+same arguments: an interrupted run ends on the same path as an uninterrupted
+one with the same seed. The files hold only tensors, lists and numbers and
+are read with ``torch.load(weights_only=True)``; a checkpoint that is
+unreadable, another run's, incomplete or in the old single-file format is
+ignored with a warning and the run starts again.
+
+Refinement cap. ``Refine.r_max`` caps each tick's refinement; a path in
+which some ticks stopped there above the threshold warns once, saying how
+many and how far above.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from tqdm.auto import tqdm
 from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import norm_parameter_names
+from wslib.core.train import model_device
 from wslib.llpf.path import LLPFPath, check_same_architecture
 
 # The modules whose source determines a path (its checkpoint key).
@@ -78,6 +85,10 @@ CODE = (
     "wslib.llpf.path",
 )
 TickCallback = Callable[[int, nn.Module], None]
+# A checkpoint is a folder: one file per recorded state, written once, and a
+# small index (counters, generator, the path's lists) rewritten at every save.
+INDEX = "index.pt"
+FORMAT = 2
 
 
 # --- configuration and result -----------------------------------------------------------------
@@ -225,23 +236,38 @@ def refine_point(
     refine: Refine,
     gen: torch.Generator,
 ) -> tuple[int, float]:
-    """SGD steps until the moving-average batch loss is under the threshold; (steps, loss)."""
+    """SGD steps until the moving-average batch loss is under the threshold; (steps, loss).
+
+    The batch losses stay on the model's device (in float64: the arithmetic
+    of a sum of Python floats); the host reads one number per step, and only
+    from step ``r_min`` on: whether to stop. ``x`` and ``y`` are best already
+    on that device (:func:`_run_loop` places them once).
+    """
     model.train()
-    window: list[float] = []
-    dev = next(model.parameters()).device
+    dev = model_device(model)
+    x, y = x.to(dev), y.to(dev)
+    window: list[torch.Tensor] = []
     steps = 0
     while steps < refine.r_max:
-        idx = torch.randint(len(x), (refine.batch_size,), generator=gen)
-        loss = nn.functional.cross_entropy(model(x[idx].to(dev)), y[idx].to(dev))
+        idx = torch.randint(len(x), (refine.batch_size,), generator=gen).to(dev)
+        loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         steps += 1
-        window = (window + [loss.item()])[-refine.r_min :]
-        if steps >= refine.r_min and sum(window) / len(window) <= refine.threshold:
+        window = (window + [loss.detach().double()])[-refine.r_min :]
+        if steps >= refine.r_min and bool(_mean(window) <= refine.threshold):
             break
     model.eval()
-    return steps, sum(window) / len(window)
+    return steps, float(_mean(window))
+
+
+def _mean(window: Sequence[torch.Tensor]) -> torch.Tensor:
+    """The mean of 0-d tensors, summed left to right like ``sum`` of Python floats."""
+    total = window[0]
+    for loss in window[1:]:
+        total = total + loss
+    return total / len(window)
 
 
 # --- the shared loop --------------------------------------------------------------------------
@@ -249,7 +275,11 @@ def refine_point(
 
 @dataclass
 class _Run:
-    """Mutable state of one path-finding run (what a checkpoint holds)."""
+    """Mutable state of one path-finding run (what a checkpoint holds).
+
+    ``saved`` counts the recorded states already in the checkpoint folder:
+    a save writes only the states recorded since.
+    """
 
     tick: int
     path: LLPFPath
@@ -259,73 +289,152 @@ class _Run:
     seconds: float = 0.0
     finished: bool = False
     memo: list[str] = field(default_factory=list)
+    saved: int = 0
 
-    def save(self, path: Path, key: str) -> None:
-        """Write the run as plain tensors, lists and numbers (readable with ``weights_only=True``)."""
-        payload = {
+    def save(self, folder: Path, key: str) -> None:
+        """Add the new recorded states to ``folder``, then rewrite its small index.
+
+        Every file is written atomically and the index last, so a run killed
+        mid-save leaves the previous checkpoint whole. The current point is
+        written only when it is not the last recorded state (one file,
+        named by its tick). Everything is plain tensors, lists and numbers
+        (readable with ``weights_only=True``).
+        """
+        folder.mkdir(parents=True, exist_ok=True)
+        for k in range(self.saved, len(self.path.states)):
+            state = self.path.states[k]
+            atomic_write(
+                _state_file(folder, k), lambda tmp, s=state: torch.save(s, tmp)
+            )
+        self.saved = len(self.path.states)
+        current = None
+        if self.path.ticks[-1] != self.tick:
+            current = f"current-{self.tick:06d}.pt"
+            atomic_write(folder / current, lambda tmp: torch.save(self.current, tmp))
+        index = {
+            "format": FORMAT,
             "key": key,
             "tick": self.tick,
-            "current": self.current,
+            "current": current,
             "gen_state": self.gen_state,
             "steps": self.steps,
             "seconds": self.seconds,
             "finished": self.finished,
             "memo": list(self.memo),
-            "path": {f.name: getattr(self.path, f.name) for f in fields(LLPFPath)},
+            "states": self.saved,
+            "path": {
+                f.name: getattr(self.path, f.name)
+                for f in fields(LLPFPath)
+                if f.name != "states"
+            },
         }
-        atomic_write(path, lambda tmp: torch.save(payload, tmp))
+        atomic_write(folder / INDEX, lambda tmp: torch.save(index, tmp))
+        for old in folder.glob("current-*.pt"):
+            if old.name != current:
+                old.unlink(missing_ok=True)
 
     @classmethod
-    def load(cls, path: Path, key: str, like: StateDict) -> _Run | None:
-        """The run saved at ``path`` for ``key``, whose points have the tensors of ``like``.
+    def load(cls, folder: Path, key: str, like: StateDict) -> _Run | None:
+        """The run saved in ``folder`` for ``key``, whose points have the tensors of ``like``.
 
-        None when there is no file; None with a warning when the file is
-        unreadable, another run's or not a whole checkpoint.
+        None when there is no checkpoint; None with a warning when it is
+        unreadable, another run's, in the old single-file format or not a
+        whole checkpoint (the run then starts again and replaces it).
         """
-        if not path.exists():
+        if folder.is_file():
+            if not _is_old_checkpoint(folder):
+                raise FileExistsError(
+                    f"path checkpoint {folder} is a file that is not a path "
+                    "checkpoint; pass another checkpoint path or move the file"
+                )
+            warnings.warn(
+                f"path checkpoint {folder} is a single file (the format of earlier "
+                "versions): checkpoints are now folders of one file per recorded "
+                "state; starting the run again and replacing it",
+                stacklevel=4,
+            )
+            folder.unlink()
+            return None
+        if not (folder / INDEX).exists():
             return None
         try:
-            saved = torch.load(path, weights_only=True)
-        except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
-            warnings.warn(
-                f"path checkpoint {path} is unreadable ({type(err).__name__}); "
-                "starting the run again"
-            )
-            return None
-        if not isinstance(saved, dict) or saved.get("key") != key:
-            warnings.warn(
-                f"path checkpoint {path} was written for another run (or is not a "
-                "checkpoint); starting the run again"
-            )
-            return None
-        problem = _checkpoint_problem(saved, like)
+            saved = _load_file(folder / INDEX)
+            if not isinstance(saved, dict) or saved.get("key") != key:
+                warnings.warn(
+                    f"path checkpoint {folder} was written for another run (or is "
+                    "not a checkpoint); starting the run again",
+                    stacklevel=4,
+                )
+                return None
+            problem = _checkpoint_problem(saved, like)
+            if problem is None:
+                states = [
+                    _load_file(_state_file(folder, k)) for k in range(saved["states"])
+                ]
+                current = (
+                    None
+                    if saved["current"] is None
+                    else _load_file(folder / saved["current"])
+                )
+                problem = _states_problem(states, current, like)
+        except (OSError, pickle.UnpicklingError, RuntimeError, EOFError) as err:
+            problem = f"unreadable: {type(err).__name__}"
         if problem is not None:
             warnings.warn(
-                f"path checkpoint {path} is incomplete ({problem}); "
-                "starting the run again"
+                f"path checkpoint {folder} is incomplete or unreadable ({problem}); "
+                "starting the run again",
+                stacklevel=4,
             )
             return None
+        path = LLPFPath(states=states, **saved["path"])
         return cls(
             saved["tick"],
-            LLPFPath(**saved["path"]),
-            saved["current"],
+            path,
+            states[-1] if current is None else current,
             saved["gen_state"],
             saved["steps"],
             saved["seconds"],
             saved["finished"],
             saved["memo"],
+            len(states),
         )
 
 
+def _state_file(folder: Path, k: int) -> Path:
+    return folder / f"state-{k:06d}.pt"
+
+
+def _load_file(path: Path) -> object:
+    return torch.load(path, weights_only=True, map_location="cpu")
+
+
+def _is_old_checkpoint(path: Path) -> bool:
+    """Whether ``path`` is a single-file path checkpoint of earlier versions."""
+    try:
+        saved = _load_file(path)
+    except Exception:  # noqa: BLE001 - any unreadable file is not a checkpoint
+        return False
+    return isinstance(saved, dict) and "key" in saved
+
+
+def _clear_checkpoint(folder: Path) -> None:
+    """Remove a checkpoint's files (the index first, so no index outlives its states)."""
+    (folder / INDEX).unlink(missing_ok=True)
+    for pattern in ("state-*.pt", "current-*.pt"):
+        for old in folder.glob(pattern):
+            old.unlink(missing_ok=True)
+
+
 def _checkpoint_problem(saved: dict, like: StateDict) -> str | None:
-    """What keeps ``saved`` from being a whole checkpoint of a run on ``like``; None if nothing."""
+    """What keeps the index ``saved`` from being a whole checkpoint's; None if nothing."""
     kinds = {
         "tick": int,
         "steps": int,
+        "states": int,
         "seconds": (int, float),
         "gen_state": torch.Tensor,
         "path": dict,
-        "current": dict,
+        "current": (str, type(None)),
         "finished": bool,
         "memo": list,
     }
@@ -336,15 +445,30 @@ def _checkpoint_problem(saved: dict, like: StateDict) -> str | None:
     if state.dtype != torch.uint8 or state.shape != torch.Generator().get_state().shape:
         return "gen_state is not a generator state"
     path = saved["path"]
-    if set(path) != {f.name for f in fields(LLPFPath)} or not all(
+    if set(path) != {f.name for f in fields(LLPFPath)} - {"states"} or not all(
         isinstance(v, list) for v in path.values()
     ):
         return "path does not hold the lists of a path"
+    if not 1 <= saved["states"] == len(path["ticks"]):
+        return f"{saved['states']} states for {len(path['ticks'])} recorded ticks"
+    return None
 
-    def shapes(state: dict) -> dict:
+
+def _states_problem(
+    states: list[object], current: object, like: StateDict
+) -> str | None:
+    """What keeps the loaded points from being points of ``like``'s model; None if nothing."""
+
+    def shapes(state: object) -> dict | None:
+        if not isinstance(state, dict):
+            return None
         return {k: getattr(v, "shape", None) for k, v in state.items()}
 
-    if shapes(saved["current"]) != shapes(like):
+    expected = shapes(like)
+    for k, state in enumerate(states):
+        if shapes(state) != expected:
+            return f"recorded state {k} has other tensors than the model"
+    if current is not None and shapes(current) != expected:
         return "its current point has other tensors than the model"
     return None
 
@@ -382,9 +506,13 @@ def _run_loop(
     if record_every < 1:
         raise ValueError(f"record_every must be >= 1, got {record_every}")
     work = copy.deepcopy(model)
+    dev = model_device(work)
+    x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
     ckpt = Path(checkpoint) if checkpoint is not None else None
     run = None if ckpt is None else _Run.load(ckpt, key, start)
     if run is None:
+        if ckpt is not None and ckpt.is_dir():
+            _clear_checkpoint(ckpt)
         gen = torch.Generator().manual_seed(seed)
         path = LLPFPath([_clone(start)], [0], [0], [0.0], [], [phase])
         run = _Run(0, path, _clone(start), gen.get_state())
@@ -439,7 +567,26 @@ def _run_loop(
         if on_tick is not None:
             on_tick(run.tick, work)
     bar.close()
+    _warn_capped(run.path.refine_loss, refine, phase)
     return run.path
+
+
+def _warn_capped(refine_loss: Sequence[float], refine: Refine, phase: str) -> None:
+    """Warn once per path when refinement stopped at its cap ``r_max`` above the threshold.
+
+    A tick's moving average above the threshold means its refinement ran out
+    of steps (it would have stopped as soon as the average was under it).
+    """
+    over = [loss - refine.threshold for loss in refine_loss if loss > refine.threshold]
+    if over:
+        warnings.warn(
+            f"LLPF {phase}: refinement stopped at its cap r_max={refine.r_max} above "
+            f"the threshold {refine.threshold:.4g} in {len(over)} of "
+            f"{len(refine_loss)} ticks (moving-average loss up to {max(over):.3g} "
+            "above it); those points are less refined than the rule asks: raise "
+            "r_max or the learning rate, or use more ticks",
+            stacklevel=4,
+        )
 
 
 def _check_common(ticks: int, checkpoint_every: int) -> None:
@@ -545,14 +692,14 @@ def m2m(
     if schedule not in ("geometric", "linear"):
         raise ValueError(f"schedule must be 'geometric' or 'linear', got {schedule!r}")
     target = tensor_variances(start, names)
-    dest_dev = {n: dest[n].to(next(model.parameters()).device) for n in names}
+    dest_dev = {n: dest[n].to(model_device(model)) for n in names}
 
     start_gap = _distance(start, dest_dev, names)
 
     def move(work: nn.Module, t: int) -> bool:
         if t == ticks - 1 and ticks > 1:
             gap = _distance(dict(work.named_parameters()), dest_dev, names)
-            if gap > jump_warn * start_gap:
+            if start_gap > 0 and gap > jump_warn * start_gap:  # 0: identical ends
                 warnings.warn(
                     f"M2M's last tick is a straight jump over {gap / start_gap:.0%} "
                     "of the start's distance to the destination, with no refinement "
@@ -609,29 +756,39 @@ def m2m(
 
 
 class ComplianceSGD:
-    """Plain SGD with one parameter group per tensor; weight tensors (dim > 1) get
-    ``lr * var(P) / v_start`` when angular compliance is on."""
+    """Plain SGD (no momentum, no weight decay); weight tensors (dim > 1) get
+    ``lr * var(P) / v_start`` when angular compliance is on.
+
+    The scaled learning rate stays on the device: it is computed in float64
+    (the arithmetic of Python floats) and applied as ``P -= grad * lr`` with
+    the rate in the tensor's precision, which is what ``torch.optim.SGD``
+    does with a Python-float rate, without reading ``var(P)`` on the host.
+    """
 
     def __init__(
         self, model: nn.Module, lr: float, start_var: dict[str, float], compliance: bool
     ):
         self.named = list(model.named_parameters())
         self.lr, self.start_var, self.compliance = lr, start_var, compliance
-        self.opt = torch.optim.SGD(
-            [{"params": [p], "lr": lr} for _, p in self.named], lr=lr
-        )
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        self.opt.zero_grad(set_to_none=set_to_none)
+        for _, p in self.named:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
 
     @torch.no_grad()
     def step(self) -> None:
-        if self.compliance:
-            for group, (name, p) in zip(self.opt.param_groups, self.named):
-                v0 = self.start_var.get(name, 0.0)
-                if p.dim() > 1 and v0 > 0:
-                    group["lr"] = self.lr * float(p.var()) / v0
-        self.opt.step()
+        for name, p in self.named:
+            if p.grad is None:
+                continue
+            v0 = self.start_var.get(name, 0.0)
+            if self.compliance and p.dim() > 1 and v0 > 0:
+                rate = self.lr * p.var().double() / v0
+                p.addcmul_(p.grad, (-rate).to(p.dtype))
+            else:
+                p.add_(p.grad, alpha=-self.lr)
 
 
 def m2o(
@@ -797,6 +954,8 @@ def hybrid(
     record_every: int = 5,
     progress: bool = True,
     target_tol: float = 0.01,
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 10,
     **m2m_options,
 ) -> LLPFPath:
     """M2O from ``start`` until each movable tensor reaches ``dest``'s variance, then M2M to ``dest``.
@@ -806,8 +965,10 @@ def hybrid(
     grows towards it instead of shrinking, so a destination on a larger sphere
     is reached too. It ends at the tick where every tensor is within
     ``target_tol`` of the destination's variance (see :func:`m2o`; it warns
-    when it runs out of ``m2o_ticks`` first). Extra keyword arguments go to
-    :func:`m2m`.
+    when it runs out of ``m2o_ticks`` first). With ``checkpoint``, the two
+    phases are checkpointed in the folders ``<checkpoint>-m2o`` and
+    ``<checkpoint>-m2m`` (a killed run resumes in the phase it was in).
+    Extra keyword arguments go to :func:`m2m`.
     """
     check_same_architecture(model, start, dest)
     movable = movable_names(model)
@@ -825,6 +986,8 @@ def hybrid(
         True,
         seed,
         record_every,
+        checkpoint=_phase_folder(checkpoint, "m2o"),
+        checkpoint_every=checkpoint_every,
         progress=progress,
     )
     second = m2m(
@@ -838,6 +1001,16 @@ def hybrid(
         seed=seed,
         record_every=record_every,
         progress=progress,
+        checkpoint=_phase_folder(checkpoint, "m2m"),
+        checkpoint_every=checkpoint_every,
         **m2m_options,
     )
     return first.extend(second)
+
+
+def _phase_folder(checkpoint: str | Path | None, phase: str) -> Path | None:
+    """The checkpoint folder of one phase of a hybrid run."""
+    if checkpoint is None:
+        return None
+    folder = Path(checkpoint)
+    return folder.with_name(f"{folder.name}-{phase}")

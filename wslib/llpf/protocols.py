@@ -23,16 +23,19 @@ determines the result of these runs (the key of their run cache).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 from torch import nn
 
 from wslib.core.files import stable_hash
-from wslib.core.train import evaluate
+from wslib.core.norms import has_batchnorm
+from wslib.core.train import evaluate, model_device
 from wslib.llpf.autoneb import autoneb
 from wslib.llpf.curves import fit_curve
 from wslib.llpf.evaluation import evaluate_path
@@ -76,6 +79,47 @@ def endpoint_loss(models: Sequence[nn.Module], ds: Dataset) -> float:
     return max(evaluate(m, ds.x_train, ds.y_train)[0] for m in models)
 
 
+@torch.no_grad()
+def batch_mode_loss(model: nn.Module, ds: Dataset, batch_size: int) -> float:
+    """Mean training loss of ``model`` in training mode over batches of ``batch_size``.
+
+    What the refinement's stop rule sees: BatchNorm normalises with the
+    statistics of each batch. The training set is split once, in a fixed
+    shuffled order, into full batches (a smaller set is one batch); the
+    model runs on a copy, so its running statistics stay as they are.
+    """
+    probe = copy.deepcopy(model).train()
+    dev = model_device(probe)
+    n = len(ds.x_train)
+    order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
+    size = min(batch_size, n)
+    total = torch.zeros((), dtype=torch.float64, device=dev)
+    for start in range(0, n - size + 1, size):
+        idx = order[start : start + size]
+        out = probe(ds.x_train[idx].to(dev))
+        total += nn.functional.cross_entropy(out, ds.y_train[idx].to(dev)).double()
+    return float(total) / (n // size)
+
+
+def threshold_loss(models: Sequence[nn.Module], ds: Dataset, batch_size: int) -> float:
+    """The larger endpoint loss, measured as the refinement's stop rule measures it.
+
+    The stop rule averages training-mode batch losses; the threshold must be
+    the same kind of loss, or under BatchNorm (batch statistics in training
+    mode, running statistics in eval mode) a threshold from the eval-mode
+    loss can sit below anything the rule can see, and every tick runs to
+    ``r_max``. We measure the threshold the way the rule does, rather than
+    the rule in eval mode, because an eval-mode rule would need a second
+    forward pass per step and running statistics that refinement keeps
+    changing. Without BatchNorm the two modes agree, and the full-set
+    eval-mode loss (:func:`endpoint_loss`, what the evaluation reports) is
+    used unchanged.
+    """
+    if not any(has_batchnorm(m) for m in models):
+        return endpoint_loss(models, ds)
+    return max(batch_mode_loss(m, ds, batch_size) for m in models)
+
+
 @dataclass(frozen=True)
 class PathSetup:
     """What every LLPF run of a chapter shares.
@@ -102,14 +146,17 @@ class PathSetup:
         """The book's refinement rule: threshold = larger endpoint training loss + margin.
 
         ``models`` are the endpoints (one model for M2O); ``settings`` give
-        the SGD learning rate ``lr`` and the step limit ``r_max``.
+        the SGD learning rate ``lr`` and the step limit ``r_max`` (the cap on
+        each tick's refinement: a path whose ticks stop there above the
+        threshold warns). The endpoint loss is measured as the stop rule
+        measures its batches (:func:`threshold_loss`).
         """
         return Refine(
             lr=settings["lr"],
             batch_size=self.batch_size,
             r_min=self.r_min,
             r_max=settings["r_max"],
-            threshold=endpoint_loss(models, self.ds) + self.margin,
+            threshold=threshold_loss(models, self.ds, self.batch_size) + self.margin,
         )
 
     def checkpoint(
@@ -119,7 +166,7 @@ class PathSetup:
         all_at_once: bool = False,
         settings: Mapping[str, Any] | None = None,
     ) -> Path | None:
-        """The checkpoint file of the M2M run of ``name`` with path seed ``seed``.
+        """The checkpoint folder of the run of ``name`` with path seed ``seed``.
 
         Runs with other ``settings`` get other files (a digest of them in the
         name), so chapters that share a run share its file and no run
@@ -130,7 +177,7 @@ class PathSetup:
         tag = f"seed{seed}" + ("-all" if all_at_once else "")
         if settings is not None:
             tag += "-" + stable_hash(dict(settings), length=8)
-        return Path(self.checkpoint_dir) / f"{name}-{tag}.pt"
+        return Path(self.checkpoint_dir) / f"{name}-{tag}"
 
     def evaluate(self, model: nn.Module, path: LLPFPath) -> dict[str, Any]:
         """Every metric of one path (:func:`wslib.llpf.evaluation.evaluate_path`)."""
@@ -158,7 +205,8 @@ def m2m_path(
 
     ``settings`` give ``ticks``, ``record_every``, ``lr`` and ``r_max``;
     ``seed`` is the path seed. With a ``name`` the run is checkpointed under
-    that name (see :meth:`PathSetup.checkpoint`).
+    that name (see :meth:`PathSetup.checkpoint`) at every recorded point, so
+    a save never writes a point that is not part of the path.
     """
     a, b = pair
     checkpoint = (
@@ -175,6 +223,7 @@ def m2m_path(
         seed=seed,
         record_every=settings["record_every"],
         checkpoint=checkpoint,
+        checkpoint_every=settings["record_every"],
         all_at_once=all_at_once,
     )
 
@@ -334,8 +383,11 @@ def m2o_run(
     settings: Mapping[str, Any],
     seed: int,
     compliance: bool = True,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """M2O from ``model`` (``ticks``, ``shrink``, ``record_every``, ``lr``, ``r_max``), evaluated.
+
+    With a ``name`` the run is checkpointed (see :meth:`PathSetup.checkpoint`).
 
     With ``settings["target_ratio"]`` every movable tensor (of more than one
     element) stops at that fraction of its start variance (see
@@ -361,6 +413,12 @@ def m2o_run(
         target_variance=target,
         seed=seed,
         record_every=settings["record_every"],
+        checkpoint=None
+        if name is None
+        else setup.checkpoint(
+            name, seed, settings={**settings, "m2o_compliance": compliance}
+        ),
+        checkpoint_every=settings["record_every"],
     )
     res = setup.evaluate(model, path)
     res["variance"] = variance_along(path, model.state_dict(), names)
@@ -374,6 +432,7 @@ def hybrid_run(
     m2o_phase: Mapping[str, Any],
     m2m_settings: Mapping[str, Any],
     seed: int,
+    name: str | None = None,
 ) -> dict[str, Any]:
     """The hybrid path from ``source`` to ``dest`` on a smaller sphere, evaluated.
 
@@ -382,6 +441,8 @@ def hybrid_run(
     both endpoints. Adds ``variance`` (relative to the source),
     ``dest_variance`` (``dest``'s, relative to the source) and ``switch``
     (position of the last M2O point; 1 when the M2M phase never started).
+    With a ``name`` both phases are checkpointed (see
+    :func:`~wslib.llpf.layerwise.hybrid`).
     """
     names = movable_names(source)
     path = hybrid(
@@ -396,6 +457,12 @@ def hybrid_run(
         refine=setup.refine([source, dest], m2m_settings),
         seed=seed,
         record_every=m2m_settings["record_every"],
+        checkpoint=None
+        if name is None
+        else setup.checkpoint(
+            name, seed, settings={"m2o": dict(m2o_phase), **m2m_settings}
+        ),
+        checkpoint_every=m2m_settings["record_every"],
     )
     res = setup.evaluate(source, path)
     res["variance"] = variance_along(path, source.state_dict(), names)

@@ -26,12 +26,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from wslib.core.neurons import (
-    NeuronGroup,
-    NeuronStructure,
-    neuron_structure,
-    rescale_state,
-)
+from wslib.core.neurons import NeuronGroup, NeuronStructure, neuron_structure
 
 
 def _is_bias(name: str, state: dict[str, torch.Tensor]) -> bool:
@@ -41,13 +36,51 @@ def _is_bias(name: str, state: dict[str, torch.Tensor]) -> bool:
 def _norm(
     state: dict[str, torch.Tensor], group: NeuronGroup, role: str, p: float
 ) -> torch.Tensor:
-    total = torch.zeros(group.size, dtype=torch.float64)
+    """Sum of ``|w|^p`` over each neuron's ``role`` slices (float64, on the weights' device)."""
+    total = None
     for slot in group.slots:
         if slot.role != role or _is_bias(slot.name, state):
             continue
         t = state[slot.name].detach().double().abs().pow(p).movedim(slot.axis, 0)
-        total += t.reshape(group.size, slot.block, -1).sum((1, 2)).cpu()
+        part = t.reshape(group.size, slot.block, -1).sum((1, 2))
+        total = part if total is None else total + part
+    if total is None:
+        device = next(iter(state.values())).device
+        return torch.zeros(group.size, dtype=torch.float64, device=device)
     return total
+
+
+def _scale(a: torch.Tensor, b: torch.Tensor, p: float) -> torch.Tensor:
+    """ENorm's ``lam = (b / a)^(1 / (2p))``; 1 where either norm is zero."""
+    ok = (a > 0) & (b > 0)
+    return torch.where(
+        ok, (b / a.clamp_min(1e-300)).pow(1 / (2 * p)), torch.ones_like(a)
+    )
+
+
+def _rescale_in_place(
+    state: dict[str, torch.Tensor],
+    group: NeuronGroup,
+    lam: torch.Tensor,
+    rescale_bias: bool,
+) -> None:
+    """Multiply ``group``'s producing slices by ``lam`` and consuming ones by ``1 / lam``.
+
+    The same arithmetic as :func:`wslib.core.neurons.rescale_state` (the factor
+    cast to each tensor's dtype, then one multiplication), but in place on the
+    tensors of ``state`` (a model's ``state_dict()`` shares their storage).
+    """
+    for slot in group.slots:
+        if slot.role == "free" or (
+            not rescale_bias and slot.role == "out" and _is_bias(slot.name, state)
+        ):
+            continue
+        t = state[slot.name]
+        factor = lam if slot.role == "out" else 1.0 / lam
+        factor = factor.to(t.device, t.dtype).repeat_interleave(slot.block)
+        shape = [1] * t.dim()
+        shape[slot.axis] = -1
+        t.mul_(factor.reshape(shape))
 
 
 def _structure(model: nn.Module) -> NeuronStructure:
@@ -62,31 +95,20 @@ def _structure(model: nn.Module) -> NeuronStructure:
 
 @torch.no_grad()
 def enorm_step(model: nn.Module, p: float = 2.0, rescale_bias: bool = True) -> None:
-    """One ENorm cycle in place (function-preserving when ``rescale_bias``)."""
+    """One ENorm cycle in place (function-preserving when ``rescale_bias``).
+
+    Norms and scales are computed on the model's device and the tensors are
+    rescaled in place: no copy to the CPU, no state-dict reload, no host sync.
+    """
     if p <= 0:
         raise ValueError(f"p must be positive, got {p}")
     structure = _structure(model)
-    state = {k: v for k, v in model.state_dict().items()}
+    state = model.state_dict()
     for group in structure.groups:
         if not group.rescalable:
             continue
-        a, b = _norm(state, group, "out", p), _norm(state, group, "in", p)
-        ok = (a > 0) & (b > 0)
-        lam = torch.where(
-            ok, (b / a.clamp_min(1e-300)).pow(1 / (2 * p)), torch.ones_like(a)
-        )
-        slots = (
-            group.slots
-            if rescale_bias
-            else tuple(
-                s
-                for s in group.slots
-                if not (s.role == "out" and _is_bias(s.name, state))
-            )
-        )
-        single = NeuronStructure((NeuronGroup(group.name, group.size, slots),))
-        state = rescale_state(state, single, {group.name: lam})
-    model.load_state_dict(state)
+        lam = _scale(_norm(state, group, "out", p), _norm(state, group, "in", p), p)
+        _rescale_in_place(state, group, lam, rescale_bias)
 
 
 @torch.no_grad()
@@ -99,20 +121,13 @@ def enorm_step_authors(model: nn.Module, p: float = 2.0) -> None:
     if p <= 0:
         raise ValueError(f"p must be positive, got {p}")
     structure = _structure(model)
-    state = dict(model.state_dict())
+    state = model.state_dict()
     groups = [g for g in structure.groups if g.rescalable][:-1]
-    scales, kept = {}, []
-    for group in groups:
-        a, b = _norm(state, group, "out", p), _norm(state, group, "in", p)
-        ok = (a > 0) & (b > 0)
-        scales[group.name] = torch.where(
-            ok, (b / a.clamp_min(1e-300)).pow(1 / (2 * p)), torch.ones_like(a)
-        )
-        slots = tuple(
-            s for s in group.slots if not (s.role == "out" and _is_bias(s.name, state))
-        )
-        kept.append(NeuronGroup(group.name, group.size, slots))
-    model.load_state_dict(rescale_state(state, NeuronStructure(tuple(kept)), scales))
+    scales = [
+        _scale(_norm(state, g, "out", p), _norm(state, g, "in", p), p) for g in groups
+    ]
+    for group, lam in zip(groups, scales, strict=True):
+        _rescale_in_place(state, group, lam, rescale_bias=False)
 
 
 def enorm_callback(p: float = 2.0) -> Callable[[nn.Module], None]:

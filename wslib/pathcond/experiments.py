@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from wslib.core.data import Dataset, load_dataset
 from wslib.core.models import build_model
 from wslib.core.neurons import random_scales, rescale_state
-from wslib.core.train import Recipe, fit, seed_everything
+from wslib.core.train import Recipe, fit, model_device, seed_everything
 from wslib.pathcond.lifting import PathLifting, explicit_path_lifting, mlp_path_labels
 from wslib.pathcond.rescaling import (
     PAPER_SWEEPS,
@@ -182,9 +182,10 @@ def lifting_spectra(lifting: TinyLifting) -> dict[str, Any]:
     ``g_*``: ``diag(G)`` per tensor; ``amgm_*``: its AM/GM.
     """
     before, after, n = lifting.before, lifting.after, lifting.n_neurons
-    ev_before = before.range_spectrum(n).numpy()
-    ev_after = after.range_spectrum(n).numpy()
-    ev_p = np.sort(np.linalg.eigvalsh(before.kernel.numpy()))[::-1][: len(ev_before)]
+    ev_before = before.range_spectrum(n).cpu().numpy()
+    ev_after = after.range_spectrum(n).cpu().numpy()
+    kernel = before.kernel.cpu().numpy()
+    ev_p = np.sort(np.linalg.eigvalsh(kernel))[::-1][: len(ev_before)]
     g_before, g_after = before.diag_g(), after.diag_g()
     return {
         "ev_before": ev_before,
@@ -258,7 +259,7 @@ def function_check(
             a = copy.deepcopy(model).train(mode == "train")
             b = copy.deepcopy(rescaled).train(mode == "train")
             with torch.no_grad():
-                ya, yb = a(x), b(x)
+                ya, yb = a(x.to(model_device(a))), b(x.to(model_device(b)))
             row[f"rel. change ({mode})"] = float((yb - ya).norm() / ya.norm())
         rows.append(row)
     return rows
@@ -285,7 +286,8 @@ def trajectories(
     for method in methods:
         model, _ = prepare_model(config, method, init_scale, seed)
         with torch.no_grad():
-            loss = F.cross_entropy(model(ds.x_train), ds.y_train)
+            out = model(ds.x_train.to(model_device(model)))
+            loss = F.cross_entropy(out, ds.y_train.to(out.device))
         runs[method]["initial_loss"] = float(loss)
     return runs
 

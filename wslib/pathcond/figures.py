@@ -40,7 +40,7 @@ def panels(n: int, ncols: int = 3, height: float = 2.8) -> tuple[Figure, list[Ax
 
 
 def _flat(g: dict[str, torch.Tensor]) -> np.ndarray:
-    return torch.cat([v.reshape(-1) for v in g.values()]).numpy()
+    return torch.cat([v.detach().reshape(-1).cpu() for v in g.values()]).numpy()
 
 
 # --- chapter 6 --------------------------------------------------------------------

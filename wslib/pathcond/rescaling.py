@@ -64,6 +64,7 @@ from wslib.core.neurons import (
     rescale_state,
 )
 from wslib.core.norms import is_batchnorm
+from wslib.core.train import model_device
 
 METHODS = ("block", "neuron")
 PAPER_SWEEPS = 10  # the authors stop their solver after 10 sweeps
@@ -238,7 +239,8 @@ def diag_g(model: nn.Module, in_shape: Sequence[int]) -> dict[str, torch.Tensor]
     gm = _squared_network(model)
     names, params = zip(*gm.named_parameters(), strict=True)
     with torch.enable_grad():  # also inside a caller's no_grad block
-        out = gm(torch.ones(1, *in_shape, dtype=torch.float64))
+        ones = torch.ones(1, *in_shape, dtype=torch.float64)
+        out = gm(ones.to(model_device(gm)))
         grads = torch.autograd.grad(out.sum(), params, allow_unused=True)
     return {
         n: (torch.zeros_like(p) if gr is None else gr).detach()

@@ -106,6 +106,7 @@ PAPERS = {
     "llpf": "Low-Loss Path Finding",
     "pathcond": "PathCond",
     "fusion": "HF / KF fusion",
+    "synthesis": "Across the papers (chapter 12)",
 }
 
 CHAPTER_1 = "01_symmetries"
@@ -429,9 +430,76 @@ FUSION_CLAIMS: tuple[Claim, ...] = (
     ),
 )
 
+SYNTHESIS = "12_synthesis"
+SYNTHESIS_CLAIMS: tuple[Claim, ...] = (
+    *(
+        Claim(
+            f"synthesis-scale-matching-{arch}",
+            "synthesis",
+            "Alignment needs both symmetries: matching per-neuron scales after "
+            f"weight matching lowers the barrier ({arch}).",
+            SYNTHESIS,
+            f"alignment/{arch}/WM + scale matching/barrier_mean",
+            "<",
+            0.0,
+            minus=f"alignment/{arch}/weight matching/barrier_mean",
+        )
+        for arch in ("mlp", "cnn", "resnet")
+    ),
+    *(
+        Claim(
+            f"synthesis-basin-{variant}",
+            "synthesis",
+            f"A KF-{variant.capitalize()} fused model, fine-tuned, lands in its "
+            "parents' basin: its barrier to a parent is below the aligned parents'.",
+            SYNTHESIS,
+            f"fused_parent/{variant}/barrier/mean",
+            "<",
+            0.0,
+            minus="parent_parent/aligned/barrier/mean",
+        )
+        for variant in ("linear", "gradient")
+    ),
+    Claim(
+        "synthesis-llpf-conditioning",
+        "synthesis",
+        "The low-loss LLPF path is better conditioned (lower AM/GM of diag G) "
+        "than the straight line between the same modes.",
+        SYNTHESIS,
+        "conditioning/LLPF/amgm_mean/mean",
+        "<",
+        0.0,
+        minus="conditioning/straight line/amgm_mean/mean",
+    ),
+    Claim(
+        "synthesis-gauge-path-loss",
+        "synthesis",
+        "Rescaling every point of a path to its PathCond gauge leaves the loss "
+        "along the path unchanged.",
+        SYNTHESIS,
+        "gauge_loss_change_max",
+        "<",
+        1e-4,
+    ),
+    *(
+        Claim(
+            f"synthesis-gauge-fusion-{regime}",
+            "synthesis",
+            f"Fusing in PathCond's gauge raises KF-Linear's accuracy ({regime} data).",
+            SYNTHESIS,
+            f"gauge_fusion/{regime}/kf_linear/with/mean",
+            ">",
+            0.0,
+            minus=f"gauge_fusion/{regime}/kf_linear/without/mean",
+        )
+        for regime in ("full", "sharded")
+    ),
+)
+
 CLAIMS: tuple[Claim, ...] = (
     *FOUNDATION_CLAIMS,
     *LLPF_CLAIMS,
     *PATHCOND_CLAIMS,
     *FUSION_CLAIMS,
+    *SYNTHESIS_CLAIMS,
 )

@@ -15,6 +15,20 @@ builds, for modes A and B, the pairs of representatives the chapter compares:
   B closest to A (:func:`wslib.core.matching.match_scales`).
 
 Every step keeps each model's function (checked by :func:`function_change`).
+
+The path-lifting representation. A loss barrier needs a network at every
+point of the line, and a point on the straight line between two path-lifting
+vectors is in general the lifting of no network, so there is no "barrier in
+the path-lifting representation" to measure. What the lifting does give is a
+rescaling-invariant distance: :func:`lifting_distance` compares the
+normalised liftings ``Phi(A) / |Phi(A)|`` and ``Phi(B) / |Phi(B)|``
+(computed without listing the paths, :func:`lifting_inner`). It cannot tell
+the rescaling steps apart (they differ from weight matching only by
+rescalings), only the permutations they end with; that it does not move is a
+check, and that the weight-space distance and barrier do move is the point:
+they depend on the representative, the function does not. Only MLPs have it
+here (max pooling has no fixed lifting; BatchNorm's depends on the scale of
+its input).
 """
 
 from __future__ import annotations
@@ -27,9 +41,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from wslib.core.connectivity import straight_line
 from wslib.core.data import Dataset
+from wslib.core.interpolation import linear_path
 from wslib.core.matching import align, match_scales
+from wslib.core.models import MLP
 from wslib.core.neurons import StateDict, rescale_state
 from wslib.core.train import predict
 from wslib.pathcond.enorm import enorm_step
@@ -83,21 +98,33 @@ def scale_matched(a: StateDict, b: StateDict, model: nn.Module) -> StateDict:
     return {k: v.to(b[k].dtype) for k, v in rescaled.items()}
 
 
-def alignment_steps(
-    a: nn.Module, b: nn.Module, in_shape: Sequence[int], seed: int
-) -> dict[str, tuple[StateDict, StateDict]]:
-    """``{step: (state of A's representative, state of B's representative)}``."""
-    structure = a.neuron_structure()
-    sa, sb = a.state_dict(), b.state_dict()
-    matched = align(sa, sb, structure, seed=seed)
+def gauges_of(model: nn.Module, in_shape: Sequence[int]) -> dict[str, StateDict]:
+    """``{gauge step: state of model in that gauge}`` for the two gauge steps."""
     gauges: dict[str, Callable[[nn.Module], StateDict]] = {
         "PathCond gauge + WM": lambda m: pathcond_gauge(m, in_shape),
         "ENorm gauge + WM": enorm_gauge,
     }
+    return {name: gauge(model) for name, gauge in gauges.items()}
+
+
+def alignment_steps(
+    a: nn.Module,
+    b: nn.Module,
+    in_shape: Sequence[int],
+    seed: int,
+    gauges: tuple[dict[str, StateDict], dict[str, StateDict]] | None = None,
+) -> dict[str, tuple[StateDict, StateDict]]:
+    """``{step: (state of A's representative, state of B's representative)}``.
+
+    ``gauges``: :func:`gauges_of` A and of B, when already computed.
+    """
+    structure = a.neuron_structure()
+    sa, sb = a.state_dict(), b.state_dict()
+    matched = align(sa, sb, structure, seed=seed)
+    ga, gb = gauges or (gauges_of(a, in_shape), gauges_of(b, in_shape))
     steps = {"none": (sa, sb), "weight matching": (sa, matched)}
-    for name, gauge in gauges.items():
-        ga, gb = gauge(a), gauge(b)
-        steps[name] = (ga, align(ga, gb, structure, seed=seed))
+    for name in ga:
+        steps[name] = (ga[name], align(ga[name], gb[name], structure, seed=seed))
     steps["WM + scale matching"] = (sa, scale_matched(sa, matched, a))
     return steps
 
@@ -112,6 +139,34 @@ def distance(a: StateDict, b: StateDict) -> float:
         )
         ** 0.5
     )
+
+
+def lifting_inner(model: nn.Module, a: StateDict, b: StateDict) -> float:
+    """``<Phi(a), Phi(b)>`` of an MLP without listing its paths.
+
+    A layer's vector holds, per neuron, the sum over the paths ending there of
+    the products of both networks' parameters; it starts at one per input and
+    each layer multiplies by ``W_a * W_b`` (entrywise) and adds ``b_a * b_b``.
+    """
+    if not isinstance(model, MLP):
+        raise TypeError(
+            f"lifting_inner needs an MLP, got {type(model).__name__}; "
+            "use wslib.pathcond.lifting.explicit_path_lifting for tiny nets"
+        )
+    v = torch.ones(model.linears[0].in_features, dtype=torch.float64)
+    for i in range(len(model.linears)):
+        w = f"linears.{i}.weight"
+        v = (a[w].double() * b[w].double()) @ v
+        if f"linears.{i}.bias" in a:
+            v = v + a[f"linears.{i}.bias"].double() * b[f"linears.{i}.bias"].double()
+    return float(v.sum())
+
+
+def lifting_distance(model: nn.Module, a: StateDict, b: StateDict) -> float:
+    """``| Phi(a) / |Phi(a)| - Phi(b) / |Phi(b)| |``: 0 for the same function up to rescaling."""
+    aa, bb = lifting_inner(model, a, a), lifting_inner(model, b, b)
+    cos = lifting_inner(model, a, b) / (aa * bb) ** 0.5
+    return float(max(2.0 - 2.0 * cos, 0.0) ** 0.5)
 
 
 def function_change(model: nn.Module, state: StateDict, x: torch.Tensor) -> float:
@@ -131,24 +186,36 @@ def alignment_study(
     each step the barrier is that of the straight line between the two
     representatives (training set, BatchNorm statistics recomputed), the
     distance is relative to the norm of A's representative, and
-    ``function_change`` is the largest output change any step made to A or B.
+    ``function_change`` is the largest output change any step made to A or B;
+    for MLPs ``lifting_distance`` (:func:`lifting_distance`) too. Each
+    model's gauges are computed once, however many pairs it is in.
     """
     x = ds.x_test
+    in_shape = list(ds.x_train.shape[1:])
     result: dict[str, dict[str, dict[str, Any]]] = {}
     for arch, arch_pairs in pairs.items():
         per_step: dict[str, dict[str, list[float]]] = {
-            s: {"barrier": [], "distance": [], "function_change": []} for s in STEPS
+            s: {"barrier": [], "distance": [], "function_change": [], "lifting": []}
+            for s in STEPS
         }
+        gauges: dict[int, dict[str, StateDict]] = {}
         for a, b in arch_pairs:
-            in_shape = list(ds.x_train.shape[1:])
-            for step, (sa, sb) in alignment_steps(a, b, in_shape, seed).items():
-                line = straight_line(a, sa, sb, ts, ds, test=False)
+            for m in (a, b):
+                if id(m) not in gauges:
+                    gauges[id(m)] = gauges_of(m, in_shape)
+            both = (gauges[id(a)], gauges[id(b)])
+            for step, (sa, sb) in alignment_steps(a, b, in_shape, seed, both).items():
+                line = linear_path(
+                    a, sa, sb, ts, ds.x_train, ds.y_train, progress=False
+                )
                 row = per_step[step]
                 row["barrier"].append(float(line["barrier"]))
                 row["distance"].append(distance(sa, sb) / distance(sa, zeros(sa)))
                 row["function_change"].append(
                     max(function_change(a, sa, x), function_change(b, sb, x))
                 )
+                if isinstance(a, MLP):
+                    row["lifting"].append(lifting_distance(a, sa, sb))
         result[arch] = {step: summarise(row) for step, row in per_step.items()}
     return result
 
@@ -167,4 +234,7 @@ def summarise(row: dict[str, list[float]]) -> dict[str, Any]:
         else 0.0,
         "distance_mean": float(np.mean(row["distance"])),
         "function_change_max": float(max(row["function_change"])),
+        "lifting_distance_mean": float(np.mean(row["lifting"]))
+        if row.get("lifting")
+        else None,
     }

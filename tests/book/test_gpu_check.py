@@ -1,0 +1,124 @@
+"""notebooks/gpu_check.py: refuses without CUDA, runs on the CPU when forced, counts right.
+
+The quick run (``--allow-cpu --quick``) times tiny models on the CPU and
+prints the estimate table; the counting is checked against the gpu profile's
+parameters written out by hand.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import subprocess
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+import torch
+import yaml
+
+from tests.conftest import ROOT
+
+SCRIPT = ROOT / "notebooks" / "gpu_check.py"
+
+
+@pytest.fixture(scope="module")
+def check() -> Iterator[ModuleType]:
+    """The script as a module (registered: its dataclasses look themselves up)."""
+    sys.path.insert(0, str(ROOT / "notebooks"))  # the script imports run.py
+    spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(spec.name, None)
+        sys.path.remove(str(ROOT / "notebooks"))
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_refuses_without_cuda():
+    out = _run("--quick")
+    assert out.returncode == 2
+    assert "needs a CUDA device" in out.stderr
+    assert "built for CUDA" in out.stderr or "CPU-only build" in out.stderr
+    assert "--allow-cpu" in out.stderr
+    assert "ResNet-18 step" not in out.stdout  # nothing was timed
+
+
+def test_quick_run_on_the_cpu_prints_timings_and_the_table(check):
+    out = _run("--allow-cpu", "--quick")
+    assert out.returncode == 0, out.stderr
+    assert "smoke notebooks: skipped" in out.stdout
+    for timing in ("fp32", "bf16", "LLPF tick", "checkpoint save", "least-squares"):
+        assert timing in out.stdout
+    rows = [line for line in out.stdout.splitlines() if line.startswith("| ")]
+    chapters = [r.split("|")[1].split()[0] for r in rows[2:-1]]
+    assert chapters == sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert rows[-1].startswith("| **total** |")
+
+
+def test_chapter_7_counts_every_run(check):
+    p = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())[
+        "07_pathcond_mlp"
+    ]
+    steps = math.ceil(50_000 / p["recipe"]["batch_size"])
+    n_methods = sum(len(c["methods"]) for c in p["configs"].values())
+    main = n_methods * p["n_seeds"] * p["recipe"]["epochs"]
+    sizes = len(p["size_sweep"]["widths"]) * 2 * p["n_seeds"] * p["recipe"]["epochs"]
+    acts = len(p["activations"]) * 2 * p["n_activation_seeds"] * p["recipe"]["epochs"]
+    n_rates = len(p["lr_grid"]) + 2  # the default refinement: two neighbours
+    sweeps = len(p["lr_sweep_configs"]) * 2 * (n_rates + p["n_seeds"])
+    expected = (main + sizes + acts + sweeps * p["long_epochs"]) * steps
+    items = check.chapter_work()["07_pathcond_mlp"]
+    assert sum(w.amount for w in items if w.kind == "train") == expected
+    assert {w.batch for w in items if w.kind == "train"} == {p["recipe"]["batch_size"]}
+
+
+def test_a_model_in_the_zoo_is_trained_once(check, tmp_path):
+    params = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())
+    work = check.chapter_work()
+    assert not [w for w in work["02_layerwise"] if w.kind == "train"]  # = chapter 1's
+    resnet = params["11_fusion_beyond"]["architectures"]["resnet18"]
+    counted = {}
+    for width in (None, 1.0):
+        model = {k: v for k, v in resnet["model"].items() if k != "width"}
+        resnet["model"] = model if width is None else {**model, "width": width}
+        path = tmp_path / "gpu.yaml"
+        path.write_text(yaml.safe_dump(params))
+        items = check.chapter_work(path)["11_fusion_beyond"]
+        counted[width] = [
+            w
+            for w in items
+            if w.kind == "train" and w.model == resnet["model"] and w.batch == 256
+        ]
+    epochs = resnet["recipe"]["epochs"]
+    assert [w.amount for w in counted[None]] == [epochs * math.ceil(50_000 / 256)] * 2
+    assert counted[1.0] == []  # the same config as chapter 1: loaded from the zoo
+
+
+def test_seconds_scale_by_flops_with_a_floor(check):
+    rates = check.ASSUMED
+    resnet = check.Work("train", check.RESNET, 10, rates.batch)
+    assert check.seconds([resnet], rates) == pytest.approx(10 * rates.step_s)
+    assert check.seconds([resnet], rates, bf16=True) == pytest.approx(
+        10 * rates.bf16_step_s
+    )
+    half = check.Work("train", check.RESNET, 10, rates.batch // 2)
+    assert check.seconds([half], rates) == pytest.approx(5 * rates.step_s)
+    tiny = check.Work("train", check.QUICK_MLP, 10, 16)
+    assert check.seconds([tiny], rates) == pytest.approx(10 * rates.floor_s)
+    solves = check.Work("solve", None, 4)
+    assert check.seconds([solves], rates) == pytest.approx(4 * rates.solve_s)

@@ -1,0 +1,370 @@
+"""Chapter 12's protocols: data subsets, verdict rule, the four questions' runs and tables."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from wslib.core.data import Dataset
+from wslib.core.models import build_model
+from wslib.core.neurons import permute_state, random_permutations
+from wslib.core.train import Recipe, evaluate, fit
+from wslib.synthesis import experiments as ex
+from wslib.synthesis.alignment import STEPS, function_change, pathcond_gauge, with_state
+
+IN = [1, 10]
+MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [8, 8]}
+SETTINGS = {
+    "ts": [0.0, 0.5, 1.0],
+    "llpf": {
+        "ticks": 4,
+        "record_every": 2,
+        "lr": 0.05,
+        "r_max": 3,
+        "r_min": 1,
+        "batch_size": 16,
+        "margin": 10.0,
+    },
+    "finetune": {"epochs": 1, "lr": 0.01, "batch_size": 16},
+    "gradient": {"max_epochs": 2},
+    "bezier": {"steps": 3, "lr": 0.01},
+}
+
+
+def tiny_data(n: int = 60, seed: int = 0) -> Dataset:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, *IN, generator=gen)
+    y = torch.arange(n) % 3
+    x[:, 0, 0] = y.float()  # labels are readable from the first feature
+    return Dataset("tiny", x, y, x[: n // 2].clone(), y[: n // 2].clone(), 3)
+
+
+def models(n: int, seed: int = 0) -> list[torch.nn.Module]:
+    torch.manual_seed(seed)
+    return [build_model(MLP).eval() for _ in range(n)]
+
+
+def test_subset_draws_matching_rows_per_seed() -> None:
+    ds = tiny_data()
+    small = ex.subset(ds, 10, 5, seed=1)
+    assert (len(small.y_train), len(small.y_test)) == (10, 5)
+    assert torch.equal(small.x_train[:, 0, 0], small.y_train.float())
+    assert torch.equal(small.x_test[:, 0, 0], small.y_test.float())
+    again, other = ex.subset(ds, 10, 5, seed=1), ex.subset(ds, 10, 5, seed=2)
+    assert torch.equal(again.x_train, small.x_train)
+    assert not torch.equal(other.x_train, small.x_train)
+    with pytest.raises(ValueError, match="n_train, n_test >= 1"):
+        ex.subset(ds, 0, 5, seed=1)
+
+
+def test_fusion_set_has_per_class_examples_of_every_class() -> None:
+    ds = tiny_data()
+    x, y = ex.fusion_set(ds, 4, seed=0)
+    assert np.bincount(y.numpy()).tolist() == [4, 4, 4]
+    assert torch.equal(x[:, 0, 0], y.float())
+    assert not torch.equal(ex.fusion_set(ds, 4, seed=1)[0], x)
+    with pytest.raises(ValueError, match="per_class must be >= 1"):
+        ex.fusion_set(ds, 0, seed=0)
+
+
+def test_all_pairs() -> None:
+    assert ex.all_pairs([1, 2, 3]) == [(1, 2), (1, 3), (2, 3)]
+    with pytest.raises(ValueError, match="at least two models"):
+        ex.all_pairs([1])
+
+
+@pytest.mark.parametrize(
+    ("values", "reference", "word"),
+    [
+        ([1.0, 1.1, 0.9], [2.0, 2.0, 2.0], "lower"),
+        ([3.0, 3.1, 2.9], [2.0, 2.0, 2.0], "higher"),
+        ([1.0, 3.0, 2.0], [2.0, 2.0, 1.9], "none"),  # mean 0.03, std 1
+        ([1.0], [2.0], "none"),  # one seed: the spread is unknown
+        ([2.0, 2.0], [2.0, 2.0], "none"),
+    ],
+)
+def test_compare_is_an_effect_only_beyond_the_spread(
+    values: list[float], reference: list[float], word: str
+) -> None:
+    result = ex.compare(values, reference)
+    assert result["word"] == word
+    d = np.subtract(values, reference)
+    assert result["diff_mean"] == pytest.approx(d.mean())
+    if len(d) > 1:
+        assert result["diff_std"] == pytest.approx(d.std(ddof=1))
+
+
+def test_compare_at_the_edge_of_the_spread() -> None:
+    # differences 1 and 3: mean 2, std 1.41 -> effect; 0 and 4: mean 2, std 2.83 -> none
+    assert ex.compare([1.0, 3.0], [0.0, 0.0])["word"] == "higher"
+    assert ex.compare([0.0, 4.0], [0.0, 0.0])["word"] == "none"
+    assert ex.compare([-1.0, -1.0], [0.0, 0.0])["word"] == "lower"
+    with pytest.raises(ValueError, match="equally long non-empty"):
+        ex.compare([1.0], [1.0, 2.0])
+
+
+def test_mean_std() -> None:
+    r = ex.mean_std([1.0, 3.0])
+    assert (r["mean"], r["values"]) == (2.0, [1.0, 3.0])
+    assert r["std"] == pytest.approx(2**0.5)
+    assert ex.mean_std([5.0])["std"] == 0.0
+
+
+def alignment_fixture() -> dict:
+    def step(barriers: list[float]) -> dict:
+        return {"barriers": barriers, "barrier_mean": float(np.mean(barriers))}
+
+    return {
+        "mlp": {
+            "none": step([9.0, 9.0, 9.0]),
+            "weight matching": step([1.0, 1.1, 0.9]),
+            "PathCond gauge + WM": step([0.5, 0.6, 0.4]),
+            "ENorm gauge + WM": step([1.0, 1.2, 0.9]),
+            "WM + scale matching": step([2.0, 2.1, 1.9]),
+        }
+    }
+
+
+def test_alignment_verdicts_compare_with_weight_matching() -> None:
+    verdicts = ex.alignment_verdicts(alignment_fixture())
+    words = {s: v["word"] for s, v in verdicts["mlp"].items()}
+    assert words == {
+        "PathCond gauge + WM": "lower",
+        "ENorm gauge + WM": "none",
+        "WM + scale matching": "higher",
+    }
+    assert ex.count_words(verdicts) == {"lower": 1, "higher": 1, "none": 1}
+    text = ex.alignment_sentence(verdicts)
+    assert text.startswith("Removing the rescaling symmetry too helps only sometimes")
+    assert "1 lowered" in text and "1 raised" in text and "1 left" in text
+
+
+def test_alignment_sentence_heads() -> None:
+    row = {"lower": {"word": "lower"}, "none": {"word": "none"}}
+    assert ex.alignment_sentence({"a": row, "b": {"x": {"word": "lower"}}}).startswith(
+        "Removing both symmetries helps"
+    )
+    none = {"a": {"x": {"word": "none"}, "y": {"word": "higher"}}}
+    assert ex.alignment_sentence(none).startswith(
+        "Removing the rescaling symmetry too does not help"
+    )
+
+
+def test_alignment_run_uses_every_pair() -> None:
+    ds = tiny_data()
+    result = ex.alignment_run({"mlp": models(3)}, ds, [0.0, 1.0], seed=0)
+    assert list(result["mlp"]) == list(STEPS)
+    assert len(result["mlp"]["none"]["barriers"]) == 3
+
+
+def pair_runs() -> list[dict]:
+    """One real pair study and a second one made from it (other numbers, same layout)."""
+    ds = tiny_data()
+    fusion = ex.fusion_set(ds, 6, seed=0)
+    a, b = models(2, seed=1)
+    run = ex.pair_study(a, b, ds, fusion, SETTINGS, seed=0)
+    other = copy.deepcopy(run)
+    for v in ex.KF_VARIANTS:
+        other["fused_parent"][v]["barrier"] += 0.3
+    other["parent_parent"]["aligned"]["barrier"] += 0.1
+    for path, c in other["conditioning"].items():
+        c["amgm"] = [x * (1.1 if path == "LLPF" else 1.0) for x in c["amgm"]]
+    return [run, other]
+
+
+@pytest.fixture(scope="module")
+def runs() -> list[dict]:
+    with pytest.warns(UserWarning):  # tiny settings: LLPF and retrofits warn
+        return pair_runs()
+
+
+def test_pair_study_reports_both_questions(runs: list[dict]) -> None:
+    run = runs[0]
+    assert set(run["fused_parent"]) == set(ex.KF_VARIANTS)
+    for v in ex.KF_VARIANTS:
+        r = run["fused_parent"][v]
+        assert {"barrier", "llpf_peak_excess", "fused_acc", "finetuned_acc"} <= set(r)
+    assert set(run["parent_parent"]) == {"unaligned", "aligned"}
+    cond = run["conditioning"]
+    assert set(cond) == set(ex.PATHS)
+    assert len(cond["straight line"]["loss"]) == len(SETTINGS["ts"])
+    assert len(cond["Bezier"]["loss"]) == len(SETTINGS["ts"])
+    assert len(cond["LLPF"]["loss"]) >= 3
+    for path in ex.PATHS:
+        ends = cond[path]["loss"][0], cond[path]["loss"][-1]
+        assert ends == pytest.approx(
+            (cond["LLPF"]["loss"][0], cond["LLPF"]["loss"][-1])
+        )
+        assert cond[path]["loss_gauge"] == pytest.approx(cond[path]["loss"], rel=1e-4)
+
+
+def test_straight_line_barrier_between_parents_is_the_line_barrier(
+    runs: list[dict],
+) -> None:
+    line = runs[0]["conditioning"]["straight line"]["loss"]
+    barrier = max(line) - 0.5 * (line[0] + line[-1])
+    assert runs[0]["parent_parent"]["unaligned"]["barrier"] == pytest.approx(
+        barrier, rel=1e-5
+    )
+
+
+def test_summarise_pairs_wires_the_verdicts(runs: list[dict]) -> None:
+    s = ex.summarise_pairs(runs)
+    for v in ex.KF_VARIANTS:
+        values = [r["fused_parent"][v]["barrier"] for r in runs]
+        assert s["fused_parent"][v]["barrier"]["values"] == pytest.approx(values)
+        ref = [r["parent_parent"]["aligned"]["barrier"] for r in runs]
+        assert s["basin"][v]["barrier"] == ex.compare(values, ref)
+    line = [np.mean(r["conditioning"]["straight line"]["amgm"]) for r in runs]
+    llpf = [np.mean(r["conditioning"]["LLPF"]["amgm"]) for r in runs]
+    assert s["conditioning_verdict"]["LLPF"] == ex.compare(llpf, line)
+    assert s["conditioning"]["LLPF"]["amgm"] == runs[0]["conditioning"]["LLPF"]["amgm"]
+    assert s["gauge_loss_change_max"] < 1e-4
+    assert -1.0 <= s["loss_amgm_correlation"] <= 1.0
+    assert "PathCond gauge left the loss" in ex.conditioning_sentence(s)
+    assert ex.basin_sentence(s["basin"]).startswith("With the linear retrofit")
+    assert list(ex.basin_table(s).index)[-1] == "parents, aligned"
+    assert list(ex.conditioning_table(s).index) == list(ex.PATHS)
+
+
+def test_conditioning_sentence_flags_a_changed_loss() -> None:
+    verdict = {"LLPF": {"word": "lower"}, "Bezier": {"word": "none"}}
+    summary = {"conditioning_verdict": verdict, "gauge_loss_change_max": 1e-3}
+    assert "a bug" in ex.conditioning_sentence(summary)
+    summary["gauge_loss_change_max"] = 1e-6
+    text = ex.conditioning_sentence(summary)
+    assert "LLPF path are better conditioned" in text and "unchanged" in text
+
+
+def test_basin_sentence_words() -> None:
+    basin = {
+        "linear": {"barrier": {"word": "lower"}, "llpf_peak_excess": {"word": "none"}},
+        "gradient": {
+            "barrier": {"word": "higher"},
+            "llpf_peak_excess": {"word": "lower"},
+        },
+    }
+    text = ex.basin_sentence(basin)
+    assert (
+        "linear retrofit, the barrier from the fused model to a parent is lower" in text
+    )
+    assert (
+        "gradient retrofit, the barrier from the fused model to a parent is higher"
+        in text
+    )
+
+
+def test_gauge_fusion_fuses_the_gauged_models(monkeypatch: pytest.MonkeyPatch) -> None:
+    ds = tiny_data()
+    fusion = ex.fusion_set(ds, 6, seed=0)
+    groups = [models(2, seed=3), models(2, seed=4)]
+    given: list[list[torch.nn.Module]] = []
+    real = ex.fuse_by
+
+    def spy(method: str, group: list, x: torch.Tensor, y: torch.Tensor, **kw: int):
+        given.append(group)
+        return real(method, group, x, y, **kw)
+
+    monkeypatch.setattr(ex, "fuse_by", spy)
+    result = ex.gauge_fusion({"full": groups}, ds, fusion, ["kf_linear"], seed=0)
+    r = result["full"]["kf_linear"]
+    assert len(r["with"]["values"]) == len(r["without"]["values"]) == 2
+    assert r["verdict"] == ex.compare(r["with"]["values"], r["without"]["values"])
+    assert len(given) == 4  # (without, with) per seed
+    for k, group in enumerate(groups):
+        without, with_gauge = given[2 * k], given[2 * k + 1]
+        assert without == group
+        for m, g in zip(group, with_gauge):
+            state = pathcond_gauge(m, IN)
+            assert all(torch.allclose(g.state_dict()[n], state[n]) for n in state)
+            assert function_change(m, g.state_dict(), ds.x_test) < 1e-4
+            assert not torch.allclose(
+                g.state_dict()["linears.0.weight"], m.linears[0].weight
+            )
+    assert "(regime, method) cases" in ex.gauge_sentence(result)
+
+
+def test_gauge_sentence_counts() -> None:
+    cell = {"verdict": {"word": "none"}}
+    gauge = {"full": {"a": cell, "b": {"verdict": {"word": "higher"}}}}
+    text = ex.gauge_sentence(gauge)
+    assert text.startswith("The gauge changes fusion in some cases")
+    assert "in 1 of 2" in text and "higher in 1" in text
+    assert ex.gauge_sentence({"full": {"a": cell}}).startswith(
+        "The gauge makes no difference"
+    )
+
+
+class FakeZoo:
+    def __init__(self) -> None:
+        self.configs: list[dict] = []
+
+    def get(self, config: dict) -> torch.nn.Module:
+        self.configs.append(config)
+        return build_model(MLP)
+
+
+def test_shard_models_seeds_and_parts() -> None:
+    zoo = FakeZoo()
+    groups = ex.shard_models(zoo, {"name": "d"}, MLP, {"epochs": 1}, n_seeds=2, seed=5)
+    assert [len(g) for g in groups] == [2, 2]
+    got = [(c["seed"], c["split"]["seed"], c["split"]["part"]) for c in zoo.configs]
+    assert got == [(5, 5, 0), (6, 5, 1), (7, 6, 0), (8, 6, 1)]
+    assert all(c["split"]["kind"] == "shards" for c in zoo.configs)
+
+
+def test_base_accuracy_is_the_test_accuracy() -> None:
+    ds = tiny_data()
+    group = models(2, seed=6)
+    want = [evaluate(m, ds.x_test, ds.y_test)[1] for m in group]
+    assert ex.base_accuracy({"full": [group]}, ds)["full"]["values"] == pytest.approx(
+        want
+    )
+
+
+def test_cached_runs_compute_once(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[int] = []
+
+    def fake_run(modes, ds, ts, seed):  # noqa: ANN001, ANN202
+        calls.append(seed)
+        return {"mlp": {"seed": seed}}
+
+    monkeypatch.setattr(ex, "alignment_run", fake_run)
+    key = {"models": "k"}
+    first = ex.cached_alignment(str(tmp_path), key, {}, tiny_data(), [0.0, 1.0], 3)
+    again = ex.cached_alignment(str(tmp_path), key, {}, tiny_data(), [0.0, 1.0], 3)
+    other = ex.cached_alignment(str(tmp_path), key, {}, tiny_data(), [0.0, 1.0], 4)
+    assert first == again == {"mlp": {"seed": 3}} and other == {"mlp": {"seed": 4}}
+    assert calls == [3, 4]
+
+
+def test_parents_are_aligned_to_the_fused_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fused model that is a permuted copy of its parent is at barrier 0 from it."""
+    ds = tiny_data()
+    (a,) = models(1, seed=3)
+    fit(
+        a,
+        ds.x_train,
+        ds.y_train,
+        Recipe(epochs=20, lr=0.1, batch_size=16),
+        progress=False,
+    )
+    a.eval()
+    structure = a.neuron_structure()
+    perms = random_permutations(structure, torch.Generator().manual_seed(0))
+    copy_of_a = with_state(a, permute_state(a.state_dict(), structure, perms))
+    monkeypatch.setattr(
+        ex, "fused_model", lambda *args: (copy_of_a, {"fused_acc": 0.0})
+    )
+    run = ex.pair_study(a, a, ds, ex.fusion_set(ds, 6, seed=0), SETTINGS, seed=0)
+    for v in ex.KF_VARIANTS:
+        assert run["fused_parent"][v]["barrier"] == pytest.approx(0.0, abs=1e-6)
+    unaligned = ex.connection(
+        copy_of_a, a.state_dict(), ds, SETTINGS["ts"], SETTINGS["llpf"], 0
+    )
+    assert unaligned["barrier"] > 1e-3  # fmt: skip

@@ -1,0 +1,731 @@
+"""Chapter 12's protocols: the four questions, their runs and their verdicts.
+
+- :func:`alignment_run`: question 1 (:func:`~wslib.synthesis.alignment.alignment_study`
+  over every pair of modes of each architecture);
+- :func:`pair_study`: questions 2 and 3 for one pair of parents: KF fusion
+  (both retrofits) fine-tuned, the straight line and the LLPF path from the
+  fused model to each parent and between the parents; PathCond's criterion
+  along the LLPF path, the straight line and a Bezier curve between them;
+- :func:`gauge_fusion`: question 4, HF / KF with and without the PathCond
+  gauge on the base models;
+- :func:`compare`: the verdict rule shared by the four questions: a paired
+  difference over seeds is an effect only when its mean is larger than its
+  standard deviation.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from wslib.core.data import Dataset
+from wslib.core.interpolation import lerp_state, linear_path
+from wslib.core.matching import align
+from wslib.core.train import Recipe, evaluate, fit
+from wslib.fusion import GradientConfig, fuse, fuse_by
+from wslib.llpf import Refine, evaluate_path, fit_curve, m2m
+from wslib.llpf.protocols import threshold_loss
+from wslib.runs.cache import cached_run
+from wslib.runs.zoo import Zoo
+from wslib.synthesis.alignment import alignment_study, pathcond_gauge, with_state
+from wslib.synthesis.conditioning import path_conditioning
+
+KF_VARIANTS = ("linear", "gradient")
+PATHS = ("LLPF", "straight line", "Bezier")
+WORDS = {"lower": "lower", "higher": "higher", "none": "no different"}
+
+
+def subset(ds: Dataset, n_train: int, n_test: int, seed: int) -> Dataset:
+    """``ds`` with ``n_train`` training and ``n_test`` test examples drawn at random."""
+    if n_train < 1 or n_test < 1:
+        raise ValueError(f"need n_train, n_test >= 1, got {n_train}, {n_test}")
+    gen = torch.Generator().manual_seed(seed)
+    tr = torch.randperm(len(ds.y_train), generator=gen)[:n_train]
+    te = torch.randperm(len(ds.y_test), generator=gen)[:n_test]
+    return Dataset(
+        ds.name,
+        ds.x_train[tr],
+        ds.y_train[tr],
+        ds.x_test[te],
+        ds.y_test[te],
+        ds.n_classes,
+    )
+
+
+def fusion_set(
+    ds: Dataset, per_class: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``per_class`` training examples of every class, drawn with ``seed``."""
+    if per_class < 1:
+        raise ValueError(f"per_class must be >= 1, got {per_class}")
+    gen = torch.Generator().manual_seed(seed)
+    idx = [
+        i[torch.randperm(len(i), generator=gen)[:per_class]]
+        for i in (torch.nonzero(ds.y_train == c).flatten() for c in range(ds.n_classes))
+    ]
+    chosen = torch.cat(idx)
+    return ds.x_train[chosen], ds.y_train[chosen]
+
+
+def all_pairs(models: Sequence[nn.Module]) -> list[tuple[nn.Module, nn.Module]]:
+    """Every pair ``(models[i], models[j])`` with ``i < j``."""
+    if len(models) < 2:
+        raise ValueError(f"need at least two models for a pair, got {len(models)}")
+    return list(itertools.combinations(models, 2))
+
+
+def compare(values: Sequence[float], reference: Sequence[float]) -> dict[str, Any]:
+    """Paired difference ``values - reference`` over seeds and its verdict word.
+
+    ``word`` is ``"lower"`` or ``"higher"`` when the mean difference is larger
+    than its standard deviation over seeds (ddof 1), ``"none"`` otherwise;
+    always ``"none"`` with a single seed, whose spread is unknown.
+    """
+    v, r = np.asarray(values, dtype=float), np.asarray(reference, dtype=float)
+    if v.shape != r.shape or v.size == 0:
+        raise ValueError(
+            f"compare needs two equally long non-empty lists, got {v.size} and {r.size}"
+        )
+    d = v - r
+    mean = float(d.mean())
+    std = float(d.std(ddof=1)) if d.size > 1 else float("inf")
+    word = (
+        "none" if abs(mean) <= std or mean == 0 else ("lower" if mean < 0 else "higher")
+    )
+    return {"diff_mean": mean, "diff_std": std if d.size > 1 else None, "word": word}
+
+
+def mean_std(values: Sequence[float]) -> dict[str, Any]:
+    """``{"mean", "std", "values"}`` (std with ddof 1; 0 for one value)."""
+    v = np.asarray(values, dtype=float)
+    std = float(v.std(ddof=1)) if v.size > 1 else 0.0
+    return {"mean": float(v.mean()), "std": std, "values": [float(x) for x in v]}
+
+
+def alignment_run(
+    modes: Mapping[str, Sequence[nn.Module]],
+    ds: Dataset,
+    ts: Sequence[float],
+    seed: int,
+) -> dict[str, Any]:
+    """Question 1: ``result[arch][step]`` over every pair of the modes of each architecture."""
+    pairs = {arch: all_pairs(list(models)) for arch, models in modes.items()}
+    return alignment_study(pairs, ds, ts, seed)
+
+
+def _refine(
+    models: Sequence[nn.Module], ds: Dataset, llpf: Mapping[str, Any]
+) -> Refine:
+    """The book's refinement rule: threshold = larger endpoint loss + margin.
+
+    The endpoint loss is measured as LLPF's stop rule measures it
+    (:func:`wslib.llpf.protocols.threshold_loss`; the same under BatchNorm).
+    """
+    ends = threshold_loss(models, ds, llpf["batch_size"])
+    return Refine(
+        lr=llpf["lr"],
+        batch_size=llpf["batch_size"],
+        r_min=llpf["r_min"],
+        r_max=llpf["r_max"],
+        threshold=ends + llpf["margin"],
+    )
+
+
+def llpf_path(
+    a: nn.Module, b: nn.Module, ds: Dataset, llpf: Mapping[str, Any], seed: int
+) -> tuple[list[dict[str, torch.Tensor]], float]:
+    """The M2M path from ``a`` to ``b`` (its recorded states) and its peak excess."""
+    path = m2m(
+        a,
+        a.state_dict(),
+        b.state_dict(),
+        ds.x_train,
+        ds.y_train,
+        ticks=llpf["ticks"],
+        refine=_refine([a, b], ds, llpf),
+        seed=seed,
+        record_every=llpf["record_every"],
+        progress=False,
+    )
+    res = evaluate_path(
+        a, path, ds.x_train, ds.y_train, ds.x_test, ds.y_test, dense=1, progress=False
+    )
+    return path.states, float(res["peak_excess"])
+
+
+def connection(
+    a: nn.Module,
+    b_state: dict[str, torch.Tensor],
+    ds: Dataset,
+    ts: Sequence[float],
+    llpf: Mapping[str, Any],
+    seed: int,
+) -> dict[str, Any]:
+    """Straight-line barrier and LLPF peak excess from ``a`` to ``a`` holding ``b_state``."""
+    b = with_state(a, b_state)
+    line = linear_path(
+        a, a.state_dict(), b_state, ts, ds.x_train, ds.y_train, progress=False
+    )
+    states, peak = llpf_path(a, b, ds, llpf, seed)
+    return {
+        "barrier": float(line["barrier"]),
+        "llpf_peak_excess": peak,
+        "states": states,
+    }
+
+
+def fused_model(
+    a: nn.Module,
+    b: nn.Module,
+    fusion: tuple[torch.Tensor, torch.Tensor],
+    variant: str,
+    settings: Mapping[str, Any],
+    ds: Dataset,
+    seed: int,
+    train: Dataset,
+) -> tuple[nn.Module, dict[str, float]]:
+    """KF fusion of ``a`` and ``b`` (retrofit ``variant``), then a short fine-tune.
+
+    ``settings["gradient"]``: the gradient retrofit's settings;
+    ``settings["finetune"]``: the fine-tune's recipe, on ``train``'s training
+    set. Returns the fine-tuned model and its accuracy on ``ds``'s test set
+    before and after the fine-tune.
+    """
+    if variant not in KF_VARIANTS:
+        raise ValueError(f"unknown KF variant {variant!r}; valid: {KF_VARIANTS}")
+    out = fuse(
+        [a, b],
+        *fusion,
+        "kf",
+        variant,
+        gradient=GradientConfig(**settings["gradient"]),
+        seed=seed,
+        progress=False,
+    ).model
+    acc = {"fused_acc": evaluate(out, ds.x_test, ds.y_test)[1]}
+    recipe = Recipe.from_dict(dict(settings["finetune"]))
+    fit(out, train.x_train, train.y_train, recipe, seed, progress=False)
+    acc["finetuned_acc"] = evaluate(out, ds.x_test, ds.y_test)[1]
+    return out.eval(), acc
+
+
+def pair_study(
+    a: nn.Module,
+    b: nn.Module,
+    ds: Dataset,
+    fusion: tuple[torch.Tensor, torch.Tensor],
+    settings: Mapping[str, Any],
+    seed: int,
+    train: Dataset | None = None,
+) -> dict[str, Any]:
+    """Questions 2 and 3 for one pair of parents ``a``, ``b``.
+
+    Paths are refined and evaluated on ``ds``; the fused models are
+    fine-tuned on ``train``'s training set (default ``ds``).
+
+    ``settings``: ``ts`` (straight-line points), ``llpf`` (ticks, record_every,
+    lr, r_max, r_min, batch_size, margin), ``finetune`` (a training recipe),
+    ``gradient`` (:class:`~wslib.fusion.GradientConfig` fields), ``bezier``
+    (steps, lr). Returns ``fused_parent[variant]`` (barrier and LLPF peak
+    excess to each parent aligned to the fused model by weight matching,
+    averaged over the two parents; accuracies),
+    ``parent_parent[unaligned | aligned]`` and ``conditioning[path]``
+    (:func:`~wslib.synthesis.conditioning.path_conditioning` per point).
+    """
+    ts, llpf = settings["ts"], settings["llpf"]
+    structure = a.neuron_structure()
+    out: dict[str, Any] = {"fused_parent": {}, "parent_parent": {}}
+    for variant in KF_VARIANTS:
+        fused, acc = fused_model(a, b, fusion, variant, settings, ds, seed, train or ds)
+        # Each parent permuted to the fused model first, as B is to A for the
+        # aligned parents: KF orders its neurons by its own grouping.
+        links = [
+            connection(fused, align(fused.state_dict(), p.state_dict(), structure, seed=seed), ds, ts, llpf, seed)
+            for p in (a, b)
+        ]  # fmt: skip
+        out["fused_parent"][variant] = {
+            "barrier": float(np.mean([c["barrier"] for c in links])),
+            "llpf_peak_excess": float(np.mean([c["llpf_peak_excess"] for c in links])),
+            **acc,
+        }
+    matched = align(a.state_dict(), b.state_dict(), structure, seed=seed)
+    ends = {"unaligned": b.state_dict(), "aligned": matched}
+    links = {k: connection(a, s, ds, ts, llpf, seed) for k, s in ends.items()}
+    out["parent_parent"] = {
+        k: {m: c[m] for m in ("barrier", "llpf_peak_excess")} for k, c in links.items()
+    }
+    sa, sb = a.state_dict(), b.state_dict()
+    bez = settings["bezier"]
+    curve = fit_curve(
+        a, sa, sb, ds.x_train, ds.y_train, "bezier", bez["steps"], bez["lr"],
+        n_eval=len(ts), seed=seed, progress=False,
+    )  # fmt: skip
+    paths = {
+        "LLPF": links["unaligned"]["states"],
+        "straight line": [lerp_state(sa, sb, float(t)) for t in ts],
+        "Bezier": curve.states,
+    }
+    in_shape = list(ds.x_train.shape[1:])
+    out["conditioning"] = {
+        name: path_conditioning(a, states, in_shape, ds.x_train, ds.y_train)
+        for name, states in paths.items()
+    }
+    return out
+
+
+def summarise_pairs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Questions 2 and 3 over pairs: mean/std per metric, per-point curves, verdicts.
+
+    Verdicts (:func:`compare`, paired over the pairs of parents):
+    ``basin[variant][metric]`` compares fused-to-parent with parent-to-parent
+    (aligned); ``conditioning_verdict[path]`` compares the path's mean AM/GM
+    with the straight line's; ``loss_amgm_correlation`` is the correlation of
+    loss and AM/GM over every point of every path; ``gauge_loss_change_max`` is the largest change
+    of the loss that the PathCond gauge made at any point of any path.
+    """
+    metrics = ("barrier", "llpf_peak_excess")
+    fused = {
+        v: {
+            m: mean_std([r["fused_parent"][v][m] for r in runs])
+            for m in (*metrics, "fused_acc", "finetuned_acc")
+        }
+        for v in KF_VARIANTS
+    }
+    parents = {
+        k: {m: mean_std([r["parent_parent"][k][m] for r in runs]) for m in metrics}
+        for k in ("unaligned", "aligned")
+    }
+    basin = {
+        v: {
+            m: compare(fused[v][m]["values"], parents["aligned"][m]["values"])
+            for m in metrics
+        }
+        for v in KF_VARIANTS
+    }
+    cond: dict[str, Any] = {}
+    for path in PATHS:
+        per = [r["conditioning"][path] for r in runs]
+        first = per[0]
+        cond[path] = {
+            **{k: first[k] for k in first},  # per point, first pair of parents
+            "amgm_mean": mean_std([float(np.mean(p["amgm"])) for p in per]),
+            "amgm_gauge_mean": mean_std([float(np.mean(p["amgm_gauge"])) for p in per]),
+            "peak_loss": mean_std([float(np.max(p["loss"])) for p in per]),
+        }
+    line = cond["straight line"]["amgm_mean"]["values"]
+    verdicts = {
+        p: compare(cond[p]["amgm_mean"]["values"], line) for p in ("LLPF", "Bezier")
+    }
+    change = max(
+        abs(a - b)
+        for r in runs
+        for p in PATHS
+        for a, b in zip(
+            r["conditioning"][p]["loss"], r["conditioning"][p]["loss_gauge"]
+        )
+    )
+    points = [
+        (lo, am)
+        for r in runs
+        for p in PATHS
+        for lo, am in zip(r["conditioning"][p]["loss"], r["conditioning"][p]["amgm"])
+    ]
+    loss, amgm = np.array(points).T
+    return {
+        "loss_amgm_correlation": float(np.corrcoef(loss, amgm)[0, 1]),
+        "fused_parent": fused,
+        "parent_parent": parents,
+        "basin": basin,
+        "conditioning": cond,
+        "conditioning_verdict": verdicts,
+        "gauge_loss_change_max": float(change),
+    }
+
+
+def shard_models(
+    zoo: Zoo,
+    data: dict[str, Any],
+    arch: dict[str, Any],
+    recipe: dict[str, Any],
+    n_seeds: int,
+    seed: int,
+) -> list[list[nn.Module]]:
+    """Per seed ``seed + k``: two models, each trained on one of two class shards.
+
+    Model ``i`` of group ``k`` has part ``i`` of the shard split drawn with
+    seed ``seed + k`` and model seed ``seed + 2 k + i``, so no two models of
+    the chapter share an initialisation.
+    """
+    groups = []
+    for k in range(n_seeds):
+        split = {"kind": "shards", "n_parts": 2, "seed": seed + k}
+        groups.append(
+            [
+                zoo.get(
+                    {
+                        "data": data,
+                        "model": arch,
+                        "recipe": recipe,
+                        "seed": seed + 2 * k + i,
+                        "split": {**split, "part": i},
+                    }
+                )
+                for i in range(2)
+            ]
+        )
+    return groups
+
+
+def base_accuracy(
+    regimes: Mapping[str, Sequence[Sequence[nn.Module]]], ds: Dataset
+) -> dict[str, Any]:
+    """``[regime]``: mean/std test accuracy of the base models over seeds."""
+    return {
+        regime: mean_std(
+            [evaluate(m, ds.x_test, ds.y_test)[1] for group in groups for m in group]
+        )
+        for regime, groups in regimes.items()
+    }
+
+
+def gauged(model: nn.Module, in_shape: Sequence[int]) -> nn.Module:
+    """A copy of ``model`` in its PathCond gauge (same function)."""
+    return with_state(model, pathcond_gauge(model, in_shape))
+
+
+def gauge_fusion(
+    regimes: Mapping[str, Sequence[Sequence[nn.Module]]],
+    ds: Dataset,
+    fusion: tuple[torch.Tensor, torch.Tensor],
+    methods: Sequence[str],
+    seed: int,
+) -> dict[str, Any]:
+    """Question 4: ``result[regime][method]{with, without, verdict}`` over seeds.
+
+    ``regimes[regime]`` lists one group of base models per seed. Each method
+    (HF / KF names of :func:`~wslib.fusion.fuse_by`) fuses the base models as
+    trained (``without``) and in their PathCond gauge (``with``); values are
+    test accuracies, the verdict compares with and without (:func:`compare`).
+    """
+    in_shape = list(ds.x_train.shape[1:])
+    result: dict[str, Any] = {}
+    for regime, groups in regimes.items():
+        acc: dict[str, dict[str, list[float]]] = {
+            m: {"with": [], "without": []} for m in methods
+        }
+        for s, models in enumerate(groups):
+            bases = {
+                "without": list(models),
+                "with": [gauged(m, in_shape) for m in models],
+            }
+            for method in methods:
+                for key, group in bases.items():
+                    fused = fuse_by(method, group, *fusion, seed=seed + s)
+                    acc[method][key].append(evaluate(fused, ds.x_test, ds.y_test)[1])
+        result[regime] = {
+            m: {
+                "with": mean_std(v["with"]),
+                "without": mean_std(v["without"]),
+                "verdict": compare(v["with"], v["without"]),
+            }
+            for m, v in acc.items()
+        }
+    return result
+
+
+RESCALING_STEPS = ("PathCond gauge + WM", "ENorm gauge + WM", "WM + scale matching")
+
+
+def alignment_verdicts(alignment: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """``[arch][step]``: each rescaling step's barriers against weight matching's (:func:`compare`)."""
+    return {
+        arch: {
+            step: compare(steps[step]["barriers"], steps["weight matching"]["barriers"])
+            for step in RESCALING_STEPS
+        }
+        for arch, steps in alignment.items()
+    }
+
+
+def count_words(
+    verdicts: Mapping[str, Mapping[str, Mapping[str, Any]]],
+) -> dict[str, int]:
+    """How many verdicts of a two-level table say ``lower``, ``higher`` and ``none``."""
+    words = [v["word"] for row in verdicts.values() for v in row.values()]
+    return {w: words.count(w) for w in WORDS}
+
+
+def alignment_sentence(verdicts: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """Question 1's verdict in words."""
+    n = count_words(verdicts)
+    total = sum(n.values())
+    if n["lower"] > total / 2:
+        head = "Removing both symmetries helps"
+    elif n["lower"] == 0:
+        head = "Removing the rescaling symmetry too does not help"
+    else:
+        head = "Removing the rescaling symmetry too helps only sometimes"
+    return (
+        f"{head}: of the {total} rescaling steps (three steps, each architecture), "
+        f"{n['lower']} lowered the barrier of weight matching by more than its spread "
+        f"over pairs, {n['higher']} raised it and {n['none']} left it within the spread."
+    )
+
+
+BASIN_TEXT = {
+    "lower": "lower than between the aligned parents: it lands in their basin",
+    "higher": "higher than between the aligned parents: it does not land in their "
+    "shared basin",
+    "none": "no different from that between the aligned parents, within the spread",
+}
+
+
+def basin_sentence(basin: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """Question 2's verdict in words, per KF variant, from the straight-line barrier."""
+    parts = [
+        f"with the {v} retrofit, the barrier from the fused model to a parent is "
+        f"{BASIN_TEXT[basin[v]['barrier']['word']]} (LLPF peak excess: "
+        f"{WORDS[basin[v]['llpf_peak_excess']['word']]})"
+        for v in basin
+    ]
+    return "; ".join(parts)[0].upper() + "; ".join(parts)[1:] + "."
+
+
+def conditioning_sentence(summary: Mapping[str, Any], tol: float = 1e-4) -> str:
+    """Question 3's verdict in words: AM/GM of the low-loss paths against the line."""
+    v = summary["conditioning_verdict"]
+    text = {
+        "lower": "better conditioned (lower mean AM/GM of diag G)",
+        "higher": "worse conditioned (higher mean AM/GM of diag G)",
+        "none": "no differently conditioned (within the spread over pairs)",
+    }
+    same = summary["gauge_loss_change_max"] <= tol
+    return (
+        f"Compared with the straight line, the points of the LLPF path are "
+        f"{text[v['LLPF']['word']]} and those of the Bezier curve "
+        f"{text[v['Bezier']['word']]}; "
+        + (
+            "the PathCond gauge left the loss at every point unchanged."
+            if same
+            else "the PathCond gauge changed the loss at some point: a bug."
+        )
+    )
+
+
+def gauge_sentence(gauge: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
+    """Question 4's verdict in words."""
+    table = {r: {m: c["verdict"] for m, c in row.items()} for r, row in gauge.items()}
+    n = count_words(table)
+    total = sum(n.values())
+    head = (
+        "The gauge makes no difference to fusion"
+        if n["none"] == total
+        else "The gauge changes fusion in some cases"
+    )
+    return (
+        f"{head}: in {n['none']} of {total} (regime, method) cases the fused accuracy "
+        f"with the PathCond gauge is within the spread over seeds of that without, "
+        f"higher in {n['higher']} and lower in {n['lower']}."
+    )
+
+
+# --- cached runs -------------------------------------------------------------------------------
+
+CODE = (
+    "wslib.core",
+    "wslib.fusion",
+    "wslib.llpf",
+    "wslib.pathcond",
+    "wslib.synthesis",
+)
+
+
+def cached_alignment(
+    root: str | None,
+    key: Mapping[str, Any],
+    modes: Mapping[str, Sequence[nn.Module]],
+    ds: Dataset,
+    ts: Sequence[float],
+    seed: int,
+) -> dict[str, Any]:
+    """:func:`alignment_run`, cached under ``root`` by ``key`` (configs, seeds, data) and code."""
+    full = {"question": "alignment", **key, "ts": list(map(float, ts)), "seed": seed}
+    return cached_run(root, full, lambda: alignment_run(modes, ds, ts, seed), CODE)
+
+
+def cached_pairs(
+    root: str | None,
+    key: Mapping[str, Any],
+    models: Sequence[nn.Module],
+    ds: Dataset,
+    fusion: tuple[torch.Tensor, torch.Tensor],
+    settings: Mapping[str, Any],
+    seed: int,
+    train: Dataset | None = None,
+) -> list[dict[str, Any]]:
+    """:func:`pair_study` of every pair of ``models`` (pair ``k`` with seed ``seed + k``), each cached."""
+    runs = []
+    for k, ((i, a), (j, b)) in enumerate(all_pairs(list(enumerate(models)))):
+        full = {"question": "pair", **key, "pair": [i, j], "seed": seed + k}
+        full["settings"] = settings
+        runs.append(
+            cached_run(
+                root,
+                full,
+                lambda a=a, b=b, k=k: pair_study(
+                    a, b, ds, fusion, settings, seed + k, train
+                ),
+                CODE,
+            )
+        )
+    return runs
+
+
+def cached_gauge_fusion(
+    root: str | None,
+    key: Mapping[str, Any],
+    regimes: Mapping[str, Sequence[Sequence[nn.Module]]],
+    ds: Dataset,
+    fusion: tuple[torch.Tensor, torch.Tensor],
+    methods: Sequence[str],
+    seed: int,
+) -> dict[str, Any]:
+    """:func:`gauge_fusion`, cached under ``root`` by ``key`` and code."""
+    full = {"question": "gauge fusion", **key, "methods": list(methods), "seed": seed}
+    return cached_run(
+        root, full, lambda: gauge_fusion(regimes, ds, fusion, methods, seed), CODE
+    )
+
+
+# --- tables and metrics ------------------------------------------------------------------------
+
+
+def alignment_table(
+    alignment: Mapping[str, Mapping[str, Any]], verdicts: Mapping[str, Any]
+) -> pd.DataFrame:
+    """One row per (architecture, step): barrier, spread, distances, verdict."""
+    rows = []
+    for arch, steps in alignment.items():
+        for step, r in steps.items():
+            word = verdicts[arch][step]["word"] if step in verdicts[arch] else ""
+            rows.append(
+                {
+                    "model": arch,
+                    "step": step,
+                    "barrier": r["barrier_mean"],
+                    "± std": r["barrier_std"],
+                    "distance": r["distance_mean"],
+                    "lifting distance": r["lifting_distance_mean"],
+                    "output change": r["function_change_max"],
+                    "vs WM": WORDS.get(word, ""),
+                }
+            )
+    return pd.DataFrame(rows).set_index(["model", "step"])
+
+
+def basin_table(pairs: Mapping[str, Any]) -> pd.DataFrame:
+    """Barrier and LLPF peak excess (mean ± std over pairs): fused-parent and parent-parent."""
+    rows = {
+        **{f"fused (KF {v}) - parent": pairs["fused_parent"][v] for v in KF_VARIANTS},
+        **{
+            f"parents, {k}": pairs["parent_parent"][k] for k in ("unaligned", "aligned")
+        },
+    }
+    return pd.DataFrame(
+        {
+            name: {
+                "barrier": r["barrier"]["mean"],
+                "barrier std": r["barrier"]["std"],
+                "LLPF peak excess": r["llpf_peak_excess"]["mean"],
+                "peak std": r["llpf_peak_excess"]["std"],
+            }
+            for name, r in rows.items()
+        }
+    ).T
+
+
+def conditioning_table(pairs: Mapping[str, Any]) -> pd.DataFrame:
+    """Per path (mean over points, then over pairs): peak loss, AM/GM as given and in the gauge."""
+    cond = pairs["conditioning"]
+    return pd.DataFrame(
+        {
+            path: {
+                "peak loss": cond[path]["peak_loss"]["mean"],
+                "AM/GM": cond[path]["amgm_mean"]["mean"],
+                "AM/GM std": cond[path]["amgm_mean"]["std"],
+                "AM/GM, gauge": cond[path]["amgm_gauge_mean"]["mean"],
+                "vs line": WORDS[pairs["conditioning_verdict"][path]["word"]]
+                if path in pairs["conditioning_verdict"]
+                else "",
+            }
+            for path in PATHS
+        }
+    ).T
+
+
+def gauge_table(gauge: Mapping[str, Any], base: Mapping[str, Any]) -> pd.DataFrame:
+    """Fused test accuracy with and without the gauge (mean ± std over seeds), per regime and method."""
+    rows = []
+    for regime, methods in gauge.items():
+        for method, r in methods.items():
+            rows.append(
+                {
+                    "regime": regime,
+                    "method": method,
+                    "base models": base[regime]["mean"],
+                    "without": r["without"]["mean"],
+                    "without std": r["without"]["std"],
+                    "with gauge": r["with"]["mean"],
+                    "with std": r["with"]["std"],
+                    "gauge effect": WORDS[r["verdict"]["word"]],
+                }
+            )
+    return pd.DataFrame(rows).set_index(["regime", "method"])
+
+
+def chapter_metrics(
+    alignment: Mapping[str, Any],
+    align_verdicts: Mapping[str, Any],
+    pairs: Mapping[str, Any],
+    gauge: Mapping[str, Any],
+    base: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The chapter's results: the four questions' numbers and verdicts."""
+    return {
+        "alignment": alignment,
+        "alignment_verdict": align_verdicts,
+        "fused_parent": pairs["fused_parent"],
+        "parent_parent": pairs["parent_parent"],
+        "basin": pairs["basin"],
+        "conditioning": pairs["conditioning"],
+        "conditioning_verdict": pairs["conditioning_verdict"],
+        "loss_amgm_correlation": pairs["loss_amgm_correlation"],
+        "gauge_loss_change_max": pairs["gauge_loss_change_max"],
+        "gauge_fusion": gauge,
+        "base_accuracy": base,
+        "verdicts": {
+            "alignment": alignment_sentence(align_verdicts),
+            "basin": basin_sentence(pairs["basin"]),
+            "conditioning": conditioning_sentence(pairs),
+            "gauge_fusion": gauge_sentence(gauge),
+        },
+    }
+
+
+def verdict_table(metrics: Mapping[str, Any]) -> pd.DataFrame:
+    """The four verdict sentences, one row per question."""
+    questions = {
+        "alignment": "1. Alignment needs both symmetries?",
+        "basin": "2. Fusion lands in its parents' basin?",
+        "conditioning": "3. Low-loss path well conditioned?",
+        "gauge_fusion": "4. The gauge matters for fusion?",
+    }
+    return pd.DataFrame(
+        {"verdict": {q: metrics["verdicts"][k] for k, q in questions.items()}}
+    )
