@@ -385,7 +385,8 @@ def run_one(nb: str, args: argparse.Namespace, alone: bool) -> bool:
 
 def longest_first(notebooks: list[str], profile: str) -> list[str]:
     """``notebooks`` by expected wall time, longest first; never timed ones first."""
-    expected = json.loads(REFERENCE_TIMES.read_text()) if profile == "cpu" else {}
+    reference = profile == "cpu" and REFERENCE_TIMES.exists()
+    expected = json.loads(REFERENCE_TIMES.read_text()) if reference else {}
     last = ROOT / "build" / profile / "run_times.json"
     if last.exists():
         expected |= json.loads(last.read_text())

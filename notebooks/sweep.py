@@ -12,7 +12,7 @@ results land where ``make notebook SEED=S`` puts them
 records the same effective parameters and the same code fingerprint (the
 library's source and the notebook's) is skipped, so a killed sweep restarted
 runs only what is missing; so is a seed that ``make book`` already ran with the
-same parameters. After the jobs, every swept notebook's seeds are
+same parameters. Jobs start longest notebook first (as in ``run.py``). After the jobs, every swept notebook's seeds are
 summarised in ``results/<profile>/seeds/<NB>.json`` (see
 :mod:`wslib.runs.sweeps`).
 
@@ -256,7 +256,8 @@ def sweep(jobs: list[Job], submit: Callable[[Job], Handle], width: int) -> list[
 def main(argv: list[str] | None = None) -> int:
     """Run the sweep, then summarise each notebook's seeds."""
     args = parse_args(argv)
-    jobs = [Job(nb, s, args.profile) for nb in args.notebooks for s in args.seeds]
+    notebooks = runner.longest_first(args.notebooks, args.profile)
+    jobs = [Job(nb, s, args.profile) for nb in notebooks for s in args.seeds]
     try:
         todo = [job for job in jobs if not is_current(job)]
     except runner.UnknownParameter as error:
