@@ -77,6 +77,16 @@ def test_m2m_path_starts_and_ends_on_the_modes(config: dict) -> None:
     assert path.grad_steps == sorted(path.grad_steps) and path.total_grad_steps > 0
 
 
+def test_m2m_between_identical_modes_ends_on_them() -> None:
+    """Identical ends (distance 0): no division by the start's distance."""
+    model, a, _ = pair(MLP)
+    x, y = data()
+    path = m2m(
+        model, a, a, x, y, ticks=4, refine=REFINE, record_every=2, progress=False
+    )
+    assert same(path.states[0], a) and same(path.states[-1], a)
+
+
 def test_data_flow_stages_follow_module_order() -> None:
     model = build_model(RESNET)
     stages = data_flow_stages(model)
