@@ -15,7 +15,7 @@ from torch import nn
 import wslib.llpf.layerwise as layerwise
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
-from wslib.llpf.layerwise import ComplianceSGD, Refine, m2m, refine_point
+from wslib.llpf.layerwise import ComplianceSGD, LLPFPath, Refine, m2m, refine_point
 from wslib.llpf.protocols import (
     PathSetup,
     batch_mode_loss,
@@ -137,23 +137,28 @@ def test_killed_chapter5_run_resumes_without_redoing_work(
 # --- the refinement cap ------------------------------------------------------
 
 
-def test_ticks_stopped_at_the_cap_warn_how_far_above_the_threshold() -> None:
+def four_ticks(refine: Refine) -> LLPFPath:
+    """An M2M path of 4 ticks between the two test models, refined by ``refine``."""
     source, dest = models()
     ds = dataset()
+    return m2m(
+        source,
+        source.state_dict(),
+        dest.state_dict(),
+        ds.x_train,
+        ds.y_train,
+        ticks=4,
+        refine=refine,
+        progress=False,
+    )
+
+
+def test_ticks_stopped_at_the_cap_warn_how_far_above_the_threshold() -> None:
     refine = Refine(lr=0.05, batch_size=8, r_min=2, r_max=3, threshold=0.0)
     with pytest.warns(
         UserWarning, match=r"cap r_max=3 above the threshold 0 in 3 of 4 ticks"
     ) as record:
-        path = m2m(
-            source,
-            source.state_dict(),
-            dest.state_dict(),
-            ds.x_train,
-            ds.y_train,
-            ticks=4,
-            refine=refine,
-            progress=False,
-        )
+        path = four_ticks(refine)
     worst = max(path.refine_loss[:-1])
     capped = [str(w.message) for w in record if "cap r_max" in str(w.message)]
     assert len(capped) == 1 and f"up to {worst:.3g} above it" in capped[0]
@@ -162,21 +167,10 @@ def test_ticks_stopped_at_the_cap_warn_how_far_above_the_threshold() -> None:
 def test_no_cap_warning_when_every_tick_reaches_the_threshold() -> None:
     import warnings
 
-    source, dest = models()
-    ds = dataset()
     refine = Refine(lr=0.05, batch_size=8, r_min=2, r_max=3, threshold=1e9)
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        m2m(
-            source,
-            source.state_dict(),
-            dest.state_dict(),
-            ds.x_train,
-            ds.y_train,
-            ticks=4,
-            refine=refine,
-            progress=False,
-        )
+        four_ticks(refine)
     assert record and not [w for w in record if "cap r_max" in str(w.message)]
 
 

@@ -14,7 +14,8 @@ builds, for modes A and B, the pairs of representatives the chapter compares:
 - ``WM + scale matching``: weight matching, then the per-neuron rescaling of
   B closest to A (:func:`wslib.core.matching.match_scales`).
 
-Every step keeps each model's function (checked by :func:`function_change`).
+Every step keeps each model's function (checked by
+:func:`wslib.core.connectivity.max_output_diff` in eval mode).
 
 The path-lifting representation. A loss barrier needs a network at every
 point of the line, and a point on the straight line between two path-lifting
@@ -41,12 +42,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from wslib.core.connectivity import max_output_diff
 from wslib.core.data import Dataset
 from wslib.core.interpolation import linear_path
 from wslib.core.matching import align, match_scales
 from wslib.core.models import MLP
 from wslib.core.neurons import StateDict, rescale_state
-from wslib.core.train import predict
 from wslib.pathcond.enorm import enorm_step
 from wslib.pathcond.rescaling import pathcond_rescale
 
@@ -169,11 +170,6 @@ def lifting_distance(model: nn.Module, a: StateDict, b: StateDict) -> float:
     return float(max(2.0 - 2.0 * cos, 0.0) ** 0.5)
 
 
-def function_change(model: nn.Module, state: StateDict, x: torch.Tensor) -> float:
-    """Largest output change on ``x`` when ``model`` gets ``state`` (eval mode)."""
-    return float((predict(model, x) - predict(with_state(model, state), x)).abs().max())
-
-
 def alignment_study(
     pairs: dict[str, list[tuple[nn.Module, nn.Module]]],
     ds: Dataset,
@@ -212,7 +208,10 @@ def alignment_study(
                 row["barrier"].append(float(line["barrier"]))
                 row["distance"].append(distance(sa, sb) / distance(sa, zeros(sa)))
                 row["function_change"].append(
-                    max(function_change(a, sa, x), function_change(b, sb, x))
+                    max(
+                        max_output_diff(a, sa, x, False),
+                        max_output_diff(b, sb, x, False),
+                    )
                 )
                 if isinstance(a, MLP):
                     row["lifting"].append(lifting_distance(a, sa, sb))

@@ -29,8 +29,8 @@ from wslib.core.interpolation import lerp_state, linear_path
 from wslib.core.matching import align
 from wslib.core.train import Recipe, evaluate, fit
 from wslib.fusion import GradientConfig, fuse, fuse_by
-from wslib.llpf import Refine, evaluate_path, fit_curve, m2m
-from wslib.llpf.protocols import threshold_loss
+from wslib.llpf import evaluate_path, fit_curve, m2m
+from wslib.llpf.protocols import PathSetup
 from wslib.runs.cache import cached_run
 from wslib.runs.zoo import Zoo
 from wslib.synthesis.alignment import alignment_study, pathcond_gauge, with_state
@@ -119,28 +119,14 @@ def alignment_run(
     return alignment_study(pairs, ds, ts, seed)
 
 
-def _refine(
-    models: Sequence[nn.Module], ds: Dataset, llpf: Mapping[str, Any]
-) -> Refine:
-    """The book's refinement rule: threshold = larger endpoint loss + margin.
-
-    The endpoint loss is measured as LLPF's stop rule measures it
-    (:func:`wslib.llpf.protocols.threshold_loss`; the same under BatchNorm).
-    """
-    ends = threshold_loss(models, ds, llpf["batch_size"])
-    return Refine(
-        lr=llpf["lr"],
-        batch_size=llpf["batch_size"],
-        r_min=llpf["r_min"],
-        r_max=llpf["r_max"],
-        threshold=ends + llpf["margin"],
-    )
-
-
 def llpf_path(
     a: nn.Module, b: nn.Module, ds: Dataset, llpf: Mapping[str, Any], seed: int
 ) -> tuple[list[dict[str, torch.Tensor]], float]:
-    """The M2M path from ``a`` to ``b`` (its recorded states) and its peak excess."""
+    """The M2M path from ``a`` to ``b`` (its recorded states) and its peak excess.
+
+    Refined by the book's rule (:meth:`wslib.llpf.protocols.PathSetup.refine`).
+    """
+    setup = PathSetup(ds, llpf["batch_size"], llpf["r_min"], llpf["margin"])
     path = m2m(
         a,
         a.state_dict(),
@@ -148,7 +134,7 @@ def llpf_path(
         ds.x_train,
         ds.y_train,
         ticks=llpf["ticks"],
-        refine=_refine([a, b], ds, llpf),
+        refine=setup.refine([a, b], llpf),
         seed=seed,
         record_every=llpf["record_every"],
         progress=False,
