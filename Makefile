@@ -3,6 +3,7 @@
 #                                            default one per core), then build book/_build/html
 #   make notebook NB=01_symmetries [SEED=N] [PROFILE=cpu]
 #   make sweep SEEDS="0 1 2" [NB="03_llpf_m2m ..."] [PROFILE=cpu] [EXECUTOR=local|slurm]
+#              [SPLIT=1]   long chapters as one job per unit (path, run group), then the notebook
 #   make book EDITION=student                   the same book without solutions (book/_student/)
 #   make publish [EDITION=full|student] [PUSH=1]   commit the built HTML to the gh-pages branch
 #   make data [DATA="mnist fashion_mnist cifar10 cifar100"]   download image data sets (gpu profile)
@@ -18,6 +19,7 @@ NB ?=
 SEEDS ?= 0 1 2
 EDITION ?= full
 PUSH ?=
+SPLIT ?=
 GHP_IMPORT ?= $(VENV)/bin/ghp-import
 EXECUTOR ?= local
 DATA ?= mnist fashion_mnist cifar10 cifar100
@@ -65,7 +67,7 @@ notebook: $(STAMP)
 # One job per (notebook, seed); a restarted sweep runs only what is missing.
 sweep: $(STAMP)
 	$(PY) notebooks/sweep.py --profile $(PROFILE) --executor $(EXECUTOR) \
-		--seeds $(SEEDS) $(if $(JOBS),--jobs $(JOBS)) $(NB)
+		--seeds $(SEEDS) $(if $(JOBS),--jobs $(JOBS)) $(if $(SPLIT),--split) $(NB)
 
 # The built HTML of one edition as the only commit of branch gh-pages (with
 # .nojekyll, so GitHub Pages serves Sphinx's _static folder); PUSH=1 pushes it.

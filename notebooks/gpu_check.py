@@ -51,6 +51,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, fit, model_device, pick_device
+from wslib.synthesis.alignment import STEPS as ALIGNMENT_STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
 RESNET = {"name": "resnet18", "in_shape": [3, 32, 32], "n_classes": 10, "width": 1.0}
@@ -445,13 +446,45 @@ def _fusions(
     c.steps(model, gradient * grad["max_epochs"] * LBFGS_EVALS, examples)
 
 
-def _base_models_only(p: dict, c: Counter, nb: str) -> None:
-    """A chapter without its own counter: its base models only (``models`` x ``recipes``)."""
+def _synthesis_chapter(p: dict, c: Counter, nb: str) -> None:
+    """Chapter 12: modes, alignment lines, the MLP pairs' fusions and paths, the gauge."""
     del nb
-    models = p.get("models") or {}
-    for s in range(int(p.get("n_modes", 2))):
-        for name, model in models.items():
-            c.train(p["data"], model, p["recipes"][name], s)
+    data, n_train = p["data"], DATA_SIZES[p["data"]["name"]][0]
+    n = int(p["n_modes"])
+    pairs, line = n * (n - 1) // 2, p["n_points"] * p["eval_train"]
+    for name, model in p["models"].items():
+        for s in range(n):
+            c.train(data, model, p["recipes"][name], s)
+        c.evaluate(model, pairs * len(ALIGNMENT_STEPS) * line)  # question 1
+    mlp, recipe, llpf = p["models"]["mlp"], p["recipes"]["mlp"], p["llpf"]
+    per_class, grad = p["fusion_per_class"], p["gradient"]
+    finetune = {**recipe, **p["finetune"]}
+    points = llpf["ticks"] // llpf["record_every"] + 1 + 2 * p["n_points"]
+    for _ in range(pairs):  # questions 2 and 3: per pair of MLP modes
+        _fusions(c, mlp, per_class, grad, linear=1, gradient=1)  # KF linear, gradient
+        c.steps(mlp, *_steps(n_train, finetune))
+        c.steps(mlp, *_steps(n_train, finetune))
+        for _ in range(6):  # fused to each parent (2 variants), parents (2 ways)
+            c.evaluate(mlp, line)
+            c.items.append(
+                Work(
+                    "ticks",
+                    mlp,
+                    llpf["ticks"],
+                    p["llpf_batch"],
+                    llpf["record_every"],
+                    p["eval_train"] + p["eval_test"],
+                )
+            )
+        c.steps(mlp, p["bezier"]["steps"], 128)
+        c.evaluate(mlp, points * p["eval_train"])  # conditioning along three paths
+    for k in range(p["n_shard_seeds"]):  # question 4
+        for i in range(2):
+            c.train(data, mlp, recipe, ["shards", k, i], 0.5)
+    groups = pairs + p["n_shard_seeds"]
+    for method in p["fusion_methods"]:
+        gradient = int("_gradient" in method)
+        _fusions(c, mlp, per_class, grad, 2 * groups, 2 * groups * gradient)
 
 
 CHAPTERS: dict[str, Callable[[dict, Counter, str], None]] = {
@@ -466,6 +499,7 @@ CHAPTERS: dict[str, Callable[[dict, Counter, str], None]] = {
     "09_fusion_cost": _fusion_chapter,
     "10_fusion_regimes": _fusion_chapter,
     "11_fusion_beyond": _fusion_chapter,
+    "12_synthesis": _synthesis_chapter,
 }
 
 
@@ -495,7 +529,7 @@ def chapter_work(params_file: str | Path | None = None) -> dict[str, list[Work]]
     zoo: set[str] = set()
     work = {}
     for nb in runner.available_notebooks():
-        count = CHAPTERS.get(nb, _base_models_only)
+        count = CHAPTERS[nb]
         p = {**runner.default_parameters(nb), **(params.get(nb) or {})}
         counter = Counter(zoo)
         count(p, counter, nb)

@@ -3,7 +3,7 @@
 Usage::
 
     python notebooks/sweep.py --seeds 0 1 2 [--profile cpu] [--executor local|slurm]
-                              [--cluster-config sweep.yaml] [NB ...]
+                              [--cluster-config sweep.yaml] [--split] [NB ...]
 
 Each job is ``notebooks/run.py --profile P --seed S --jobs 1 NB``, so its
 results land where ``make notebook SEED=S`` puts them
@@ -12,8 +12,13 @@ results land where ``make notebook SEED=S`` puts them
 records the same effective parameters and the same code fingerprint (the
 library's source and the notebook's) is skipped, so a killed sweep restarted
 runs only what is missing; so is a seed that ``make book`` already ran with the
-same parameters. Jobs start longest notebook first (as in ``run.py``). After the jobs, every swept notebook's seeds are
-summarised in ``results/<profile>/seeds/<NB>.json`` (see
+same parameters. Jobs start longest notebook first (as in ``run.py``).
+
+``--split`` spreads the long chapters further: each (notebook, seed) of a
+chapter in ``part.SPLIT`` is first run as its units (``notebooks/part.py``,
+one job per unit, stage by stage, logs under ``<NB>.units/``; see
+:mod:`wslib.runs.units`), and its notebook job then finds every piece cached.
+After the jobs, every swept notebook's seeds are summarised in ``results/<profile>/seeds/<NB>.json`` (see
 :mod:`wslib.runs.sweeps`).
 
 Executors:
@@ -38,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -47,6 +53,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+import part
 import run as runner
 import yaml
 
@@ -74,31 +81,32 @@ class Handle(Protocol):
 
 @dataclass(frozen=True)
 class Job:
-    """One notebook at one seed."""
+    """One notebook at one seed, or one unit of its work (``--split``)."""
 
     nb: str
     seed: int
     profile: str
+    unit: str | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.nb} seed {self.seed}"
+        return f"{self.nb} seed {self.seed}" + (f": {self.unit}" if self.unit else "")
 
     def folder(self, root: Path) -> Path:
         return root / runner.run_dir("build", self.profile, self.seed)
 
+    @property
+    def log(self) -> str:
+        """The log's file name in :meth:`folder`."""
+        if self.unit is None:
+            return f"{self.nb}.log"
+        return f"{self.nb}.units/{re.sub(r'[^A-Za-z0-9.=-]+', '_', self.unit)}.log"
+
     def command(self) -> list[str]:
-        return [
-            sys.executable,
-            "notebooks/run.py",
-            "--profile",
-            self.profile,
-            "--seed",
-            str(self.seed),
-            "--jobs",
-            "1",
-            self.nb,
-        ]
+        common = ["--profile", self.profile, "--seed", str(self.seed), self.nb]
+        if self.unit is None:
+            return [sys.executable, "notebooks/run.py", "--jobs", "1", *common]
+        return [sys.executable, "notebooks/part.py", *common, self.unit]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -109,6 +117,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--executor", choices=("local", "slurm"), default="local")
     parser.add_argument("--cluster-config", type=Path, default=Path("sweep.yaml"))
     parser.add_argument("--jobs", type=int, default=runner.cores())
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="run the units of the split chapters as jobs of their own first",
+    )
     parser.add_argument("notebooks", nargs="*", metavar="NB")
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -159,7 +172,7 @@ def job_env() -> dict[str, str]:
 
 def run_local(job: Job) -> None:
     """Run one job here; raise with the end of its log when it fails."""
-    log = job.folder(runner.ROOT) / f"{job.nb}.log"
+    log = job.folder(runner.ROOT) / job.log
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         done = subprocess.run(
@@ -241,8 +254,9 @@ def sweep(jobs: list[Job], submit: Callable[[Job], Handle], width: int) -> list[
             if error is not None:
                 failed.append(job)
                 copy = job.folder(runner.ROOT) / f"{job.nb}.ipynb"
+                where = "its log" if job.unit else f"partial executed copy: {copy}"
                 print(
-                    f"error: {job.name} failed; partial executed copy: {copy}\n"
+                    f"error: {job.name} failed; {where}\n"
                     f"    {str(error).strip()}".replace("\n", "\n    "),
                     file=sys.stderr,
                     flush=True,
@@ -251,6 +265,24 @@ def sweep(jobs: list[Job], submit: Callable[[Job], Handle], width: int) -> list[
                 print(f"{job.name}: done", flush=True)
             progress(finished, len(running), len(failed), len(jobs))
     return failed
+
+
+def split(jobs: list[Job]) -> list[list[Job]]:
+    """The phases of a split sweep: each stage's units of every job, then the notebooks.
+
+    A notebook not split (see ``part.SPLIT``) has no units; its job runs in
+    the last phase with the others. A failed unit does not stop the sweep: its
+    notebook computes what is missing itself.
+    """
+    units = [
+        (unit.stage, Job(job.nb, job.seed, job.profile, unit.name))
+        for job in jobs
+        for unit in part.chapter_units(
+            job.nb, part.parameters(job.nb, job.profile, job.seed)
+        )
+    ]
+    stages = sorted({stage for stage, _ in units})
+    return [[j for s, j in units if s == stage] for stage in stages] + [jobs]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
         width = len(todo) or 1
     start = time.perf_counter()
     try:
-        failed = sweep(todo, submit, width)
+        phases = split(todo) if args.split else [todo]
+        failed = [job for phase in phases for job in sweep(phase, submit, width)]
     finally:
         close()
     for nb in args.notebooks:

@@ -13,7 +13,8 @@ The package is layered; a package imports only those listed before it::
                      (process pools), stats (epochs to a threshold, summaries,
                      speed-ups, learning-rate choice), sweeps (metrics over
                      seeds), claims (the claims ledger: each claim, its
-                     metric, its verdict rule)
+                     metric, its verdict rule), units (a chapter's work as
+                     independent cached pieces, for sweeps over machines)
     wslib.plotting   one style and one colour per method for the whole book
     wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), path
                      (the result type of every path finder), curves (Bezier),

@@ -122,3 +122,18 @@ def test_seconds_scale_by_flops_with_a_floor(check):
     assert check.seconds([tiny], rates) == pytest.approx(10 * rates.floor_s)
     solves = check.Work("solve", None, 4)
     assert check.seconds([solves], rates) == pytest.approx(4 * rates.solve_s)
+
+
+def test_chapter_12_counts_its_paths_and_only_new_models(check):
+    p = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())[
+        "12_synthesis"
+    ]
+    pairs = p["n_modes"] * (p["n_modes"] - 1) // 2
+    items = check.chapter_work()["12_synthesis"]
+    ticks = [w for w in items if w.kind == "ticks"]
+    assert len(ticks) == 6 * pairs  # fused-parent (2 variants x 2), parent-parent x 2
+    assert {w.amount for w in ticks} == {p["llpf"]["ticks"]}
+    trained = [w for w in items if w.kind == "train" and w.batch == 256]
+    new_modes = (p["n_modes"] - 2) * len(p["models"])  # seeds 0, 1 are chapter 1's
+    shards = 2 * p["n_shard_seeds"]
+    assert len(trained) == new_modes + shards + 2 * pairs  # two fine-tunes per pair

@@ -30,10 +30,10 @@ def tiny_notebook(path: Path, body: str = BODY) -> None:
 
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
-    """A repository root with run.py, sweep.py, one tiny notebook and a cpu profile."""
+    """A repository root with run.py, part.py, sweep.py, one tiny notebook and a cpu profile."""
     notebooks = tmp_path / "notebooks"
     (notebooks / "params").mkdir(parents=True)
-    for script in ("run.py", "sweep.py"):
+    for script in ("run.py", "part.py", "sweep.py"):
         shutil.copy(ROOT / "notebooks" / script, notebooks / script)
     (notebooks / "params" / "cpu.yaml").write_text("{}\n")
     tiny_notebook(notebooks / "00_tiny.ipynb")

@@ -73,6 +73,7 @@ from wslib.core.neurons import StateDict
 from wslib.core.norms import norm_parameter_names
 from wslib.core.train import model_device
 from wslib.llpf.path import LLPFPath, check_same_architecture
+from wslib.runs.units import refuse_compute
 
 # The modules whose source determines a path (its checkpoint key).
 CODE = (
@@ -531,6 +532,8 @@ def _run_loop(
         leave=False,
     )
     done = run.finished or run.tick >= ticks
+    if not done:
+        refuse_compute(f"LLPF path {ckpt or phase}")
     while not done:
         t0 = time.perf_counter()
         t = run.tick

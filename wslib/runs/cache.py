@@ -21,6 +21,7 @@ from typing import Any
 
 from wslib.core.files import atomic_write, code_version, entry_lock, stable_hash
 from wslib.runs.results import to_jsonable
+from wslib.runs.units import refuse_compute
 
 
 def cached_run(
@@ -47,6 +48,7 @@ def cached_run(
                 f"cached run {path} was written for another run or is incomplete; "
                 "recomputing"
             )
+        refuse_compute(f"run {path}")
         result = to_jsonable(compute())
         text = json.dumps({"key": key, "result": result})
         atomic_write(path, lambda tmp: tmp.write_text(text))

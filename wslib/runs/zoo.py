@@ -40,6 +40,7 @@ from wslib.core.files import (
 )
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
+from wslib.runs.units import refuse_compute
 
 SPLITS = {  # split kind -> required keys
     "full": (),
@@ -144,6 +145,7 @@ class Zoo:
         with entry_lock(path):  # a neighbour training the same model: wait, then load
             model = self._load(path, config) if path.exists() else None
             if model is None:
+                refuse_compute(f"model {path}")
                 model = self._train(config)
                 self.trained += 1
             else:

@@ -1,0 +1,105 @@
+"""Run units of a chapter's work (see :mod:`wslib.runs.units`) outside its notebook.
+
+Usage::
+
+    python notebooks/part.py --profile gpu --seed 0 03_llpf_m2m --list
+    python notebooks/part.py --profile gpu --seed 0 03_llpf_m2m [UNIT ...]
+
+The units come from the notebook's effective parameters (its defaults, the
+profile, the seed), as in ``run.py``; each fills the cache the notebook reads.
+Without unit names every unit runs, stage by stage. ``sweep.py --split`` sends
+each unit to a job of its own. Chapters not in :data:`SPLIT` are one job each:
+they take under an hour on one GPU by the estimate of ``gpu_check.py``.
+
+Exit status: 0 on success, 1 when a unit fails, 2 for an unknown profile,
+notebook, parameter or unit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+import time
+from typing import Any
+
+import run as runner
+import torch
+
+from wslib.core.train import seed_everything
+from wslib.runs.units import Unit, by_stage
+
+# The chapters split into units: notebook -> "module:function(params) -> units".
+SPLIT = {
+    "03_llpf_m2m": "wslib.llpf.units:m2m_units",
+    "04_llpf_baselines": "wslib.llpf.units:baseline_units",
+    "05_llpf_spheres": "wslib.llpf.units:sphere_units",
+    "07_pathcond_mlp": "wslib.pathcond.units:mlp_units",
+    "08_pathcond_conv": "wslib.pathcond.units:conv_units",
+}
+
+
+def parameters(nb: str, profile: str, seed: int | None) -> dict[str, Any]:
+    """The parameters ``nb`` runs with at ``profile`` and ``seed`` (as in ``run.py``)."""
+    return runner.effective_parameters(
+        nb, runner.notebook_parameters(nb, profile, seed)
+    )
+
+
+def chapter_units(nb: str, params: dict[str, Any]) -> list[Unit]:
+    """The units of ``nb`` run with ``params`` (empty when it is not split)."""
+    if nb not in SPLIT:
+        return []
+    module, function = SPLIT[nb].split(":")
+    units = getattr(importlib.import_module(module), function)(params)
+    by_stage(units)  # unique names
+    return units
+
+
+def run_units(units: list[Unit], seed: int) -> None:
+    """Run ``units`` stage by stage, each from the chapter's seed, printing times."""
+    for stage in by_stage(units):
+        for unit in stage:
+            start = time.perf_counter()
+            seed_everything(seed)
+            unit.run()
+            print(f"{unit.name}: {time.perf_counter() - start:.1f} s", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--list", action="store_true", help="print the units, run none")
+    parser.add_argument("notebook")
+    parser.add_argument("units", nargs="*", metavar="UNIT")
+    args = parser.parse_args(argv)
+    if args.profile not in runner.available_profiles():
+        runner.fail_usage("profile", args.profile, runner.available_profiles())
+    if args.notebook not in SPLIT:
+        runner.fail_usage("split notebook", args.notebook, sorted(SPLIT))
+    os.chdir(runner.ROOT)  # the caches' paths are relative to the repository root
+    runner.one_thread_kernels(1)
+    torch.set_num_threads(1)  # as in the notebooks' kernels: the same metrics
+    try:
+        params = parameters(args.notebook, args.profile, args.seed)
+        units = chapter_units(args.notebook, params)
+    except runner.UnknownParameter as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.list:
+        for unit in units:
+            print(f"stage {unit.stage}: {unit.name}")
+        return 0
+    names = {u.name: u for u in units}
+    for name in args.units:
+        if name not in names:
+            runner.fail_usage("unit", name, list(names))
+    chosen = [names[n] for n in args.units] if args.units else units
+    run_units(chosen, params["seed"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""notebooks/part.py: a split chapter's units fill every cache its notebook reads.
+
+For each split notebook, in a temporary checkout (copies of ``wslib/``,
+``notebooks/`` and the MNIST-1D files, empty caches): run all of its smoke
+units, then the notebook with ``WSLIB_CACHED_ONLY=1`` (any cache asked to
+compute raises). The notebook must succeed and report the metrics of the smoke
+book's unsplit run, wall-clock timings aside: the units computed the same
+pieces, with the same keys and values, as the notebook would have.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT, SMOKE, load_script
+
+SPLIT = sorted(load_script("notebooks/part.py").SPLIT)
+TIMING = re.compile(r"seconds|time|wall|_s$|over_epoch")  # wall-clock metric keys
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A repository root with the library, the notebooks and MNIST-1D; no caches."""
+    root = tmp_path_factory.mktemp("checkout")
+    skip = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
+    for folder in ("wslib", "notebooks", "data/mnist1d"):
+        if (ROOT / folder).exists():
+            shutil.copytree(ROOT / folder, root / folder, ignore=skip)
+    return root
+
+
+def run(checkout: Path, *args: str, cached_only: bool = False) -> None:
+    env = {**os.environ, "PYTHONPATH": str(checkout)}
+    if cached_only:
+        env["WSLIB_CACHED_ONLY"] = "1"
+    done = subprocess.run(
+        [sys.executable, *args],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def untimed(metrics: Any) -> Any:
+    """``metrics`` without the entries whose key names a wall-clock time."""
+    if isinstance(metrics, dict):
+        return {k: untimed(v) for k, v in metrics.items() if not TIMING.search(k)}
+    if isinstance(metrics, list):
+        return [untimed(v) for v in metrics]
+    return metrics
+
+
+def metrics(path: Path) -> Any:
+    return untimed(json.loads(path.read_text())["metrics"])
+
+
+@pytest.mark.parametrize("nb", SPLIT)
+def test_units_fill_every_cache_the_notebook_reads(
+    checkout: Path, smoke_book: Path, nb: str
+) -> None:
+    run(checkout, "notebooks/part.py", "--profile", SMOKE, nb)
+    run(checkout, "notebooks/run.py", "--profile", SMOKE, nb, cached_only=True)
+    split = metrics(checkout / "results" / SMOKE / f"{nb}.json")
+    assert split == metrics(ROOT / "results" / SMOKE / f"{nb}.json")
+
+
+def test_a_missing_unit_is_named(checkout: Path) -> None:
+    """A cached-only run at a seed whose units never ran names what is missing."""
+    nb = SPLIT[0]
+    env = {**os.environ, "PYTHONPATH": str(checkout), "WSLIB_CACHED_ONLY": "1"}
+    done = subprocess.run(
+        [sys.executable, "notebooks/run.py", "--profile", SMOKE, "--seed", "9", nb],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert "is not cached" in done.stdout + done.stderr

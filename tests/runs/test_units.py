@@ -1,0 +1,81 @@
+"""wslib.runs.units: units grouped by stage; every cache refuses to compute when told.
+
+``WSLIB_CACHED_ONLY=1`` is the check that a split chapter's units covered all
+its work (``tests/book/test_split.py``), so each cache's refusal is tested
+here: the run cache, the model zoo and an LLPF path.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.runs.test_zoo import CONFIG
+from wslib.core.models import build_model
+from wslib.llpf.layerwise import Refine, m2m
+from wslib.runs.cache import cached_run
+from wslib.runs.units import CACHED_ONLY, NotCached, Unit, by_stage, refuse_compute
+from wslib.runs.zoo import Zoo
+
+
+def unit(name: str, stage: int) -> Unit:
+    return Unit(name, stage, lambda: None)
+
+
+def test_units_are_grouped_by_stage_lowest_first() -> None:
+    units = [unit("b", 1), unit("a", 0), unit("c", 1), unit("d", 3)]
+    stages = by_stage(units)
+    assert [[u.name for u in s] for s in stages] == [["a"], ["b", "c"], ["d"]]
+
+
+def test_repeated_unit_names_are_named() -> None:
+    with pytest.raises(ValueError, match="repeated: a"):
+        by_stage([unit("a", 0), unit("a", 1), unit("b", 0)])
+
+
+@pytest.fixture()
+def cached_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHED_ONLY, "1")
+
+
+def test_refusal_only_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(CACHED_ONLY, "0")
+    refuse_compute("anything")  # no error
+    monkeypatch.setenv(CACHED_ONLY, "1")
+    with pytest.raises(NotCached, match="the thing is not cached"):
+        refuse_compute("the thing")
+
+
+def test_run_cache_refuses_a_miss_and_serves_a_hit(tmp_path, monkeypatch) -> None:
+    stored = cached_run(tmp_path, {"a": 1}, lambda: {"x": 1.0})
+    monkeypatch.setenv(CACHED_ONLY, "1")
+    assert cached_run(tmp_path, {"a": 1}, lambda: {"x": 2.0}) == stored
+    with pytest.raises(NotCached, match="run .* is not cached"):
+        cached_run(tmp_path, {"a": 2}, lambda: {"x": 2.0})
+
+
+def test_zoo_refuses_to_train(tmp_path, cached_only) -> None:
+    zoo = Zoo(tmp_path / "zoo", device="cpu", progress=False)
+    with pytest.raises(NotCached, match="model .* is not cached"):
+        zoo.get(CONFIG)
+
+
+def test_llpf_path_refuses_to_move_but_a_finished_one_loads(
+    tmp_path, monkeypatch
+) -> None:
+    spec = {"name": "mlp", "in_shape": [1, 6], "n_classes": 3, "widths": [5]}
+    torch.manual_seed(0)
+    model = build_model(spec)
+    dest = build_model(spec).state_dict()
+    x, y = torch.randn(32, 1, 6), torch.randint(0, 3, (32,))
+    refine = Refine(lr=0.05, batch_size=16, r_min=2, r_max=3, threshold=10.0)
+
+    def find(folder: str) -> object:
+        start = model.state_dict()
+        return m2m(model, start, dest, x, y, 3, refine, checkpoint=tmp_path / folder)
+
+    done = find("done")
+    monkeypatch.setenv(CACHED_ONLY, "1")
+    assert find("done").ticks == done.ticks
+    with pytest.raises(NotCached, match="LLPF path .* is not cached"):
+        find("new")
