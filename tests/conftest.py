@@ -22,7 +22,11 @@ def load_script(path: str) -> ModuleType:
     name = "script_" + file.stem
     spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(file.parent))  # a script imports its siblings (run.py)
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(file.parent))
     return module
 
 

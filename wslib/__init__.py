@@ -19,11 +19,13 @@ The package is layered; a package imports only those listed before it::
     wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), path
                      (the result type of every path finder), curves (Bezier),
                      autoneb, evaluation; protocols (the chapters' runs),
-                     experiments (their tables and metrics), figures
+                     experiments (their tables and metrics), figures,
+                     units (chapters 3-5 as independent cached pieces)
     wslib.pathcond   PathCond: rescaling (diag G, the solver), lifting (explicit
                      path-lifting), enorm, training (one cached run);
                      experiments (the chapters' protocols), reports (tables,
-                     text, verdicts), figures
+                     text, verdicts), figures, units (chapters 7-8 as
+                     independent cached pieces)
     wslib.fusion     HF / KF fusion: levels, hfkf, residual, importance,
                      baselines, experiments (protocols and result assembly)
 

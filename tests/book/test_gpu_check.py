@@ -125,9 +125,7 @@ def test_seconds_scale_by_flops_with_a_floor(check):
 
 
 def test_chapter_12_counts_its_paths_and_only_new_models(check):
-    p = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())[
-        "12_synthesis"
-    ]
+    p = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())["12_synthesis"]
     pairs = p["n_modes"] * (p["n_modes"] - 1) // 2
     items = check.chapter_work()["12_synthesis"]
     ticks = [w for w in items if w.kind == "ticks"]

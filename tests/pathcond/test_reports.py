@@ -305,7 +305,10 @@ def test_add_cost_metrics():
         "epoch_seconds": 4.0,
         "rescale_over_epoch": 0.25,
     }
-    assert metrics["low"]["solver"] == {"F (converged)": 1.0, "s (converged)": 0.5}
+    assert metrics["low"]["solver"] == {
+        "F (converged)": 1.0,
+        "seconds (converged)": 0.5,
+    }
     assert (metrics["rescale_seconds"], metrics["epoch_seconds"]) == (2.0, 6.0)
 
 

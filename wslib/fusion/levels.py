@@ -563,9 +563,11 @@ def held_out_split(
     """Indices of the held-out and the training examples, drawn once with ``seed``.
 
     ``val_fraction`` 0: no held-out part; both index sets are all examples.
+    The indices are drawn on the CPU (reproducible on every device); move
+    them to the data's device.
     """
     if val_fraction == 0:
-        every = torch.arange(n)
+        every = torch.arange(n, device="cpu")
         return every, every
     n_val = max(1, round(val_fraction * n))
     if n_val >= n:
@@ -573,7 +575,8 @@ def held_out_split(
             f"fusion set of {n} examples is too small to hold out {n_val}; "
             "lower GradientConfig.val_fraction"
         )
-    order = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    order = torch.randperm(n, generator=gen, device="cpu")
     return order[:n_val], order[n_val:]
 
 
@@ -591,8 +594,10 @@ def retrofit_gradient(
     than the start on the selection loss. Returns the start's and the
     result's selection MSE.
     """
-    val, train = held_out_split(len(inputs), config.val_fraction, seed)
     dev = next(module.parameters()).device
+    val, train = (
+        i.to(dev) for i in held_out_split(len(inputs), config.val_fraction, seed)
+    )
     x, t = inputs.to(dev), targets.to(dev, torch.float32)
     x_tr, t_tr, x_val, t_val = x[train], t[train], x[val], t[val]
     return minimise(

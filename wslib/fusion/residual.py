@@ -46,14 +46,22 @@ Layers without a linear-in-weights role are set as follows, and stated:
   output projection is fitted to the stream targets.
 - The transformer's position embedding is fitted together with the patch
   embedding (one offset per token and feature).
+
+**Device.** Everything runs on the device of the fused model (that of the
+base models' first, as :func:`wslib.fusion.fuse` places it): the taps, the
+targets, the least-squares systems (float64 where the device supports it,
+:func:`~wslib.fusion.levels.solve_dtype`), the gradient fits and the
+BatchNorm statistics. Only what numpy needs leaves it, through
+:func:`to_host`: the activation matrices of the grouping (Hungarian
+matching, k-means) and the fused ones of the representation costs.
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,6 +70,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from wslib.core.models import ResNet, Transformer, TransformerBlock
+from wslib.core.train import model_device
 from wslib.fusion.importance import Scores, neuron_importance
 from wslib.fusion.levels import (
     FusionResult,
@@ -74,7 +83,7 @@ from wslib.fusion.levels import (
     minimise,
     normalised_scores,
     ridge_solve,
-    weighted_centroids,
+    solve_dtype,
 )
 
 Taps = dict[str, torch.Tensor]
@@ -108,7 +117,9 @@ def transformer_taps(model: Transformer, x: torch.Tensor) -> Taps:
     model.eval()
     t: Taps = {"x": x, "embed": model.embed(x).flatten(2).transpose(1, 2) + model.pos}
     # the position embedding's input: one indicator per token
-    t["tokens"] = torch.ones(len(x), model.pos.shape[1], 1, device=x.device)
+    t["tokens"] = torch.ones(
+        len(x), model.pos.shape[1], 1, dtype=x.dtype, device=x.device
+    )
     cur = t["embed"]
     for i, block in enumerate(model.blocks):
         p = f"blocks.{i}"
@@ -143,11 +154,48 @@ def block_output(
     return block.bn2(block.conv2(inner)) + shortcut
 
 
-def tap_matrix(value: torch.Tensor, tokens: bool) -> torch.Tensor:
-    """A tap as ``(neurons, samples)`` float64 rows; samples are examples x positions (or tokens)."""
+def tap_matrix(
+    value: torch.Tensor, tokens: bool, dtype: torch.dtype = torch.float64
+) -> torch.Tensor:
+    """A tap as ``(neurons, samples)`` rows (on its device); samples are examples x positions (or tokens)."""
     if tokens or value.dim() == 2:
-        return value.reshape(-1, value.shape[-1]).T.double()
-    return value.movedim(1, 0).reshape(value.shape[1], -1).double()
+        return value.reshape(-1, value.shape[-1]).T.to(dtype)
+    return value.movedim(1, 0).reshape(value.shape[1], -1).to(dtype)
+
+
+def to_host(value: torch.Tensor) -> np.ndarray:
+    """A numpy copy of ``value``: the one way data leaves the device (grouping and costs)."""
+    return value.detach().cpu().numpy()
+
+
+def centroids_on_device(
+    points: torch.Tensor, weights: np.ndarray, labels: np.ndarray, k: int
+) -> torch.Tensor:
+    """:func:`~wslib.fusion.levels.weighted_centroids` of ``(n, D)`` points, on their device.
+
+    Only the per-neuron ``weights`` and ``labels`` (small) travel to the device.
+    """
+    total = np.bincount(labels, weights, minlength=k)
+    if (total <= 0).any():
+        raise ValueError(
+            f"groups {np.flatnonzero(total <= 0).tolist()} are empty or weightless"
+        )
+    dev, dtype = points.device, points.dtype
+    w = torch.as_tensor(weights, dtype=dtype, device=dev)
+    out = torch.zeros(k, points.shape[1], dtype=dtype, device=dev)
+    out.index_add_(0, torch.as_tensor(labels, device=dev), w[:, None] * points)
+    return out / torch.as_tensor(total, dtype=dtype, device=dev)[:, None]
+
+
+@contextlib.contextmanager
+def evaluating(models: Sequence[nn.Module]) -> Iterator[None]:
+    """Eval mode inside; afterwards every module's mode is what it was."""
+    modes = [(m, m.training) for model in models for m in model.modules()]
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
 # --- the plan: what is fitted, in which order, to which targets --------------------------------
@@ -291,25 +339,29 @@ def residual_importance(
 class _Piece:
     """Design rows and coefficients of one :class:`Fit` in the fused model."""
 
-    def __init__(self, model: nn.Module, fit: Fit, source: torch.Tensor) -> None:
-        self.model, self.fit, self.source = model, fit, source
+    def __init__(
+        self, model: nn.Module, fit: Fit, source: torch.Tensor, dtype: torch.dtype
+    ) -> None:
+        self.model, self.fit, self.source, self.dtype = model, fit, source, dtype
         self.module = model.get_submodule(fit.module) if fit.module != "pos" else None
 
     def design(self, sl: slice) -> torch.Tensor:
         if self.module is None:  # position embedding: one indicator column per token
             n, t = self.source[sl].shape[:2]
-            return torch.eye(t, dtype=torch.float64).repeat(n, 1)
-        return design_matrix(self.module, self.source[sl])
+            eye = torch.eye(t, dtype=self.dtype, device=self.source.device)
+            return eye.repeat(n, 1)
+        return design_matrix(self.module, self.source[sl], self.dtype)
 
     @torch.no_grad()
     def coefficients(self) -> torch.Tensor:
         """The current map as ``(fan_in, k)`` (BN folded into the conv)."""
         if self.module is None:  # the embedding's bias is folded into the positions
-            return (self.model.pos[0] + self.model.embed.bias).double().clone()
-        w = self.module.weight.double().reshape(self.module.weight.shape[0], -1)
+            return (self.model.pos[0] + self.model.embed.bias).to(self.dtype).clone()
+        w = self.module.weight.to(self.dtype).reshape(self.module.weight.shape[0], -1)
         if self.fit.bn is not None:
             bn = self.model.get_submodule(self.fit.bn)
-            w = w * (bn.weight / (bn.running_var + bn.eps).sqrt()).double()[:, None]
+            scale = (bn.weight / (bn.running_var + bn.eps).sqrt()).to(self.dtype)
+            w = w * scale[:, None]
         return w.T.clone()
 
     @torch.no_grad()
@@ -344,16 +396,18 @@ class _Piece:
     def current_bias(self) -> torch.Tensor:
         """The current bias of the map (BN folded)."""
         if self.fit.bn is None:
-            return self.module.bias.double().clone()
+            return self.module.bias.to(self.dtype).clone()
         bn = self.model.get_submodule(self.fit.bn)
         return (
             bn.bias - bn.weight * bn.running_mean / (bn.running_var + bn.eps).sqrt()
-        ).double()
+        ).to(self.dtype)
 
 
 def _rows(pieces: Sequence[_Piece], sl: slice, bias: bool) -> torch.Tensor:
     a = torch.cat([p.design(sl) for p in pieces], 1)
-    return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype)], 1) if bias else a
+    if not bias:
+        return a
+    return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype, device=a.device)], 1)
 
 
 def _solve_gradient(
@@ -366,7 +420,8 @@ def _solve_gradient(
 ) -> torch.Tensor:
     """Gradient fit (:func:`~wslib.fusion.levels.minimise`) of the coefficients from their current values."""
     per = target.shape[1] // n
-    a = _rows(pieces, slice(0, n), bias).float()
+    rows = _rows(pieces, slice(0, n), bias)
+    a, dev = rows.float(), rows.device
     t = target.T.float()
     start = [p.coefficients() for p in pieces]
     if bias:
@@ -374,7 +429,7 @@ def _solve_gradient(
     coef = torch.cat(start).float().requires_grad_(True)
     val, train = (
         (
-            idx[:, None] * per + torch.arange(per)[None]
+            idx.to(dev)[:, None] * per + torch.arange(per, device=dev)[None]
         ).flatten()  # the rows of those examples
         for idx in held_out_split(n, config.val_fraction, seed)
     )
@@ -384,7 +439,7 @@ def _solve_gradient(
         lambda: F.mse_loss(a[val] @ coef, t[val]).item(),
         config,
     )
-    return coef.detach().double()
+    return coef.detach().to(rows.dtype)
 
 
 def _write(pieces: Sequence[_Piece], sol: torch.Tensor, bias: bool) -> None:
@@ -448,8 +503,10 @@ def fit_block(
     block.eval()
     with torch.no_grad():
         like = block_output(block, x[:1])
-    t = _as_output(target.float(), like.expand(len(x), *like.shape[1:]), tokens)
-    val, train = held_out_split(len(x), config.val_fraction, seed)
+    t = _as_output(target.to(like), like.expand(len(x), *like.shape[1:]), tokens)
+    val, train = (
+        i.to(x.device) for i in held_out_split(len(x), config.val_fraction, seed)
+    )
     params = [p for p in block.parameters() if p.requires_grad]
     with torch.enable_grad():
         out = minimise(
@@ -474,17 +531,19 @@ def _group_targets(
     grouping: str,
     tokens: bool,
     seed: int,
+    dtype: torch.dtype = torch.float64,
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict]]:
-    """Targets ``(k, samples)`` at every grouped tap, and what the grouping saw (for the costs)."""
+    """Targets ``(k, samples)`` at every grouped tap, and what the grouping saw (for the costs).
+
+    The targets are on the taps' device; the grouping (numpy) sees host copies.
+    """
     targets, seen = {}, {}
     for group in dict.fromkeys(s.group for s in plan if s.group is not None):
         taps = [s.tap for s in plan if s.group == group]
-        mats = {
-            tap: [tap_matrix(b[tap], tokens).cpu().numpy() for b in base]
-            for tap in taps
-        }
+        mats = {tap: [tap_matrix(b[tap], tokens, dtype) for b in base] for tap in taps}
         per_model = [
-            np.concatenate([mats[tap][i] for tap in taps], 1) for i in range(len(base))
+            to_host(torch.cat([mats[tap][i] for tap in taps], 1))
+            for i in range(len(base))
         ]
         points = np.concatenate(per_model)
         w = np.concatenate([normalised_scores(s[group]) for s in scores])
@@ -497,9 +556,7 @@ def _group_targets(
                 points, w, k, per_model[0] if k == len(per_model[0]) else None, seed
             )
         for tap in taps:
-            targets[tap] = torch.as_tensor(
-                weighted_centroids(np.concatenate(mats[tap]), w, labels, k)
-            )
+            targets[tap] = centroids_on_device(torch.cat(mats[tap]), w, labels, k)
         seen[group] = {"taps": taps, "points": points, "weights": w, "labels": labels}
     return targets, seen
 
@@ -519,23 +576,28 @@ def fuse_residual(
     """HF/KF fusion of ResNets or transformers into ``fused`` (in place); see the module docstring.
 
     Called by :func:`wslib.fusion.fuse`, which checks the inputs; ``head_weights``
-    are the normalised per-class weights of each model's logits.
+    are the normalised per-class weights of each model's logits. Computes on
+    ``fused``'s device (see the module docstring); the base models' modes are
+    left as they were.
     """
     start = time.perf_counter()
     taps_of, plan, tokens = _arch(models[0])
-    device = next(fused.parameters()).device
-    models = [
-        copy.deepcopy(m).cpu().eval() for m in models
-    ]  # small models: fitted on the CPU
-    fused = fused.cpu().eval()
-    x = x.cpu()
-    base = [taps_of(m, x) for m in models]
+    dev = model_device(fused)
+    dtype = solve_dtype(dev)
+    fused.eval()
+    x = x.to(dev)
+    with evaluating(models):
+        base = [
+            {k: v.to(dev) for k, v in taps_of(m, x.to(model_device(m))).items()}
+            for m in models
+        ]
     sizes = {g.name: g.size for g in fused.neuron_structure().groups}
-    targets, seen = _group_targets(plan, base, scores, sizes, grouping, tokens, seed)
-    logits = torch.stack([b["head"].double() for b in base])
-    targets["head"] = tap_matrix(
-        (torch.as_tensor(head_weights)[:, None, :] * logits).sum(0), tokens
+    targets, seen = _group_targets(
+        plan, base, scores, sizes, grouping, tokens, seed, dtype
     )
+    logits = torch.stack([b["head"].to(dtype) for b in base])
+    weights = torch.as_tensor(head_weights, dtype=dtype, device=dev)
+    targets["head"] = tap_matrix((weights[:, None, :] * logits).sum(0), tokens, dtype)
     for norm in (m for m in fused.modules() if isinstance(m, nn.LayerNorm)):
         nn.init.ones_(norm.weight)
         nn.init.zeros_(norm.bias)
@@ -546,11 +608,11 @@ def fuse_residual(
         target = (
             targets[step.tap]
             if step.tap in targets
-            else tap_matrix(base[0][step.tap], tokens)
+            else tap_matrix(base[0][step.tap], tokens, dtype)
         )
         if step.residual is not None:
-            target = target - tap_matrix(own[step.residual], tokens)
-        pieces = [_Piece(fused, f, own[f.source]) for f in step.fits]
+            target = target - tap_matrix(own[step.residual], tokens, dtype)
+        pieces = [_Piece(fused, f, own[f.source], dtype) for f in step.fits]
         if retrofit == "linear" or blocks:
             sol = ridge_solve(
                 functools.partial(_rows, pieces, bias=step.bias), target, len(x), ridge
@@ -571,8 +633,8 @@ def fuse_residual(
     result = FusionResult(fused.eval(), [s.tap for s in plan], block_fits=block_fits)
     own = taps_of(fused, x)
     for group, g in seen.items():
-        out = np.concatenate(
-            [tap_matrix(own[tap], tokens).cpu().numpy() for tap in g["taps"]], 1
+        out = to_host(
+            torch.cat([tap_matrix(own[tap], tokens, dtype) for tap in g["taps"]], 1)
         )
         result.costs.append(
             {
@@ -580,6 +642,5 @@ def fuse_residual(
                 **cost_decomposition(g["points"], g["weights"], g["labels"], out),
             }
         )
-    result.model = fused.to(device)
     result.seconds = time.perf_counter() - start
     return result

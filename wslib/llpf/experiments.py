@@ -2,7 +2,10 @@
 
 The runs themselves are in :mod:`wslib.llpf.protocols`; this module turns their
 evaluated paths (dicts of :func:`wslib.llpf.evaluation.evaluate_path`) into
-the tables the chapters show and the metrics their results files hold.
+the tables the chapters show and the metrics their results files hold. The
+chapters' setup (zoo, data, :class:`~wslib.llpf.protocols.PathSetup`, derived
+seeds, base-model configs) is here too, shared by the notebooks and their
+units (:mod:`wslib.llpf.units`), so both make the same runs.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import numpy as np
 import pandas as pd
 from torch import nn
 
+from wslib.core.connectivity import mode_config
 from wslib.core.files import tensor_digest
 from wslib.core.interpolation import linear_path
 from wslib.llpf.layerwise import data_flow_stage_names, data_flow_stages
@@ -27,6 +31,7 @@ from wslib.llpf.protocols import (
     peak_anatomy,
 )
 from wslib.runs.cache import cached_run
+from wslib.runs.zoo import Zoo
 
 if TYPE_CHECKING:
     from wslib.core.data import Dataset
@@ -37,6 +42,84 @@ Result = Mapping[str, Any]
 def profile_folder(root: str | Path | None, profile: str) -> Path | None:
     """``root/profile`` (None when ``root`` is None: no files)."""
     return None if root is None else Path(root) / profile
+
+
+# --- setup shared by the chapters and their units ------------------------------
+
+ZOO_ROOT = "data/zoo"  # the book's model zoo (relative to the repository root)
+
+
+def chapter_data(data: Mapping[str, Any]) -> tuple[Zoo, Dataset]:
+    """The book's model zoo and the data set ``data`` names."""
+    zoo = Zoo(ZOO_ROOT)
+    return zoo, zoo.dataset(dict(data))
+
+
+def chapter_setup(
+    ds: Dataset,
+    batch_size: int,
+    r_min: int,
+    threshold_margin: float,
+    dense: int,
+    checkpoint_dir: str | Path | None,
+    profile: str,
+) -> PathSetup:
+    """The :class:`~wslib.llpf.protocols.PathSetup` of a chapter: path checkpoints in
+    ``checkpoint_dir/profile`` (none when ``checkpoint_dir`` is None)."""
+    checkpoints = profile_folder(checkpoint_dir, profile)
+    return PathSetup(ds, batch_size, r_min, threshold_margin, dense, checkpoints)
+
+
+def mode_seeds(seed: int) -> list[int]:
+    """The training seeds of the two modes a chapter joins: ``seed`` and ``seed + 1``."""
+    return [seed, seed + 1]
+
+
+def seed_range(seed: int, n: int) -> list[int]:
+    """The ``n`` path seeds of a chapter run with ``seed``: ``seed, seed + 1, ...``."""
+    if n < 1:
+        raise ValueError(f"need at least one path seed, got {n}")
+    return list(range(seed, seed + n))
+
+
+def tuning_seed(seed: int, offset: int) -> int:
+    """Chapter 4's tuning path seed: ``seed + offset``, away from the evaluation seeds."""
+    return seed + offset
+
+
+def methods_by_model(
+    models: Mapping[str, Any],
+    llpf: Mapping[str, Mapping[str, Any]],
+    baselines: Mapping[str, Mapping[str, Any]],
+) -> dict[str, dict[str, dict[str, Any]]]:
+    """Chapter 4's methods per model: :func:`chapter_methods` with the model's LLPF settings."""
+    return {name: chapter_methods(llpf[name], baselines) for name in models}
+
+
+def sphere_configs(
+    data: Mapping[str, Any],
+    arch: Mapping[str, Any],
+    recipe: Mapping[str, Any],
+    norm_arch: Mapping[str, Any],
+    norm_recipe: Mapping[str, Any],
+    wd_source: float,
+    wd_dest: float,
+    sharp_recipe: Mapping[str, Any],
+    seed: int,
+) -> dict[str, dict[str, Any]]:
+    """Chapter 5's base models (zoo configs): ``base`` and ``normed`` (M2O), ``source``
+    and ``dest`` (the hybrid: weight decay ``wd_source`` / ``wd_dest``), ``sharp a``
+    and ``sharp b`` (sharp minima, one per mode seed)."""
+    a, b = mode_seeds(seed)
+    data, arch = dict(data), dict(arch)
+    return {
+        "base": mode_config(data, arch, dict(recipe), a),
+        "normed": mode_config(data, dict(norm_arch), dict(norm_recipe), a),
+        "source": mode_config(data, arch, {**recipe, "weight_decay": wd_source}, a),
+        "dest": mode_config(data, arch, {**recipe, "weight_decay": wd_dest}, b),
+        "sharp a": mode_config(data, arch, dict(sharp_recipe), a),
+        "sharp b": mode_config(data, arch, dict(sharp_recipe), b),
+    }
 
 
 # --- chapter 2: one layer at a time ------------------------------------------
@@ -393,6 +476,50 @@ def _number(value: float | None) -> float:
     return float("nan") if value is None else float(value)
 
 
+def tuning_budget(
+    setup: PathSetup,
+    model: Mapping[str, Any],
+    pair: Sequence[nn.Module],
+    methods: Mapping[str, Mapping[str, Any]],
+    seed: int,
+    run_cache: str | Path | None = None,
+) -> int:
+    """The gradient steps of the first method (LLPF) at its base settings on ``seed``.
+
+    ``methods``: one model's label -> settings, LLPF first; the run is
+    :func:`cached_method_run`'s. It is the budget of every baseline of
+    :func:`tuning_sweep`.
+    """
+    first = next(iter(methods))
+    args = (setup, model, pair, first, methods[first], seed, None, run_cache)
+    return int(cached_method_run(*args)["grad_steps"])
+
+
+def tuning_run(
+    setup: PathSetup,
+    model: Mapping[str, Any],
+    pair: Sequence[nn.Module],
+    methods: Mapping[str, Mapping[str, Any]],
+    label: str,
+    override: Mapping[str, Any],
+    seed: int,
+    budget: int | None,
+    run_cache: str | Path | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One setting of :func:`tuning_sweep`: ``(settings, evaluated path)``.
+
+    The settings are ``methods[label]`` with ``override`` applied; a baseline
+    takes exactly ``budget`` gradient steps (:func:`tuning_budget`), LLPF
+    ignores it.
+    """
+    settings = {**methods[label], **override}
+    kind_budget = None if settings["method"] == "llpf" else budget
+    res = cached_method_run(
+        setup, model, pair, label, settings, seed, kind_budget, run_cache
+    )
+    return settings, res
+
+
 def tuning_sweep(
     setup: PathSetup,
     models: Mapping[str, Mapping[str, Any]],
@@ -406,31 +533,20 @@ def tuning_sweep(
 
     ``methods[model]`` gives each label's base settings (LLPF first). The
     budget of the baselines is the gradient steps of LLPF at its base
-    settings on this seed; LLPF's own settings change its steps (column
-    ``gradient steps``). One row per model, method and setting, with the
-    learning rate (``lr``; AutoNEB: its first cycle's) and ``momentum``
-    (curves; NaN otherwise); a diverged run has peak excess NaN and is never
-    chosen.
+    settings on this seed (:func:`tuning_budget`); LLPF's own settings change
+    its steps (column ``gradient steps``). One row per model, method and
+    setting (:func:`tuning_run`), with the learning rate (``lr``; AutoNEB: its
+    first cycle's) and ``momentum`` (curves; NaN otherwise); a diverged run
+    has peak excess NaN and is never chosen.
     """
     rows = []
     for name in models:
-        pair, base = modes[name], methods[name]
-        first = next(iter(base))
-
-        args = (setup, models[name], pair)
-        ref = cached_method_run(*args, first, base[first], seed, None, run_cache)
-        budget = int(ref["grad_steps"])
+        args = (setup, models[name], modes[name], methods[name])
+        budget = tuning_budget(*args, seed, run_cache)
         for label, options in grid.items():
             for override in options:
-                settings = {**base[label], **override}
-                kind = settings["method"]
-                res = cached_method_run(
-                    *args,
-                    label,
-                    settings,
-                    seed,
-                    None if kind == "llpf" else budget,
-                    run_cache,
+                settings, res = tuning_run(
+                    *args, label, override, seed, budget, run_cache
                 )
                 lrs = settings.get("lrs")
                 rows.append(
@@ -616,6 +732,9 @@ def comparison_results(compare: pd.DataFrame, sweep: pd.DataFrame) -> dict[str, 
 
 
 # --- chapter 5: across variance spheres --------------------------------------
+
+# Chapter 5's M2O runs: label -> with angular compliance (in the chapter's order).
+M2O_VARIANTS = {"with angular compliance": True, "without": False}
 
 
 def m2o_table(m2o_runs: Mapping[str, Result]) -> pd.DataFrame:

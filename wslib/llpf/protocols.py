@@ -13,8 +13,8 @@ losses is under the larger training loss of its endpoints plus a margin
   given number of gradient steps;
 - :func:`compare_at_equal_steps`: every method between the same modes, the
   baselines given exactly the gradient steps LLPF used (chapter 4);
-- :func:`m2o_run`, :func:`hybrid_run`: towards the origin and across variance
-  spheres (chapter 5).
+- :func:`m2o_path`, :func:`m2o_run`, :func:`hybrid_path`, :func:`hybrid_run`:
+  towards the origin and across variance spheres (chapter 5).
 
 Nothing here reads a profile; result tables live in
 :mod:`wslib.llpf.experiments`. :data:`CODE` names the modules whose source
@@ -377,23 +377,22 @@ def variance_along(
     return np.array([sphere_variance_ratio(reference, s, names) for s in path.states])
 
 
-def m2o_run(
+def m2o_path(
     setup: PathSetup,
     model: nn.Module,
     settings: Mapping[str, Any],
     seed: int,
     compliance: bool = True,
     name: str | None = None,
-) -> dict[str, Any]:
-    """M2O from ``model`` (``ticks``, ``shrink``, ``record_every``, ``lr``, ``r_max``), evaluated.
+) -> LLPFPath:
+    """The M2O path from ``model`` (``ticks``, ``shrink``, ``record_every``, ``lr``, ``r_max``).
 
     With a ``name`` the run is checkpointed (see :meth:`PathSetup.checkpoint`).
 
     With ``settings["target_ratio"]`` every movable tensor (of more than one
     element) stops at that fraction of its start variance (see
     :func:`~wslib.llpf.layerwise.m2o`), so runs with other settings end on the
-    same sphere. Adds ``variance``: the mean variance ratio of the movable
-    tensors to the start at every recorded point.
+    same sphere.
     """
     names = movable_names(model)
     ratio = settings.get("target_ratio")
@@ -401,7 +400,7 @@ def m2o_run(
     if ratio is not None:
         start = tensor_variances(model.state_dict(), names)
         target = {n: ratio * v for n, v in start.items() if v > 0}
-    path = m2o(
+    return m2o(
         model,
         model.state_dict(),
         setup.ds.x_train,
@@ -420,12 +419,28 @@ def m2o_run(
         ),
         checkpoint_every=settings["record_every"],
     )
+
+
+def m2o_run(
+    setup: PathSetup,
+    model: nn.Module,
+    settings: Mapping[str, Any],
+    seed: int,
+    compliance: bool = True,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """:func:`m2o_path`, evaluated.
+
+    Adds ``variance``: the mean variance ratio of the movable tensors to the
+    start at every recorded point.
+    """
+    path = m2o_path(setup, model, settings, seed, compliance, name)
     res = setup.evaluate(model, path)
-    res["variance"] = variance_along(path, model.state_dict(), names)
+    res["variance"] = variance_along(path, model.state_dict(), movable_names(model))
     return res
 
 
-def hybrid_run(
+def hybrid_path(
     setup: PathSetup,
     source: nn.Module,
     dest: nn.Module,
@@ -433,19 +448,15 @@ def hybrid_run(
     m2m_settings: Mapping[str, Any],
     seed: int,
     name: str | None = None,
-) -> dict[str, Any]:
-    """The hybrid path from ``source`` to ``dest`` on a smaller sphere, evaluated.
+) -> LLPFPath:
+    """The hybrid path from ``source`` to ``dest`` on a smaller sphere.
 
     M2O (``m2o_phase``: ``ticks``, ``shrink``) until every movable tensor has
     ``dest``'s variance, then M2M (``m2m_settings``); one refinement, set by
-    both endpoints. Adds ``variance`` (relative to the source),
-    ``dest_variance`` (``dest``'s, relative to the source) and ``switch``
-    (position of the last M2O point; 1 when the M2M phase never started).
-    With a ``name`` both phases are checkpointed (see
+    both endpoints. With a ``name`` both phases are checkpointed (see
     :func:`~wslib.llpf.layerwise.hybrid`).
     """
-    names = movable_names(source)
-    path = hybrid(
+    return hybrid(
         source,
         source.state_dict(),
         dest.state_dict(),
@@ -464,6 +475,25 @@ def hybrid_run(
         ),
         checkpoint_every=m2m_settings["record_every"],
     )
+
+
+def hybrid_run(
+    setup: PathSetup,
+    source: nn.Module,
+    dest: nn.Module,
+    m2o_phase: Mapping[str, Any],
+    m2m_settings: Mapping[str, Any],
+    seed: int,
+    name: str | None = None,
+) -> dict[str, Any]:
+    """:func:`hybrid_path`, evaluated.
+
+    Adds ``variance`` (relative to the source), ``dest_variance`` (``dest``'s,
+    relative to the source) and ``switch`` (position of the last M2O point; 1
+    when the M2M phase never started).
+    """
+    names = movable_names(source)
+    path = hybrid_path(setup, source, dest, m2o_phase, m2m_settings, seed, name)
     res = setup.evaluate(source, path)
     res["variance"] = variance_along(path, source.state_dict(), names)
     res["dest_variance"] = sphere_variance_ratio(

@@ -9,7 +9,9 @@
 - :mod:`~wslib.pathcond.experiments`: the protocols the chapters run (the
   lifting demos, the grid of MLP runs, the learning-rate tuning, the costs);
 - :mod:`~wslib.pathcond.reports`: their results as text, tables and metrics;
-- :mod:`~wslib.pathcond.figures`: the chapters' figures.
+- :mod:`~wslib.pathcond.figures`: the chapters' figures;
+- :mod:`~wslib.pathcond.units`: chapters 7 and 8 as independent units of
+  cached runs (see :mod:`wslib.runs.units`).
 """
 
 from wslib.pathcond.experiments import rescale_cost

@@ -5,7 +5,9 @@
   ``diag(G)`` against brute force (:func:`diag_g_check`), the function kept
   by the rescaling (:func:`function_check`), two training trajectories from one
   function (:func:`trajectories`);
-- chapter 7: a grid of cached MLP training runs (:class:`RunGrid`), the
+- chapter 7: a grid of cached MLP training runs (:class:`RunGrid`, built by
+  :func:`mlp_grid` with the seeds of :func:`mlp_seeds`; its runs at the
+  default recipe: :func:`default_jobs`), the
   learning-rate tuning protocol on a tuning seed (:func:`tune_rates`) and the
   evaluation at the chosen rates (:func:`evaluate_rates`), where PathCond
   moves scale between layers (:func:`layer_scale_rows`), the converged solver
@@ -23,7 +25,9 @@ from __future__ import annotations
 import copy
 import math
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -53,6 +57,8 @@ from wslib.runs.workers import run_jobs
 Run = dict[str, Any]
 
 COST_BATCH = 128  # batch size of the epoch that :func:`rescale_cost` times
+RUNS_DIR = "data/runs"  # the chapters' run cache, relative to the repository root
+SWEPT_METHODS = ("baseline", "pathcond")  # the methods of chapter 7's rate search
 
 
 def derive_seeds(
@@ -342,11 +348,12 @@ class RunGrid:
     ``output_bias``); ``configs`` maps a configuration's name to its
     ``widths``, ``init_scale`` and ``methods`` (and optionally ``output_bias``);
     ``recipe`` is the default recipe (a dict of :class:`Recipe` fields). Runs
-    are stored in ``runs`` by :class:`Job` and in ``cache_dir`` on disk.
+    are stored in ``runs`` by :class:`Job` and in ``cache_dir`` on disk. A
+    grid without a data set (``ds=None``) lists jobs but cannot train them.
     """
 
     base: dict[str, Any]
-    ds: Dataset
+    ds: Dataset | None
     recipe: dict[str, Any]
     configs: dict[str, dict[str, Any]]
     cache_dir: str | Path | None = None
@@ -395,6 +402,11 @@ class RunGrid:
     def train(self, jobs: Sequence[Job], desc: str = "runs") -> list[Run]:
         """Train the ``jobs`` not trained yet (one :func:`run_jobs` call); return all runs."""
         todo = [job for job in dict.fromkeys(jobs) if job not in self.runs]
+        if todo and self.ds is None:
+            raise ValueError(
+                "this RunGrid has no data set (built with load=False): it lists "
+                "jobs but cannot train them; build it with load=True to train"
+            )
         done = run_jobs(
             train_run, [self.arguments(j) for j in todo], self.workers, desc
         )
@@ -448,6 +460,73 @@ class RunGrid:
 
 
 Pair = tuple[str, str]  # (configuration, method)
+
+
+class MlpSeeds(NamedTuple):
+    """Chapter 7's seeds: ``evaluation``, ``tuning`` (the rate search) and ``activation``."""
+
+    evaluation: list[int]
+    tuning: int | None
+    activation: list[int]
+
+
+def mlp_seeds(
+    seed: int, n_seeds: int, tuning_offset: int | None, n_activation_seeds: int
+) -> MlpSeeds:
+    """Chapter 7's seeds from its ``seed`` (:func:`derive_seeds`); GELU/SiLU runs from ``seed``."""
+    seeds, tuning = derive_seeds(seed, n_seeds, tuning_offset)
+    return MlpSeeds(seeds, tuning, derive_seeds(seed, n_activation_seeds)[0])
+
+
+def mlp_grid(
+    data: dict[str, Any],
+    mlp: dict[str, Any],
+    recipe: dict[str, Any],
+    configs: dict[str, dict[str, Any]],
+    workers: int | None = None,
+    load: bool = True,
+) -> RunGrid:
+    """Chapter 7's :class:`RunGrid`, cached in :data:`RUNS_DIR`, on the data set ``data``.
+
+    ``data`` holds the arguments of :func:`load_dataset`; with ``load=False``
+    nothing is loaded and the grid only lists jobs (training raises).
+    """
+    ds = load_dataset(**data) if load else None
+    return RunGrid(mlp, ds, recipe, configs, RUNS_DIR, workers)
+
+
+def default_jobs(
+    grid: RunGrid,
+    seeds: Sequence[int],
+    size_sweep: dict[str, Any],
+    activation_config: str,
+    activations: Sequence[str],
+    activation_seeds: Sequence[int],
+) -> list[Job]:
+    """Chapter 7's runs at the default recipe: every configuration and method on
+    ``seeds``, the hidden sizes of ``size_sweep`` (``config``, ``widths``), and
+    ``activation_config`` with each of ``activations`` on ``activation_seeds``."""
+    return [
+        *grid.config_jobs(seeds),
+        *grid.size_jobs(size_sweep["config"], size_sweep["widths"], seeds),
+        *grid.activation_jobs(activation_config, activations, activation_seeds),
+    ]
+
+
+@contextmanager
+def activation_warnings_ignored() -> Iterator[None]:
+    """Silence PathCond's warning that GELU/SiLU make its invariance approximate.
+
+    The chapter trains GELU/SiLU networks knowing this; any other warning shows.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="GELU/SiLU")
+        yield
+
+
+def swept_pairs(configs: Sequence[str]) -> list[Pair]:
+    """The (configuration, method) pairs of chapter 7's rate search: :data:`SWEPT_METHODS`."""
+    return [(name, method) for name in configs for method in SWEPT_METHODS]
 
 
 def tune_rates(

@@ -1,0 +1,360 @@
+"""wslib.llpf.units: the LLPF chapters' units, listed cheaply, calling what the notebooks call."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+import torch
+
+from tests.conftest import load_script
+from wslib.core.connectivity import mode_config
+from wslib.core.data import Dataset
+from wslib.core.models import build_model
+from wslib.llpf import experiments, units
+from wslib.llpf.experiments import (
+    chapter_setup,
+    methods_by_model,
+    mode_seeds,
+    seed_range,
+    sphere_configs,
+    tuning_seed,
+)
+from wslib.runs.units import Unit, by_stage
+
+CHAPTERS = {
+    "03_llpf_m2m": units.m2m_units,
+    "04_llpf_baselines": units.baseline_units,
+    "05_llpf_spheres": units.sphere_units,
+}
+
+
+def parameters(nb: str, profile: str, seed: int = 0) -> dict[str, Any]:
+    """The parameters ``nb`` runs with at ``profile`` (as notebooks/part.py reads them)."""
+    return load_script("notebooks/part.py").parameters(nb, profile, seed)
+
+
+def names(listed: list[Unit], stage: int | None = None) -> list[str]:
+    return [u.name for u in listed if stage is None or u.stage == stage]
+
+
+def no_zoo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Listing must not open the zoo or load data."""
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("listing units opened the zoo or the data")
+
+    monkeypatch.setattr(units, "chapter_data", refuse)
+
+
+def expected_m2m(p: dict[str, Any]) -> int:
+    n = len(p["models"])
+    seeds = p["path_seeds"]
+    return (
+        2 * n
+        + n
+        + (seeds - 1) * len(p["seed_archs"])
+        + seeds * len(p["ablation_archs"])
+        + 1
+    )
+
+
+def expected_baselines(p: dict[str, Any]) -> int:
+    total = 0
+    methods = methods_by_model(p["models"], p["llpf"], p["baselines"])
+    for base in methods.values():
+        total += 2 + 1 + p["n_seeds"]  # modes, budget run, comparisons
+        for label, options in p["tuning"].items():
+            llpf = base[label]["method"] == "llpf"  # LLPF at base is the budget run
+            total += sum(
+                not llpf or {**base[label], **o} != base[label] for o in options
+            )
+    return total
+
+
+@pytest.mark.parametrize("profile", ["smoke", "gpu", "cpu"])
+@pytest.mark.parametrize("nb", sorted(CHAPTERS))
+def test_units_are_listed_fast_without_training(
+    monkeypatch: pytest.MonkeyPatch, nb: str, profile: str
+) -> None:
+    no_zoo(monkeypatch)
+    p = parameters(nb, profile)
+    start = time.perf_counter()
+    listed = CHAPTERS[nb](p)
+    assert time.perf_counter() - start < 1.0
+    assert len(set(names(listed))) == len(listed)
+    by_stage(listed)
+    if nb == "03_llpf_m2m":
+        assert len(listed) == expected_m2m(p)
+    elif nb == "04_llpf_baselines":
+        assert len(listed) == expected_baselines(p)
+    else:
+        models = {json.dumps(c, sort_keys=True) for c in configs(p).values()}
+        assert len(names(listed, 0)) == len(models)
+        assert len(names(listed, 1)) == 6
+
+
+def configs(p: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    keys = ("arch", "recipe", "norm_arch", "norm_recipe", "wd_source", "wd_dest")
+    return sphere_configs(
+        p["data"], *(p[k] for k in keys), p["sharp_recipe"], p["seed"]
+    )
+
+
+def test_gpu_unit_lists_name_each_path_and_setting() -> None:
+    p = parameters("03_llpf_m2m", "gpu", seed=5)
+    listed = units.m2m_units(p)
+    assert names(listed, 0)[:2] == ["mode mlp seed 5", "mode mlp seed 6"]
+    m2m = names(listed, 1)
+    assert "m2m resnet seed 7" in m2m and "m2m cnn seed 6" not in m2m
+    assert "all-at-once cnn seed 7" in m2m and "all-at-once resnet seed 5" not in m2m
+    assert m2m[-1] == "peak anatomy mlp"
+    four = units.baseline_units(parameters("04_llpf_baselines", "gpu"))
+    assert "tuning resnet LLPF base settings" in names(four, 1)
+    assert 'tuning resnet Bezier {"lr": 0.005}' in names(four, 2)
+    assert names(four, 3) == [
+        f"compare {m} seed {s}" for m in ("mlp", "resnet") for s in range(3)
+    ]
+
+
+def test_chapter_5_trains_each_distinct_model_once() -> None:
+    p = parameters("05_llpf_spheres", "gpu")
+    listed = units.sphere_units(p)  # the gpu profile's base and normed models agree
+    assert names(listed, 0) == [
+        "model base",
+        "model source",
+        "model dest",
+        "model sharp a",
+        "model sharp b",
+    ]
+
+
+@pytest.mark.parametrize("nb", ["03_llpf_m2m", "05_llpf_spheres"])
+def test_paths_without_checkpoints_cannot_be_units(nb: str) -> None:
+    p = {**parameters(nb, "smoke"), "checkpoint_dir": None}
+    with pytest.raises(ValueError, match="checkpoint_dir is None"):
+        CHAPTERS[nb](p)
+
+
+# --- what the units call ---------------------------------------------------------
+
+IN = [1, 8]
+TOY = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [5]}
+
+
+def toy_data() -> Dataset:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(64, *IN, generator=g)
+    y = torch.randint(0, 3, (64,), generator=g)
+    return Dataset("toy", x[:32], y[:32], x[32:], y[32:], 3)
+
+
+class FakeZoo:
+    """Builds (untrained) models from configs and records which it was asked for."""
+
+    def __init__(self) -> None:
+        self.asked: list[dict[str, Any]] = []
+
+    def get(self, config: dict[str, Any]) -> torch.nn.Module:
+        self.asked.append(config)
+        torch.manual_seed(config["seed"])
+        model = build_model(config["model"])
+        model.config = config  # which config made it
+        return model
+
+
+@pytest.fixture
+def zoo(monkeypatch: pytest.MonkeyPatch) -> FakeZoo:
+    fake = FakeZoo()
+    monkeypatch.setattr(units, "chapter_data", lambda data: (fake, toy_data()))
+    return fake
+
+
+def record(monkeypatch: pytest.MonkeyPatch, name: str) -> list[tuple]:
+    calls: list[tuple] = []
+    monkeypatch.setattr(units, name, lambda *a, **k: calls.append((a, k)))
+    return calls
+
+
+def chapter_params(nb: str, tmp_path, **changes: Any) -> dict[str, Any]:
+    p = parameters(nb, "smoke", seed=3)
+    p.update(checkpoint_dir=str(tmp_path), run_cache=str(tmp_path / "runs"))
+    if nb != "05_llpf_spheres":
+        widths = iter(range(3, 9))
+        p["models"] = {k: {**TOY, "widths": [next(widths)]} for k in p["models"]}
+    p.update(changes)
+    return p
+
+
+def test_m2m_units_call_m2m_path_as_the_notebook_does(
+    monkeypatch: pytest.MonkeyPatch, zoo: FakeZoo, tmp_path
+) -> None:
+    calls = record(monkeypatch, "m2m_path")
+    anatomy = record(monkeypatch, "cached_peak_anatomy")
+    p = chapter_params("03_llpf_m2m", tmp_path, seed_archs=["cnn"])
+    listed = units.m2m_units(p)
+    for unit in listed:
+        unit.run()
+    assert [c["seed"] for c in zoo.asked[:2]] == mode_seeds(3) == [3, 4]
+    setup = chapter_setup(toy_data(), 128, 2, 0.03, 1, str(tmp_path), "smoke")
+    got = [(a[2], a[3], a[4], a[5]) for a, _ in calls]
+    want = [(p["llpf"][n], 3, n, False) for n in p["models"]]
+    want.insert(2, (p["llpf"]["cnn"], 4, "cnn", False))
+    want += [(p["llpf"][n], s, n, True) for n in p["ablation_archs"] for s in (3, 4)]
+    assert got == want
+    assert all(a[0].checkpoint_dir == setup.checkpoint_dir for a, _ in calls)
+    for a, _ in calls:  # the path joins its model's two modes
+        n = a[4]
+        want_modes = [
+            mode_config(p["data"], p["models"][n], p["recipes"][n], s) for s in (3, 4)
+        ]
+        assert [m.config for m in a[1]] == want_modes
+    ((args, _),) = anatomy
+    assert (
+        args[1] == p["models"]["mlp"]
+        and args[3] == p["llpf"]["mlp"]
+        and args[4:] == (3, p["run_cache"])
+    )
+
+
+def test_tuning_units_give_baselines_the_budget_of_the_llpf_run(
+    monkeypatch: pytest.MonkeyPatch, zoo: FakeZoo, tmp_path
+) -> None:
+    budgets: list[tuple] = []
+    monkeypatch.setattr(units, "tuning_budget", lambda *a: budgets.append(a[-2:]) or 17)
+    runs = record(monkeypatch, "tuning_run")
+    p = chapter_params("04_llpf_baselines", tmp_path, seed=2)
+    listed = [u for u in units.baseline_units(p) if u.name.startswith("tuning")]
+    for unit in listed:
+        unit.run()
+    seed = tuning_seed(2, p["tuning_offset"])
+    assert seed == 102 and set(budgets) == {(seed, p["run_cache"])}
+    model_name = {json.dumps(m): n for n, m in p["models"].items()}
+    got = [(model_name[json.dumps(a[1])], *a[4:]) for a, _ in runs]
+    want = [
+        (n, label, o, seed, None if label == "LLPF" else 17, p["run_cache"])
+        for n in p["models"]
+        for label, options in p["tuning"].items()
+        for o in options
+        if label != "LLPF" or o["lr"] != p["llpf"][n]["lr"]
+    ]
+    assert sorted(got, key=str) == sorted(want, key=str)
+    assert len(listed) == len(want) + 2  # and one budget run per model
+
+
+def test_compare_units_use_the_tuned_settings_on_their_seed(
+    monkeypatch: pytest.MonkeyPatch, zoo: FakeZoo, tmp_path
+) -> None:
+    sweeps: list[tuple] = []
+
+    def sweep(*args: Any) -> str:
+        sweeps.append(args)
+        return "sweep"
+
+    monkeypatch.setattr(units, "tuning_sweep", sweep)
+    monkeypatch.setattr(units, "tuned_methods", lambda methods, s: {"tuned": s})
+    calls = record(monkeypatch, "compare_methods")
+    p = chapter_params("04_llpf_baselines", tmp_path, seed=2)
+    for unit in units.baseline_units(p):
+        if unit.stage == 3:
+            unit.run()
+    got = [(list(a[1]), a[3], a[4], a[5]) for a, _ in calls]
+    tuned = {"tuned": "sweep"}
+    assert got == [
+        (["mlp"], tuned, [2], p["run_cache"]),
+        (["mlp"], tuned, [3], p["run_cache"]),
+        (["cnn"], tuned, [2], p["run_cache"]),
+        (["cnn"], tuned, [3], p["run_cache"]),
+    ]
+    assert all(s[5] == 102 and s[4] == p["tuning"] for s in sweeps)
+
+
+def test_sphere_units_call_the_chapters_runs(
+    monkeypatch: pytest.MonkeyPatch, zoo: FakeZoo, tmp_path
+) -> None:
+    m2o = record(monkeypatch, "m2o_path")
+    hybrid = record(monkeypatch, "hybrid_path")
+    m2m = record(monkeypatch, "m2m_path")
+    p = chapter_params("05_llpf_spheres", tmp_path, seed=6)
+    for unit in units.sphere_units(p):
+        unit.run()
+    want = configs(p)
+    assert [c["seed"] for c in zoo.asked[:6]] == [6, 6, 6, 7, 6, 7]
+    assert zoo.asked[:6] == list(want.values())
+    assert [(a[2], a[3], a[4], a[5]) for a, _ in m2o] == [
+        (p["m2o_settings"], 6, True, "spheres-m2o"),
+        (p["m2o_settings"], 6, False, "spheres-m2o"),
+        (p["m2o_settings"], 6, True, "spheres-norm"),
+        (p["m2o_settings"], 6, False, "spheres-norm"),
+    ]
+    ((args, _),) = hybrid
+    assert args[3:] == (p["hybrid_m2o"], p["m2m_settings"], 6, "spheres-hybrid")
+    ((args, _),) = m2m
+    assert args[2:] == (p["m2m_settings"], 6, "spheres-sharp")
+
+
+def test_derived_seeds() -> None:
+    assert seed_range(4, 3) == [4, 5, 6]
+    assert mode_seeds(4) == [4, 5]
+    assert tuning_seed(4, 100) == 104
+    with pytest.raises(ValueError, match="at least one path seed"):
+        seed_range(0, 0)
+
+
+def test_chapter_setup_keeps_checkpoints_per_profile(tmp_path) -> None:
+    setup = chapter_setup(toy_data(), 8, 2, 0.1, 3, tmp_path, "gpu")
+    assert setup.checkpoint_dir == tmp_path / "gpu"
+    assert (setup.batch_size, setup.r_min, setup.margin, setup.dense) == (8, 2, 0.1, 3)
+    assert chapter_setup(toy_data(), 8, 2, 0.1, 1, None, "gpu").checkpoint_dir is None
+
+
+def test_sphere_configs_name_each_model() -> None:
+    got = sphere_configs(
+        {"name": "d"}, TOY, {"lr": 1}, {"m": 2}, {"lr": 2}, 0.1, 0.2, {"lr": 3}, 5
+    )
+    assert got["base"] == {
+        "data": {"name": "d"},
+        "model": TOY,
+        "recipe": {"lr": 1},
+        "seed": 5,
+    }
+    assert got["normed"]["model"] == {"m": 2} and got["normed"]["recipe"] == {"lr": 2}
+    assert got["source"]["recipe"] == {"lr": 1, "weight_decay": 0.1}
+    assert got["dest"]["recipe"] == {"lr": 1, "weight_decay": 0.2}
+    assert (got["source"]["seed"], got["dest"]["seed"]) == (5, 6)
+    assert [got[k]["seed"] for k in ("sharp a", "sharp b")] == [5, 6]
+    assert got["sharp b"]["recipe"] == {"lr": 3}
+
+
+def test_methods_by_model_puts_each_models_llpf_first() -> None:
+    got = methods_by_model(
+        {"a": 0, "b": 0}, {"a": {"lr": 1}, "b": {"lr": 2}}, {"B": {"method": "curve"}}
+    )
+    assert list(got["a"]) == ["LLPF", "B"]
+    assert got["b"]["LLPF"] == {"method": "llpf", "lr": 2}
+
+
+def test_tuning_budget_and_run_read_the_method_run_cache(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    seen = []
+
+    def fake(setup, pair, settings, seed, budget=None, name=None):
+        seen.append((settings["method"], settings["lr"], seed, budget))
+        return {"peak_excess": 0.0, "grad_steps": 11}
+
+    monkeypatch.setattr(experiments, "method_run", fake)
+    setup = chapter_setup(toy_data(), 8, 2, 0.1, 1, None, "smoke")
+    pair = [build_model(TOY), build_model(TOY)]
+    methods = methods_by_model(
+        {"m": TOY}, {"m": {"lr": 0.1}}, {"B": {"method": "curve", "lr": 1}}
+    )["m"]
+    args = (setup, TOY, pair, methods)
+    assert experiments.tuning_budget(*args, 4, tmp_path) == 11
+    settings, _ = experiments.tuning_run(*args, "B", {"lr": 2}, 4, 11, tmp_path)
+    assert settings == {"method": "curve", "lr": 2}
+    experiments.tuning_run(*args, "LLPF", {"lr": 3}, 4, 11, tmp_path)
+    assert experiments.tuning_budget(*args, 4, tmp_path) == 11  # a cache hit
+    assert seen == [("llpf", 0.1, 4, None), ("curve", 2, 4, 11), ("llpf", 3, 4, None)]
