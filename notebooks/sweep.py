@@ -308,9 +308,10 @@ def main(argv: list[str] | None = None) -> int:
         failed = [job for phase in phases for job in sweep(phase, submit, width)]
     finally:
         close()
+    n_jobs = sum(len(phase) for phase in phases)
     for nb in args.notebooks:
         write_summary(runner.ROOT / "results" / args.profile, nb)
-    print(f"sweep: {len(todo)} jobs run in {time.perf_counter() - start:.0f} s")
+    print(f"sweep: {n_jobs} jobs run in {time.perf_counter() - start:.0f} s")
     return 1 if failed else 0
 
 

@@ -22,6 +22,7 @@ def load_script(path: str) -> ModuleType:
     name = "script_" + file.stem
     spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up
     sys.path.insert(0, str(file.parent))  # a script imports its siblings (run.py)
     try:
         spec.loader.exec_module(module)
