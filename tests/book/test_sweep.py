@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, load_script
+from tests.conftest import ROOT
 from tests.fixtures import write_notebook
 
 BODY = (
@@ -132,17 +132,3 @@ def test_the_seed_make_book_ran_is_not_run_again(repo: Path) -> None:
     assert not (repo / "results/cpu/seed-0").exists()
     summary = json.loads((repo / "results/cpu/seeds/00_tiny.json").read_text())
     assert summary["metrics"]["value"]["values"] == {"0": 3.0, "1": 13.0}
-
-
-def test_a_split_sweep_runs_units_stage_by_stage_then_the_notebooks() -> None:
-    sweep_script = load_script("notebooks/sweep.py")
-    jobs = [sweep_script.Job(nb, 0, "smoke") for nb in ("03_llpf_m2m", "01_symmetries")]
-    phases = sweep_script.split(jobs)
-    assert phases[-1] == jobs  # every notebook last, the unsplit one included
-    units = [job for phase in phases[:-1] for job in phase]
-    assert units and {job.nb for job in units} == {"03_llpf_m2m"}
-    assert [job.unit for job in phases[0]][:2] == ["mode mlp seed 0", "mode mlp seed 1"]
-    assert all(job.unit.startswith(("m2m", "all-at-once", "peak")) for job in phases[1])
-    command = phases[1][0].command()
-    assert command[1] == "notebooks/part.py" and command[-1] == phases[1][0].unit
-    assert phases[1][0].log.startswith("03_llpf_m2m.units/")

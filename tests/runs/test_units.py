@@ -1,8 +1,9 @@
 """wslib.runs.units: units grouped by stage; every cache refuses to compute when told.
 
-``WSLIB_CACHED_ONLY=1`` is the check that a split chapter's units covered all
-its work (``tests/book/test_split.py``), so each cache's refusal is tested
-here: the run cache, the model zoo and an LLPF path.
+A split sweep (``notebooks/sweep.py --split``) runs the units stage by
+stage, then the notebooks. ``WSLIB_CACHED_ONLY=1`` is the check that a split
+chapter's units covered all its work (``tests/book/test_split.py``), so each
+cache's refusal is tested here: the run cache, the model zoo, an LLPF path.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.conftest import load_script
 from tests.runs.test_zoo import CONFIG
 from wslib.core.models import build_model
 from wslib.llpf.layerwise import Refine, m2m
@@ -79,3 +81,17 @@ def test_llpf_path_refuses_to_move_but_a_finished_one_loads(
     assert find("done").ticks == done.ticks
     with pytest.raises(NotCached, match="LLPF path .* is not cached"):
         find("new")
+
+
+def test_a_split_sweep_runs_units_stage_by_stage_then_the_notebooks() -> None:
+    sweep_script = load_script("notebooks/sweep.py")
+    jobs = [sweep_script.Job(nb, 0, "smoke") for nb in ("03_llpf_m2m", "01_symmetries")]
+    phases = sweep_script.split(jobs)
+    assert phases[-1] == jobs  # every notebook last, the unsplit one included
+    units = [job for phase in phases[:-1] for job in phase]
+    assert units and {job.nb for job in units} == {"03_llpf_m2m"}
+    assert [job.unit for job in phases[0]][:2] == ["mode mlp seed 0", "mode mlp seed 1"]
+    assert all(job.unit.startswith(("m2m", "all-at-once", "peak")) for job in phases[1])
+    command = phases[1][0].command()
+    assert command[1] == "notebooks/part.py" and command[-1] == phases[1][0].unit
+    assert phases[1][0].log.startswith("03_llpf_m2m.units/")
