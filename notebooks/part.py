@@ -93,9 +93,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stage {unit.stage}: {unit.name}")
         return 0
     names = {u.name: u for u in units}
-    for name in args.units:
-        if name not in names:
-            runner.fail_usage("unit", name, list(names))
+    unknown = [name for name in args.units if name not in names]
+    if unknown:
+        print(
+            f"error: {args.notebook} has no unit {unknown[0]!r}; "
+            f"list its units with --list",
+            file=sys.stderr,
+        )
+        return 2
     chosen = [names[n] for n in args.units] if args.units else units
     run_units(chosen, params["seed"])
     return 0

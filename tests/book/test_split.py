@@ -90,3 +90,37 @@ def test_a_missing_unit_is_named(checkout: Path) -> None:
     )
     assert done.returncode == 1
     assert "is not cached" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["01_symmetries"], "unknown split notebook '01_symmetries'"),
+        (["03_llpf_m2m", "no such unit"], "has no unit 'no such unit'"),
+        (["--profile", "tpu", "03_llpf_m2m"], "unknown profile 'tpu'"),
+    ],
+)
+def test_bad_part_arguments_are_named(args: list[str], message: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "notebooks/part.py", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_list_names_each_unit_with_its_stage() -> None:
+    done = subprocess.run(
+        [sys.executable, "notebooks/part.py", "--profile", "gpu", "05_llpf_spheres"]
+        + ["--list"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    lines = done.stdout.splitlines()
+    assert "stage 1: hybrid" in lines
+    assert lines == sorted(lines, key=lambda line: int(line.split(":")[0][6:]))
