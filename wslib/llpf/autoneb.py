@@ -25,22 +25,42 @@ the last iteration of a cycle updates only as many pivots as its share has
 steps left, from the first interior pivot on). BatchNorm layers
 use batch statistics during relaxation and checks; :mod:`wslib.llpf.evaluation`
 recomputes running statistics when it evaluates the result.
+
+With ``checkpoint`` (a file) the run is saved after every cycle (the pivots,
+the next cycle, the generator, the buffers, the gradient steps and seconds so
+far, under a key of everything that determines the run) and resumes from it,
+bit-identical to an uninterrupted run; a finished one returns without another
+step. Foreign or unreadable checkpoints warn and the run starts again (as in
+:mod:`wslib.llpf.curves`, whose helpers it uses).
 """
 
 from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 from torch import nn
 from torch.func import functional_call
 from tqdm.auto import tqdm
 
+from wslib.core.files import code_version
 from wslib.core.neurons import StateDict
 from wslib.core.train import model_device
+from wslib.llpf.curves import checkpoint_key, load_checkpoint, save_checkpoint
 from wslib.llpf.path import LLPFPath, check_same_architecture
+from wslib.runs.units import refuse_compute
+
+# The modules whose source determines an AutoNEB run (its checkpoint key).
+CODE = (
+    "wslib.core.train",
+    "wslib.llpf.autoneb",
+    "wslib.llpf.curves",
+    "wslib.llpf.path",
+)
+FIELDS = ("cycle", "chain", "generator", "buffers", "steps", "seconds")
 
 
 class _Flat:
@@ -86,12 +106,16 @@ def autoneb(
     seed: int = 0,
     progress: bool = True,
     total_steps: int | None = None,
+    checkpoint: str | Path | None = None,
+    on_cycle: Callable[[int], None] | None = None,
 ) -> LLPFPath:
     """Relax an AutoNEB chain from ``a`` to ``b``; return its pivots as a path.
 
     ``steps_per_cycle`` iterations per cycle, or, with ``total_steps``,
     exactly ``total_steps`` gradient steps in all (``round(total_steps * c /
-    cycles)`` by the end of cycle ``c``).
+    cycles)`` by the end of cycle ``c``). With ``checkpoint`` (a file) the
+    run is saved after every cycle and resumes from it (see the module
+    docstring); ``on_cycle(c)`` is called after cycle ``c`` (1-based) is saved.
     """
     check_same_architecture(model, a, b)
     if len(lrs) != cycles:
@@ -110,6 +134,30 @@ def autoneb(
     probe = copy.deepcopy(model).train()
     dev = model_device(probe)
     flat = _Flat(probe)
+    ckpt = None if checkpoint is None else Path(checkpoint)
+    key = saved = None
+    if ckpt is not None:
+        key = checkpoint_key(
+            probe,
+            a,
+            b,
+            x,
+            y,
+            n_init=int(n_init),
+            cycles=int(cycles),
+            steps_per_cycle=int(steps_per_cycle),
+            lrs=[float(lr) for lr in lrs],
+            spring=float(spring),
+            batch_size=int(batch_size),
+            insert_tol=float(insert_tol),
+            check_points=int(check_points),
+            check_examples=int(check_examples),
+            max_pivots=int(max_pivots),
+            seed=int(seed),
+            total_steps=None if total_steps is None else int(total_steps),
+            code=code_version(*CODE),
+        )
+        saved = load_checkpoint(ckpt, key, FIELDS, "AutoNEB")
     buffers = {n: v.clone() for n, v in probe.named_buffers()}
     va, vb = flat.flat(a).to(dev), flat.flat(b).to(dev)
     chain = [torch.lerp(va, vb, k / (n_init + 1)) for k in range(n_init + 2)]
@@ -117,10 +165,21 @@ def autoneb(
     check = torch.randperm(len(x), generator=gen)[:check_examples]
     x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
     xc, yc = x[check.to(dev)], y[check.to(dev)]
-    steps = 0
+    first, steps, seconds = 0, 0, 0.0
+    if saved is not None:
+        chain = [v.to(dev) for v in saved["chain"]]
+        with torch.no_grad():
+            for n in buffers:
+                buffers[n].copy_(saved["buffers"][n])
+        gen.set_state(saved["generator"])
+        first, steps = int(saved["cycle"]), int(saved["steps"])
+        seconds = float(saved["seconds"])
+    if first < cycles:
+        refuse_compute(f"AutoNEB {ckpt or ''}".rstrip())
     t0 = time.perf_counter()
     bar = tqdm(desc="AutoNEB", disable=not progress, leave=False)
-    for c, lr in enumerate(lrs):
+    for c in range(first, cycles):
+        lr = lrs[c]
         iteration = 0
         while True:
             if total_steps is None:
@@ -145,8 +204,22 @@ def autoneb(
         chain = _insert_pivots(
             chain, probe, flat, buffers, xc, yc, check_points, insert_tol, max_pivots
         )
+        if ckpt is not None:
+            seconds += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            state = {
+                "cycle": c + 1,
+                "chain": torch.stack([v.detach() for v in chain]).cpu(),
+                "generator": gen.get_state(),
+                "buffers": {n: v.detach().cpu().clone() for n, v in buffers.items()},
+                "steps": steps,
+                "seconds": seconds,
+            }
+            save_checkpoint(ckpt, key, state)
+        if on_cycle is not None:
+            on_cycle(c + 1)
     bar.close()
-    seconds = time.perf_counter() - t0
+    seconds += time.perf_counter() - t0
     states = []
     for vec in chain:
         state = {n: v.detach().cpu().clone() for n, v in a.items()}

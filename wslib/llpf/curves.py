@@ -17,12 +17,28 @@ training set at every evaluated ``t``. The result is an
 :class:`wslib.llpf.LLPFPath` of the curve sampled at ``n_eval`` values of
 ``t``, with its gradient steps and wall time, so curves and LLPF paths are
 evaluated the same way.
+
+Checkpoints. With ``checkpoint`` (a file), the run saves its state every
+``checkpoint_every`` steps and at the end, atomically, in one small file: the
+step, the bend, the optimizer's momentum, the generator, the buffers, the
+seconds so far and the run's key (a hash of everything that determines it,
+including this module's source). A run started with a checkpoint of the same
+key resumes at its step and ends bit-identical to an uninterrupted run; a
+finished one returns without another step. A checkpoint of another run, or
+one that cannot be read, is ignored with a warning and the run starts again.
+:func:`load_checkpoint` and :func:`save_checkpoint` are shared with
+:mod:`wslib.llpf.autoneb`.
 """
 
 from __future__ import annotations
 
 import copy
+import pickle
 import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -30,12 +46,91 @@ from torch import nn
 from torch.func import functional_call
 from tqdm.auto import tqdm
 
+from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.train import model_device
 from wslib.llpf.path import LLPFPath, check_same_architecture
+from wslib.runs.units import refuse_compute
 
 KINDS = ("bezier", "polychain")
 SCHEDULES = ("constant", "garipov")
+NAMES = {"bezier": "Bezier", "polychain": "PolyChain"}
+# The modules whose source determines a curve (its checkpoint key).
+CODE = ("wslib.core.train", "wslib.llpf.curves", "wslib.llpf.path")
+StepCallback = Callable[[int], None]
+
+
+def model_signature(model: nn.Module) -> dict[str, Any]:
+    """What a checkpoint key needs of ``model``: its structure, parameters and buffers."""
+    return {
+        "structure": repr(model),
+        "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
+        "buffers": tensor_digest(dict(model.named_buffers())),
+    }
+
+
+def checkpoint_key(
+    model: nn.Module, a: StateDict, b: StateDict, *data, **config
+) -> str:
+    """The key of a baseline run: endpoints, data, model and ``config`` (with its code)."""
+    return stable_hash(
+        {
+            "a": tensor_digest(a),
+            "b": tensor_digest(b),
+            "data": tensor_digest(*data),
+            "model": model_signature(model),
+            **config,
+        },
+        length=16,
+    )
+
+
+def save_checkpoint(path: Path, key: str, state: dict[str, Any]) -> None:
+    """Write ``state`` with its ``key`` to ``path`` atomically (a kill leaves the old file)."""
+    atomic_write(path, lambda tmp: torch.save({**state, "key": key}, tmp))
+
+
+def load_checkpoint(
+    path: Path, key: str, fields: tuple[str, ...], what: str
+) -> dict[str, Any] | None:
+    """The state saved in ``path`` for ``key``; None when there is none.
+
+    A folder raises; a file of another run (another key) or one that cannot be
+    read or lacks one of ``fields`` warns and gives None (the run starts
+    again and replaces it). Read with ``torch.load(weights_only=True)``.
+    """
+    if path.is_dir():
+        raise FileExistsError(
+            f"{what} checkpoint {path} is a folder, not a checkpoint file; pass "
+            "another checkpoint path or move the folder"
+        )
+    if not path.exists():
+        return None
+    try:
+        saved = torch.load(path, weights_only=True, map_location="cpu")
+    except (OSError, pickle.UnpicklingError, RuntimeError, EOFError) as err:
+        warnings.warn(
+            f"{what} checkpoint {path} is unreadable ({type(err).__name__}); "
+            "starting the run again",
+            stacklevel=3,
+        )
+        return None
+    if not isinstance(saved, dict) or saved.get("key") != key:
+        warnings.warn(
+            f"{what} checkpoint {path} was written for another run (or is not a "
+            "checkpoint); starting the run again",
+            stacklevel=3,
+        )
+        return None
+    missing = [f for f in fields if f not in saved]
+    if missing:
+        warnings.warn(
+            f"{what} checkpoint {path} is incomplete (no {', '.join(missing)}); "
+            "starting the run again",
+            stacklevel=3,
+        )
+        return None
+    return saved
 
 
 def lr_factor(schedule: str, fraction: float) -> float:
@@ -80,15 +175,21 @@ def fit_curve(
     progress: bool = True,
     weight_decay: float = 0.0,
     schedule: str = "constant",
+    checkpoint: str | Path | None = None,
+    checkpoint_every: int = 500,
+    on_step: StepCallback | None = None,
 ) -> LLPFPath:
     """Train the bend of a curve from ``a`` to ``b`` for ``steps`` SGD steps.
 
     ``weight_decay`` and ``schedule`` (see :func:`lr_factor`) give the
-    authors' recipe.
+    authors' recipe. With ``checkpoint`` (a file) the run is saved every
+    ``checkpoint_every`` steps and at the end, and resumes from it (see the
+    module docstring); ``on_step(k)`` is called after step ``k`` (and its
+    save).
 
     Returns the curve sampled at ``n_eval`` evenly spaced ``t`` (endpoints
     exactly ``a`` and ``b``); ``grad_steps`` and ``seconds`` of the last
-    point are those of the training.
+    point are those of the training (seconds summed over resumed sessions).
     """
     if kind not in KINDS:
         raise ValueError(f"unknown curve kind {kind!r}; valid: {KINDS}")
@@ -98,9 +199,33 @@ def fit_curve(
         raise ValueError(f"unknown schedule {schedule!r}; valid: {SCHEDULES}")
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    if checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
     check_same_architecture(model, a, b)
     probe = copy.deepcopy(model)
     dev = model_device(probe)
+    ckpt = None if checkpoint is None else Path(checkpoint)
+    key = saved = None
+    if ckpt is not None:
+        key = checkpoint_key(
+            probe,
+            a,
+            b,
+            x,
+            y,
+            kind=kind,
+            steps=int(steps),
+            lr=float(lr),
+            momentum=float(momentum),
+            batch_size=int(batch_size),
+            n_eval=int(n_eval),
+            seed=int(seed),
+            weight_decay=float(weight_decay),
+            schedule=schedule,
+            code=code_version(*CODE),
+        )
+        fields = ("step", "bend", "optimizer", "generator", "buffers", "seconds")
+        saved = load_checkpoint(ckpt, key, fields, f"{NAMES[kind]} curve")
     x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
     names = [n for n, _ in probe.named_parameters()]
     pa = {n: a[n].to(dev) for n in names}
@@ -109,11 +234,40 @@ def fit_curve(
     buffers = {n: v.clone() for n, v in probe.named_buffers()}
     opt = torch.optim.SGD(list(bend.values()), lr=lr, momentum=momentum)
     gen = torch.Generator().manual_seed(seed)
+    start, seconds = 0, 0.0
+    if saved is not None:
+        with torch.no_grad():
+            for n in names:
+                bend[n].copy_(saved["bend"][n])
+            for n in buffers:
+                buffers[n].copy_(saved["buffers"][n])
+        opt.load_state_dict(saved["optimizer"])
+        gen.set_state(saved["generator"])
+        start, seconds = int(saved["step"]), float(saved["seconds"])
+
+    def save(k: int) -> None:
+        state = {
+            "step": k,
+            "bend": {n: v.detach().cpu().clone() for n, v in bend.items()},
+            "optimizer": opt.state_dict(),
+            "generator": gen.get_state(),
+            "buffers": {n: v.detach().cpu().clone() for n, v in buffers.items()},
+            "seconds": seconds,
+        }
+        save_checkpoint(ckpt, key, state)
+
+    if start < steps:
+        refuse_compute(f"{NAMES[kind]} curve {ckpt or ''}".rstrip())
     probe.train()
+    bar = tqdm(
+        total=steps,
+        initial=start,
+        desc=f"{kind} curve",
+        disable=not progress,
+        leave=False,
+    )
     t0 = time.perf_counter()
-    for k in tqdm(
-        range(steps), desc=f"{kind} curve", disable=not progress, leave=False
-    ):
+    for k in range(start, steps):
         for group in opt.param_groups:
             group["lr"] = lr * lr_factor(schedule, k / steps)
         t = float(torch.rand((), generator=gen))
@@ -126,7 +280,17 @@ def fit_curve(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    seconds = time.perf_counter() - t0
+        bar.update(1)
+        if ckpt is not None and ((k + 1) % checkpoint_every == 0 or k + 1 == steps):
+            seconds += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            save(k + 1)
+        if on_step is not None:
+            on_step(k + 1)
+    bar.close()
+    seconds += time.perf_counter() - t0
+    if ckpt is not None and start == steps == 0 and saved is None:
+        save(0)
     states = []
     with torch.no_grad():
         for t in np.linspace(0.0, 1.0, n_eval):

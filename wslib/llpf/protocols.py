@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from wslib.core.files import stable_hash
+from wslib.core.files import stable_hash, tensor_digest
 from wslib.core.norms import has_batchnorm
 from wslib.core.train import evaluate, model_device
 from wslib.llpf.autoneb import autoneb
@@ -322,7 +322,8 @@ def method_run(
     checkpointed under ``name``), ``"curve"`` (the rest to
     :func:`~wslib.llpf.curves.fit_curve`) or ``"autoneb"`` (the rest to
     :func:`~wslib.llpf.autoneb.autoneb`); the two baselines take exactly
-    ``budget`` gradient steps.
+    ``budget`` gradient steps and are checkpointed in the setup's checkpoint
+    folder (:func:`baseline_checkpoint`), so a killed run resumes.
     """
     kind = settings.get("method")
     if kind not in METHOD_KINDS:
@@ -336,12 +337,39 @@ def method_run(
         raise ValueError(f"a {kind} run needs a gradient-step budget (budget=...)")
     a, b = pair
     args = (a, a.state_dict(), b.state_dict(), setup.ds.x_train, setup.ds.y_train)
-    common = {"batch_size": setup.batch_size, "seed": seed, "progress": False}
+    common = {
+        "batch_size": setup.batch_size,
+        "seed": seed,
+        "progress": False,
+        "checkpoint": baseline_checkpoint(setup, pair, settings, seed, budget),
+    }
     if kind == "curve":
         path = fit_curve(*args, steps=budget, **common, **rest)
     else:
         path = autoneb(*args, total_steps=budget, **common, **rest)
     return setup.evaluate(a, path)
+
+
+def baseline_checkpoint(
+    setup: PathSetup,
+    pair: Pair,
+    settings: Mapping[str, Any],
+    seed: int,
+    budget: int,
+) -> Path | None:
+    """The checkpoint file of a baseline run of :func:`method_run` (None: no folder).
+
+    Named (see :meth:`PathSetup.checkpoint`) by the method, a digest of the
+    two modes, the seed and a digest of the settings, budget and batch size:
+    the same run in a tuning sweep and in a comparison shares its file, and
+    no run overwrites another's. The file's key guards the rest.
+    """
+    if setup.checkpoint_dir is None:
+        return None
+    modes = tensor_digest(*(m.state_dict() for m in pair), length=8)
+    config = {**settings, "budget": budget, "batch_size": setup.batch_size}
+    folder = setup.checkpoint(f"{settings['method']}-{modes}", seed, settings=config)
+    return folder.with_name(f"{folder.name}.pt")
 
 
 def compare_at_equal_steps(
