@@ -529,6 +529,11 @@ def chapter_work(params_file: str | Path | None = None) -> dict[str, list[Work]]
     zoo: set[str] = set()
     work = {}
     for nb in runner.available_notebooks():
+        if nb not in CHAPTERS:
+            raise KeyError(
+                f"notebook {nb} has no work counter; add one to CHAPTERS in "
+                "notebooks/gpu_check.py"
+            )
         count = CHAPTERS[nb]
         p = {**runner.default_parameters(nb), **(params.get(nb) or {})}
         counter = Counter(zoo)

@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--list", action="store_true", help="print the units, run none")
+    parser.add_argument(
+        "--allow-cpu", action="store_true", help="run a gpu profile without CUDA"
+    )
     parser.add_argument("notebook")
     parser.add_argument("units", nargs="*", metavar="UNIT")
     args = parser.parse_args(argv)
@@ -80,12 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.notebook not in SPLIT:
         runner.fail_usage("split notebook", args.notebook, sorted(SPLIT))
     os.chdir(runner.ROOT)  # the caches' paths are relative to the repository root
-    runner.one_thread_kernels(1)
     torch.set_num_threads(1)  # as in the notebooks' kernels: the same metrics
     try:
         params = parameters(args.notebook, args.profile, args.seed)
         units = chapter_units(args.notebook, params)
-    except runner.UnknownParameter as error:
+    except (runner.UnknownParameter, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.list:
@@ -93,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"stage {unit.stage}: {unit.name}")
         return 0
     names = {u.name: u for u in units}
+    problem = runner.missing_cuda(args.profile, args.allow_cpu)
+    if problem:  # listing needs no GPU; running does
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     unknown = [name for name in args.units if name not in names]
     if unknown:
         print(

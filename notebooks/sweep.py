@@ -301,11 +301,15 @@ def main(argv: list[str] | None = None) -> int:
         width = args.jobs
     else:
         submit, close = slurm_submitter(args.cluster_config)
-        width = len(todo) or 1
+        width = None  # every job of a phase at once: Slurm queues them
     start = time.perf_counter()
     try:
         phases = split(todo) if args.split else [todo]
-        failed = [job for phase in phases for job in sweep(phase, submit, width)]
+        failed = [
+            job
+            for phase in phases
+            for job in sweep(phase, submit, width or max(len(phase), 1))
+        ]
     finally:
         close()
     n_jobs = sum(len(phase) for phase in phases)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from tests.conftest import ROOT, SMOKE, load_script
 
@@ -27,10 +28,14 @@ SPLIT = sorted(load_script("notebooks/part.py").SPLIT)
 TIMING = re.compile(r"seconds|time|wall|_s$|over_epoch")  # wall-clock metric keys
 
 
-@pytest.fixture(scope="module")
-def checkout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A repository root with the library, the notebooks and MNIST-1D; no caches."""
-    root = tmp_path_factory.mktemp("checkout")
+@pytest.fixture()
+def checkout(tmp_path: Path) -> Path:
+    """A repository root with the library, the notebooks and MNIST-1D; no caches.
+
+    One per test, so that no chapter's units fill a cache another chapter's
+    notebook reads.
+    """
+    root = tmp_path
     skip = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
     for folder in ("wslib", "notebooks", "data/mnist1d"):
         if (ROOT / folder).exists():
@@ -98,6 +103,13 @@ def test_a_missing_unit_is_named(checkout: Path) -> None:
         (["01_symmetries"], "unknown split notebook '01_symmetries'"),
         (["03_llpf_m2m", "no such unit"], "has no unit 'no such unit'"),
         (["--profile", "tpu", "03_llpf_m2m"], "unknown profile 'tpu'"),
+        pytest.param(
+            ["--profile", "gpu", "05_llpf_spheres"],
+            "needs a CUDA device",
+            marks=pytest.mark.skipif(
+                torch.cuda.is_available(), reason="a GPU is here: it would run"
+            ),
+        ),
     ],
 )
 def test_bad_part_arguments_are_named(args: list[str], message: str) -> None:

@@ -97,7 +97,7 @@ def test_m2m_path_connects_the_pair_and_writes_its_checkpoint(tmp_path) -> None:
     s = setup(checkpoint_dir=tmp_path)
     a, b = pair()
     path = m2m_path(s, [a, b], FAST, seed=0, name="mlp")
-    assert s.checkpoint("mlp", 0, settings=FAST).exists()
+    assert s.checkpoint("mlp", 0, settings=FAST, ends=[a, b]).exists()
     assert all(torch.equal(path.states[0][k], v) for k, v in a.state_dict().items())
     assert all(torch.equal(path.states[-1][k], v) for k, v in b.state_dict().items())
     assert path.ticks == [0, 2, 4] and path.total_grad_steps > 0

@@ -22,6 +22,7 @@ from wslib.llpf.experiments import (
     sphere_configs,
     tuning_seed,
 )
+from wslib.llpf.protocols import PathSetup
 from wslib.runs.units import Unit, by_stage
 
 CHAPTERS = {
@@ -358,3 +359,14 @@ def test_tuning_budget_and_run_read_the_method_run_cache(
     experiments.tuning_run(*args, "LLPF", {"lr": 3}, 4, 11, tmp_path)
     assert experiments.tuning_budget(*args, 4, tmp_path) == 11  # a cache hit
     assert seen == [("llpf", 0.1, 4, None), ("curve", 2, 4, 11), ("llpf", 3, 4, None)]
+
+
+def test_checkpoint_names_differ_by_endpoint_models(tmp_path) -> None:
+    """Two sweep seeds run path seed 1 between other modes: other folders."""
+    spec = {"name": "mlp", "in_shape": [1, 4], "n_classes": 2, "widths": [3]}
+    torch.manual_seed(0)
+    a, b, c = (build_model(spec) for _ in range(3))
+    setup = PathSetup(None, 8, 2, 0.0, checkpoint_dir=tmp_path)  # type: ignore[arg-type]
+    first = setup.checkpoint("mlp", 1, settings={"lr": 0.1}, ends=[a, b])
+    assert first == setup.checkpoint("mlp", 1, settings={"lr": 0.1}, ends=[a, b])
+    assert first != setup.checkpoint("mlp", 1, settings={"lr": 0.1}, ends=[b, c])

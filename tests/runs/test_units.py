@@ -56,6 +56,11 @@ def test_run_cache_refuses_a_miss_and_serves_a_hit(tmp_path, monkeypatch) -> Non
         cached_run(tmp_path, {"a": 2}, lambda: {"x": 2.0})
 
 
+def test_a_run_without_a_cache_folder_refuses_too(cached_only) -> None:
+    with pytest.raises(NotCached, match="without a cache folder"):
+        cached_run(None, {"a": 1}, lambda: {"x": 1.0})
+
+
 def test_zoo_refuses_to_train(tmp_path, cached_only) -> None:
     zoo = Zoo(tmp_path / "zoo", device="cpu", progress=False)
     with pytest.raises(NotCached, match="model .* is not cached"):

@@ -165,18 +165,22 @@ class PathSetup:
         seed: int,
         all_at_once: bool = False,
         settings: Mapping[str, Any] | None = None,
+        ends: Sequence[nn.Module] = (),
     ) -> Path | None:
         """The checkpoint folder of the run of ``name`` with path seed ``seed``.
 
-        Runs with other ``settings`` get other files (a digest of them in the
-        name), so chapters that share a run share its file and no run
-        overwrites another's.
+        Runs with other ``settings`` or other endpoint models ``ends`` get
+        other files (digests of them in the name), so chapters that share a
+        run share its file and no run overwrites another's: two sweep seeds
+        run the same path seed between other modes.
         """
         if self.checkpoint_dir is None:
             return None
         tag = f"seed{seed}" + ("-all" if all_at_once else "")
         if settings is not None:
             tag += "-" + stable_hash(dict(settings), length=8)
+        if ends:
+            tag += "-" + tensor_digest(*(m.state_dict() for m in ends), length=8)
         return Path(self.checkpoint_dir) / f"{name}-{tag}"
 
     def evaluate(self, model: nn.Module, path: LLPFPath) -> dict[str, Any]:
@@ -210,7 +214,9 @@ def m2m_path(
     """
     a, b = pair
     checkpoint = (
-        None if name is None else setup.checkpoint(name, seed, all_at_once, settings)
+        None
+        if name is None
+        else setup.checkpoint(name, seed, all_at_once, settings, ends=pair)
     )
     return m2m(
         a,
@@ -443,7 +449,10 @@ def m2o_path(
         checkpoint=None
         if name is None
         else setup.checkpoint(
-            name, seed, settings={**settings, "m2o_compliance": compliance}
+            name,
+            seed,
+            settings={**settings, "m2o_compliance": compliance},
+            ends=[model],
         ),
         checkpoint_every=settings["record_every"],
     )
@@ -499,7 +508,10 @@ def hybrid_path(
         checkpoint=None
         if name is None
         else setup.checkpoint(
-            name, seed, settings={"m2o": dict(m2o_phase), **m2m_settings}
+            name,
+            seed,
+            settings={"m2o": dict(m2o_phase), **m2m_settings},
+            ends=[source, dest],
         ),
         checkpoint_every=m2m_settings["record_every"],
     )

@@ -36,6 +36,7 @@ def cached_run(
     the whole library). No caching if ``root`` is None.
     """
     if root is None:
+        refuse_compute("a run without a cache folder")
         return compute()
     key = to_jsonable({**key, "code": code_version(*code)})
     path = Path(root) / f"{stable_hash(key)}.json"
