@@ -372,9 +372,8 @@ def baseline_checkpoint(
     """
     if setup.checkpoint_dir is None:
         return None
-    modes = tensor_digest(*(m.state_dict() for m in pair), length=8)
     config = {**settings, "budget": budget, "batch_size": setup.batch_size}
-    folder = setup.checkpoint(f"{settings['method']}-{modes}", seed, settings=config)
+    folder = setup.checkpoint(settings["method"], seed, settings=config, ends=pair)
     return folder.with_name(f"{folder.name}.pt")
 
 
