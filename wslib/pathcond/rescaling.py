@@ -490,13 +490,17 @@ def optimize_rescaling(
     return PathCondResult(z, history, seconds, method, converged)
 
 
+def _host_array(v: torch.Tensor | np.ndarray) -> np.ndarray:
+    """``v`` as a float64 numpy array (a tensor is copied to the host first)."""
+    if isinstance(v, torch.Tensor):
+        v = v.detach().cpu().numpy()
+    return np.asarray(v, dtype=np.float64)
+
+
 def am_over_gm(g: dict[str, torch.Tensor] | np.ndarray) -> float:
     """Arithmetic over geometric mean of the positive entries of ``g`` (1 when uniform)."""
-    flat = (
-        np.concatenate([np.asarray(v, dtype=np.float64).ravel() for v in g.values()])
-        if isinstance(g, dict)
-        else np.asarray(g, dtype=np.float64).ravel()
-    )
+    values = g.values() if isinstance(g, dict) else [g]
+    flat = np.concatenate([_host_array(v).ravel() for v in values])
     flat = flat[flat > 0]
     return float(np.exp(np.log(flat.mean()) - np.log(flat).mean()))
 

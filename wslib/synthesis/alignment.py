@@ -154,7 +154,8 @@ def lifting_inner(model: nn.Module, a: StateDict, b: StateDict) -> float:
             f"lifting_inner needs an MLP, got {type(model).__name__}; "
             "use wslib.pathcond.lifting.explicit_path_lifting for tiny nets"
         )
-    v = torch.ones(model.linears[0].in_features, dtype=torch.float64)
+    first = a["linears.0.weight"]
+    v = torch.ones(first.shape[1], dtype=torch.float64, device=first.device)
     for i in range(len(model.linears)):
         w = f"linears.{i}.weight"
         v = (a[w].double() * b[w].double()) @ v
