@@ -1,0 +1,158 @@
+"""Each paper's main computations on a stand-in GPU (:mod:`tests.devicecheck`).
+
+Models on the device, data sets on the host, as on a CUDA machine: training,
+evaluation, an LLPF path, PathCond's runs and rescaling, and HF/KF fusion
+(chains, attribution, ResNets) run without combining a host tensor with a
+device tensor and give the numbers of a plain CPU run.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tests.devicecheck import DEVICE, DeviceDiscipline, DeviceMixError, to_device
+from wslib.core.data import Dataset
+from wslib.core.interpolation import linear_path
+from wslib.core.models import build_model
+from wslib.core.train import Recipe, evaluate, fit
+from wslib.fusion.hfkf import fuse
+from wslib.llpf.layerwise import Refine, m2m
+from wslib.pathcond.rescaling import pathcond_rescale
+from wslib.pathcond.training import train_run
+
+IN = [1, 12]
+MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [8, 6]}
+CNN2D = {"name": "cnn2d", "in_shape": [3, 8, 8], "n_classes": 3, "channels": [4, 4]}
+RESNET = {
+    "name": "resnet1d",
+    "in_shape": IN,
+    "n_classes": 3,
+    "widths": [4, 6],
+    "blocks_per_stage": 1,
+}
+RECIPE = Recipe(epochs=2, batch_size=8, lr=0.05)
+
+
+def _data(shape: list[int] = IN) -> Dataset:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(48, *shape, generator=gen)
+    y = torch.arange(48) % 3
+    return Dataset("toy", x[:36], y[:36], x[36:], y[36:], 3)
+
+
+def _trained(config: dict, seed: int, ds: Dataset, device=None) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = build_model(config)
+    fit(model, ds.x_train, ds.y_train, RECIPE, seed, device, progress=False)
+    return model
+
+
+def test_stand_in_refuses_mixing_and_numpy() -> None:
+    with DeviceDiscipline():
+        w = torch.ones(3, device=DEVICE)
+        assert w.device == DEVICE and w.cpu().device != DEVICE
+        with pytest.raises(DeviceMixError, match="host tensor of shape"):
+            w + torch.ones(3)
+        with pytest.raises(DeviceMixError, match=r"\.cpu\(\) first"):
+            w.numpy()
+        assert float((w * torch.tensor(2.0)).sum()) == 6.0  # a host scalar may join
+
+
+@pytest.mark.parametrize(
+    "config, recipe",
+    [
+        (MLP, RECIPE),
+        (CNN2D, Recipe(epochs=1, batch_size=8, augment=True, precision="bf16")),
+    ],
+)
+def test_fit_and_evaluate_on_the_device(config: dict, recipe: Recipe) -> None:
+    ds = _data(config["in_shape"])
+    torch.manual_seed(0)
+    host = build_model(config)
+    on_dev = copy.deepcopy(host)
+    h_hist = fit(host, ds.x_train, ds.y_train, recipe, 1, "cpu", progress=False)
+    with DeviceDiscipline():
+        d_hist = fit(on_dev, ds.x_train, ds.y_train, recipe, 1, DEVICE, progress=False)
+        d_eval = evaluate(on_dev, ds.x_test, ds.y_test)
+    assert d_hist == h_hist
+    assert d_eval == evaluate(host, ds.x_test, ds.y_test)
+
+
+@pytest.mark.parametrize("method", ["pathcond", "enorm", "kaiming"])
+def test_pathcond_runs_on_the_device(method: str) -> None:
+    ds = _data()
+    host = train_run(MLP, method, ds, RECIPE, seed=0, device="cpu")
+    with DeviceDiscipline():
+        dev = train_run(MLP, method, ds, RECIPE, seed=0, device=DEVICE)
+    assert dev["loss"] == host["loss"] and dev["test_acc"] == host["test_acc"]
+
+
+def test_pathcond_rescale_on_the_device() -> None:
+    torch.manual_seed(0)
+    host = build_model(MLP).double()
+    on_dev = copy.deepcopy(host)
+    pathcond_rescale(host, IN)
+    with DeviceDiscipline():
+        pathcond_rescale(to_device(on_dev), IN)
+        got = {k: v.cpu() for k, v in on_dev.state_dict().items()}
+    for k, v in host.state_dict().items():
+        torch.testing.assert_close(got[k], v)
+
+
+def test_llpf_path_and_line_on_the_device() -> None:
+    ds = _data()
+    a, b = (_trained(MLP, s, ds) for s in (0, 1))
+    refine = Refine(threshold=5.0, r_max=5, batch_size=8)
+    kwargs = {"ticks": 3, "progress": False, "seed": 0}
+    host = m2m(
+        a,
+        a.state_dict(),
+        b.state_dict(),
+        ds.x_train,
+        ds.y_train,
+        refine=refine,
+        **kwargs,
+    )
+    with DeviceDiscipline():
+        da, db = to_device(copy.deepcopy(a)), to_device(copy.deepcopy(b))
+        dev = m2m(
+            da,
+            da.state_dict(),
+            db.state_dict(),
+            ds.x_train,
+            ds.y_train,
+            refine=refine,
+            **kwargs,
+        )
+        line = linear_path(
+            da,
+            da.state_dict(),
+            db.state_dict(),
+            [0.0, 0.5, 1.0],
+            ds.x_train,
+            ds.y_train,
+            progress=False,
+        )
+    assert dev.refine_loss == pytest.approx(host.refine_loss, nan_ok=True)
+    assert dev.grad_steps == host.grad_steps
+    assert line["barrier"] >= 0
+
+
+@pytest.mark.parametrize(
+    "config, grouping, importance",
+    [(MLP, "hf", "uniform"), (MLP, "kf", "conductance"), (RESNET, "kf", "uniform")],
+)
+def test_fusion_on_the_device(config: dict, grouping: str, importance: str) -> None:
+    ds = _data()
+    models = [_trained(config, s, ds).eval() for s in (0, 1)]
+    kwargs = {"grouping": grouping, "importance": importance, "progress": False}
+    host = fuse(models, ds.x_train, ds.y_train, **kwargs).model
+    with DeviceDiscipline():
+        on_dev = [to_device(copy.deepcopy(m)) for m in models]
+        fused = fuse(on_dev, ds.x_train, ds.y_train, **kwargs).model
+        got = {k: v.cpu() for k, v in fused.state_dict().items()}
+    for k, v in host.state_dict().items():
+        torch.testing.assert_close(got[k], v, rtol=1e-5, atol=1e-6)
