@@ -25,7 +25,7 @@ and a fixed thread count keeps every metric independent of how many notebooks
 run side by side. Two notebooks that need the same zoo model or cached run do
 not compute it twice: the second waits for the first (``entry_lock``). The
 notebooks' worker pools (``wslib.runs.workers``) share the cores
-(``WSLIB_WORKERS``).
+(``WSLIB_CPU_WORKERS``; on CUDA one worker each).
 
 The ``gpu`` profile refuses to start without a usable CUDA device (it would
 quietly run on the CPU for days), naming the CUDA version torch was built
@@ -158,7 +158,7 @@ def one_thread_kernels(jobs: int) -> None:
     """Kernels started from now on compute on one thread; worker pools share the cores."""
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"
-    os.environ["WSLIB_WORKERS"] = str(max(1, cores() // jobs))
+    os.environ["WSLIB_CPU_WORKERS"] = str(max(1, cores() // jobs))
 
 
 def run_dir(top: str, profile: str, seed: int | None) -> Path:

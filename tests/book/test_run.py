@@ -8,6 +8,7 @@ not depend on the book's chapters.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from types import ModuleType
 
@@ -227,3 +228,14 @@ def test_longest_notebooks_start_first(
 def test_reference_times_name_every_chapter() -> None:
     times = json.loads((ROOT / "notebooks" / "reference_times.json").read_text())
     assert set(times) <= set(NOTEBOOKS)
+
+
+def test_kernels_share_the_cores_without_overriding_the_cuda_rule(
+    run: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """run.py's share of the cores is WSLIB_CPU_WORKERS, never WSLIB_WORKERS."""
+    for name in ("WSLIB_WORKERS", "WSLIB_CPU_WORKERS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(run, "cores", lambda: 16)
+    run.one_thread_kernels(2)
+    assert os.environ["WSLIB_CPU_WORKERS"] == "8" and "WSLIB_WORKERS" not in os.environ

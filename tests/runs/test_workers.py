@@ -48,7 +48,40 @@ def test_workers_must_be_positive():
 def test_workers_follow_the_environment_when_notebooks_share_the_cores(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("WSLIB_WORKERS", "3")
+    monkeypatch.delenv("WSLIB_WORKERS", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv("WSLIB_CPU_WORKERS", "3")
     assert default_workers() == 3
-    monkeypatch.delenv("WSLIB_WORKERS")
+    monkeypatch.delenv("WSLIB_CPU_WORKERS")
     assert default_workers() >= 1
+
+
+def test_one_worker_on_cuda_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cores' share run.py sets never starts one CUDA context per worker."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.delenv("WSLIB_WORKERS", raising=False)
+    monkeypatch.setenv("WSLIB_CPU_WORKERS", "8")
+    assert default_workers() == 1
+    monkeypatch.setenv("WSLIB_WORKERS", "2")  # the user's own choice
+    assert default_workers() == 2
+
+
+def test_jobs_carry_a_data_key_and_each_worker_loads_the_data_set_once() -> None:
+    """A job's arguments pickle to a few hundred bytes, not to the data set's tensors."""
+    import pickle
+
+    from wslib.core.data import DataKey, load_dataset
+    from wslib.pathcond.experiments import RunGrid
+
+    ds = load_dataset("digits")
+    key = DataKey.of({"name": "digits"}, ds)
+    assert key.load() is ds  # the caller's own copy is not loaded again
+    config = {"widths": [8], "init_scale": 1.0, "methods": ["baseline"]}
+    base = {"name": "mlp", "in_shape": [1, 64], "n_classes": 10}
+    grid = RunGrid(base, key, {"epochs": 1, "lr": 0.1}, {"c": config})
+    args = grid.arguments(grid.job("c", "baseline", 0))
+    assert isinstance(args["ds"], DataKey) and len(pickle.dumps(args)) < 2000
+    assert grid.dataset is ds
+    two = run_jobs(train_run, [args, {**args, "seed": 1}], workers=2)
+    one = [train_run(**args), train_run(**{**args, "seed": 1})]
+    assert [r["loss"] for r in two] == [r["loss"] for r in one]

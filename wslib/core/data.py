@@ -21,6 +21,7 @@ import pickle
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -111,6 +112,41 @@ def load_dataset(name: str, root: str | Path = "data", **options) -> Dataset:
     if name in ("cifar10", "cifar100"):
         return _load_cifar(name, root, **options)
     raise ValueError(f"unknown data set {name!r}; choose one of {DATASETS}")
+
+
+@dataclass(frozen=True)
+class DataKey:
+    """A data set named by its :func:`load_dataset` arguments, loaded once per process.
+
+    What a job sent to a worker process carries instead of the tensors (a
+    pickled :class:`Dataset` would travel through shared memory, the whole of
+    CIFAR-10 for each worker: about 740 MB, where a container's ``/dev/shm``
+    holds 64 MB by default). ``root`` is absolute, so a worker finds the files
+    whatever its working directory.
+    """
+
+    name: str
+    root: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def of(cls, data: dict[str, Any], ds: Dataset | None = None) -> DataKey:
+        """The key of ``load_dataset(**data)``; ``ds``, when given, is that data set."""
+        options = {k: v for k, v in data.items() if k not in ("name", "root")}
+        root = str(Path(data.get("root", "data")).resolve())
+        key = cls(data["name"], root, tuple(sorted(options.items())))
+        if ds is not None:
+            _LOADED[key] = ds
+        return key
+
+    def load(self) -> Dataset:
+        """The data set (read from disk on the first call in this process)."""
+        if self not in _LOADED:
+            _LOADED[self] = load_dataset(self.name, self.root, **dict(self.options))
+        return _LOADED[self]
+
+
+_LOADED: dict[DataKey, Dataset] = {}
 
 
 def _load_mnist1d(

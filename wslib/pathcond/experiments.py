@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from wslib.core.data import Dataset, load_dataset
+from wslib.core.data import DataKey, Dataset, load_dataset
 from wslib.core.models import build_model
 from wslib.core.neurons import random_scales, rescale_state
 from wslib.core.train import Recipe, fit, model_device, seed_everything
@@ -350,15 +350,22 @@ class RunGrid:
     ``recipe`` is the default recipe (a dict of :class:`Recipe` fields). Runs
     are stored in ``runs`` by :class:`Job` and in ``cache_dir`` on disk. A
     grid without a data set (``ds=None``) lists jobs but cannot train them.
+    A :class:`~wslib.core.data.DataKey` as ``ds`` is what the jobs carry to
+    the worker processes, each of which loads the data set once.
     """
 
     base: dict[str, Any]
-    ds: Dataset | None
+    ds: Dataset | DataKey | None
     recipe: dict[str, Any]
     configs: dict[str, dict[str, Any]]
     cache_dir: str | Path | None = None
     workers: int | None = None
     runs: dict[Job, Run] = field(default_factory=dict, repr=False)
+
+    @property
+    def dataset(self) -> Dataset | None:
+        """The data set itself (loaded here once if ``ds`` is a key)."""
+        return self.ds.load() if isinstance(self.ds, DataKey) else self.ds
 
     def job(
         self,
@@ -491,8 +498,8 @@ def mlp_grid(
     ``data`` holds the arguments of :func:`load_dataset`; with ``load=False``
     nothing is loaded and the grid only lists jobs (training raises).
     """
-    ds = load_dataset(**data) if load else None
-    return RunGrid(mlp, ds, recipe, configs, RUNS_DIR, workers)
+    key = DataKey.of(data, load_dataset(**data)) if load else None
+    return RunGrid(mlp, key, recipe, configs, RUNS_DIR, workers)
 
 
 def default_jobs(

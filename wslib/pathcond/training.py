@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wslib.core.data import Dataset
+from wslib.core.data import DataKey, Dataset
 from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, predict, seed_everything
@@ -75,7 +75,7 @@ def prepare_model(
 def train_run(
     config: dict[str, Any],
     method: str,
-    ds: Dataset,
+    ds: Dataset | DataKey,
     recipe: Recipe,
     seed: int = 0,
     init_scale: float = 1.0,
@@ -98,6 +98,8 @@ def train_run(
     """
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
+    if isinstance(ds, DataKey):
+        ds = ds.load()
     key = {
         "data": {
             "name": ds.name,

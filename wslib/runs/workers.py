@@ -9,8 +9,8 @@ result does not depend on the number of workers. Each job runs under the
 caller's warning filters, so ``warnings.catch_warnings`` around
 :func:`run_jobs` acts on the jobs too. On a GPU the jobs run here, one after
 the other, since they would share the one device. ``notebooks/run.py`` sets
-``WSLIB_WORKERS`` when it runs notebooks side by side, so that they share the
-cores instead of each taking all of them. Workers ignore Ctrl-C (the notebook's
+``WSLIB_CPU_WORKERS`` when it runs notebooks side by side, so that on a CPU
+they share the cores instead of each taking all of them. Workers ignore Ctrl-C (the notebook's
 process handles it and shuts the pool down), so stopping a kernel prints no
 traceback from each worker.
 """
@@ -35,11 +35,20 @@ T = TypeVar("T")
 
 
 def default_workers() -> int:
-    """``WSLIB_WORKERS`` if set, else one worker per CPU core (one if CUDA is available)."""
+    """The number of worker processes when a caller names none.
+
+    ``WSLIB_WORKERS`` if set (the user's own choice, on any device); else one
+    when CUDA is available (every worker would hold a CUDA context of its own
+    on the one device); else ``WSLIB_CPU_WORKERS`` (the share of the cores
+    ``notebooks/run.py`` gives each notebook it runs side by side); else one
+    per CPU core.
+    """
     if os.environ.get("WSLIB_WORKERS"):
         return int(os.environ["WSLIB_WORKERS"])
     if torch.cuda.is_available():
         return 1
+    if os.environ.get("WSLIB_CPU_WORKERS"):
+        return int(os.environ["WSLIB_CPU_WORKERS"])
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1
