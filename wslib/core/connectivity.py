@@ -33,7 +33,7 @@ from wslib.core.neurons import (
     random_scales,
     rescale_state,
 )
-from wslib.core.train import evaluate, model_device
+from wslib.core.train import evaluate, full_precision, model_device
 
 SYMMETRIES = ("permutation", "rescaling")
 OUTPUT_DIFFS = ("max output diff (eval)", "max output diff (train)")
@@ -107,14 +107,15 @@ def max_output_diff(
 
     In training mode BatchNorm uses the batch statistics. Both networks are
     copies: a forward pass in training mode updates BatchNorm's running
-    statistics, and neither ``model`` nor ``state`` may change.
+    statistics, and neither ``model`` nor ``state`` may change. TF32 is off
+    (:func:`~wslib.core.train.full_precision`): the difference is float32's.
     """
     original, other = copy.deepcopy(model), copy.deepcopy(model)
     other.load_state_dict(state)
     original.train(train_mode)
     other.train(train_mode)
     x = x.to(model_device(original))
-    with torch.no_grad():
+    with torch.no_grad(), full_precision():
         return (original(x) - other(x)).abs().max().item()
 
 

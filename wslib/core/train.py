@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -33,6 +34,24 @@ def seed_everything(seed: int) -> None:
     torch.cuda.manual_seed_all(seed)
     torch.backends.cudnn.deterministic = False
     torch.backends.cudnn.benchmark = True
+
+
+@contextmanager
+def full_precision() -> Iterator[None]:
+    """TF32 off inside (cuDNN convolutions and CUDA matrix products in true float32).
+
+    cuDNN convolutions use TF32 by default, which changes a conv net's outputs
+    by about 1e-3 relative: a rescaled network would then differ from the
+    original by far more than float32 rounding, for reasons of the hardware.
+    The invariance and self-fusion checks run inside this context; training
+    keeps the default. No effect on a CPU.
+    """
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def pick_device(device: str | torch.device | None = None) -> torch.device:

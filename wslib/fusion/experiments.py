@@ -41,7 +41,7 @@ from tqdm.auto import tqdm
 from wslib.core.data import Dataset, balanced_subset, class_counts
 from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
-from wslib.core.train import Recipe, evaluate, fit, predict
+from wslib.core.train import Recipe, evaluate, fit, full_precision, predict
 from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, Ensemble, distill, fuse_by
 from wslib.fusion.hfkf import (
     attribution_share,
@@ -804,15 +804,20 @@ def self_fusion(
     methods: Sequence[str] = SELF_FUSION_METHODS,
     ridge: float = 1e-8,
 ) -> dict[str, float]:
-    """Largest output difference on ``x_test`` between ``model`` and its fusion with a copy of itself."""
+    """Largest output difference on ``x_test`` between ``model`` and its fusion with a copy of itself.
+
+    With TF32 off (:func:`~wslib.core.train.full_precision`), so that a GPU's
+    difference is float32's, as on a CPU.
+    """
     pair = [model, copy.deepcopy(model)]
-    ref = predict(model, x_test)
-    return {
-        m: float(
-            (predict(fuse_by(m, pair, x, y, ridge=ridge), x_test) - ref).abs().max()
-        )
-        for m in methods
-    }
+    with full_precision():
+        ref = predict(model, x_test)
+        return {
+            m: float(
+                (predict(fuse_by(m, pair, x, y, ridge=ridge), x_test) - ref).abs().max()
+            )
+            for m in methods
+        }
 
 
 # --- chapter 11: beyond the table -------------------------------------------------------------
