@@ -589,14 +589,14 @@ def test_fit_on_step_and_loss_fn():
 
 def test_prepare_model_methods():
     config = ALL_ARCHS["mlp"]
-    base, _ = prepare_model(config, "baseline", 1.0, seed=3)
-    low, _ = prepare_model(config, "baseline", 0.1, seed=3)
+    base, *_ = prepare_model(config, "baseline", 1.0, seed=3)
+    low, *_ = prepare_model(config, "baseline", 0.1, seed=3)
     assert torch.allclose(low.linears[0].weight, 0.1 * base.linears[0].weight)
-    pc, _ = prepare_model(config, "pathcond", 0.1, seed=3)
+    pc, *_ = prepare_model(config, "pathcond", 0.1, seed=3)
     x = torch.randn(5, 1, 40)
     with torch.no_grad():
         assert _rel(pc(x), low(x)) < 1e-5
-    kn, _ = prepare_model(config, "kaiming", 1.0, seed=3)
+    kn, *_ = prepare_model(config, "kaiming", 1.0, seed=3)
     assert float(kn.linears[0].bias.detach().abs().max()) == 0.0
     with pytest.raises(ValueError, match="method"):
         prepare_model(config, "magic", 1.0)

@@ -169,9 +169,9 @@ def test_paper_setting_method_stops_after_ten_sweeps():
     config = {**MLP, "widths": [8, 24, 6]}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        paper, _ = prepare_model(config, "pathcond_10", 0.1, seed=1)
-    full, _ = prepare_model(config, "pathcond", 0.1, seed=1)
-    base, _ = prepare_model(config, "baseline", 0.1, seed=1)
+        paper, *_ = prepare_model(config, "pathcond_10", 0.1, seed=1)
+    full, *_ = prepare_model(config, "pathcond", 0.1, seed=1)
+    base, *_ = prepare_model(config, "baseline", 0.1, seed=1)
     x = torch.randn(4, *config["in_shape"])
     with torch.no_grad():
         torch.testing.assert_close(paper(x), base(x), rtol=1e-4, atol=1e-6)

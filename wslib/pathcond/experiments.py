@@ -100,7 +100,7 @@ def rescale_cost(
     )
     rescale, epoch = [], []
     for _ in range(repeats):
-        model, seconds = prepare_model(config, "pathcond", 1.0, seed)
+        model, seconds, _ = prepare_model(config, "pathcond", 1.0, seed)
         start = time.perf_counter()
         fit(model, ds.x_train, ds.y_train, recipe, seed, progress=False)
         epoch.append(time.perf_counter() - start)
@@ -290,7 +290,7 @@ def trajectories(
         for method in tqdm(methods, desc="training")
     }
     for method in methods:
-        model, _ = prepare_model(config, method, init_scale, seed)
+        model, *_ = prepare_model(config, method, init_scale, seed)
         with torch.no_grad():
             out = model(ds.x_train.to(model_device(model)))
             loss = F.cross_entropy(out, ds.y_train.to(out.device))
@@ -648,7 +648,7 @@ def solver_comparison(
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     config = mlp_config(base, cfg["widths"], output_bias=has_output_bias(base, cfg))
-    model, _ = prepare_model(config, "baseline", cfg["init_scale"], seed)
+    model, *_ = prepare_model(config, "baseline", cfg["init_scale"], seed)
     g = diag_g(model, base["in_shape"])
     structure = rescalable_structure(model)
     settings = {

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import time
 from pathlib import Path
-from typing import Any
+import warnings
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -14,9 +15,16 @@ from torch import nn
 from wslib.core.data import DataKey, Dataset
 from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
-from wslib.core.train import Recipe, evaluate, fit, predict, seed_everything
+from wslib.core.train import (
+    Recipe,
+    evaluate,
+    fit,
+    pick_device,
+    predict,
+    seed_everything,
+)
 from wslib.pathcond.enorm import enorm_callback
-from wslib.pathcond.rescaling import PAPER_SWEEPS, pathcond_rescale
+from wslib.pathcond.rescaling import PAPER_SWEEPS, PathCondResult, pathcond_rescale
 from wslib.runs.cache import cached_run
 
 # The modules whose source determines a run's result (its run-cache key).
@@ -32,10 +40,49 @@ INIT_METHODS = ("baseline", "kaiming", "pathcond", "pathcond_10", "enorm")
 TASKS = ("classify", "autoencoder")
 
 
+class Prepared(NamedTuple):
+    """A model initialised by a method, with the seconds and outcome of its rescaling.
+
+    ``solver`` is PathCond's :class:`~wslib.pathcond.rescaling.PathCondResult`
+    (``None`` for the methods that do not rescale at initialisation).
+    """
+
+    model: nn.Module
+    seconds: float
+    solver: PathCondResult | None
+
+
+def solver_report(solver: PathCondResult | None) -> dict[str, Any]:
+    """Whether PathCond's solver converged, its sweeps and its last relative drop of F."""
+    if solver is None:
+        return {
+            "rescale_converged": None,
+            "rescale_sweeps": 0,
+            "rescale_last_drop": None,
+        }
+    f = solver.objective
+    drop = abs(f[-2] - f[-1]) / max(abs(f[-1]), 1e-300) if len(f) > 1 else 0.0
+    return {
+        "rescale_converged": bool(solver.converged),
+        "rescale_sweeps": solver.sweeps,
+        "rescale_last_drop": float(drop),
+    }
+
+
 def prepare_model(
-    config: dict[str, Any], method: str, init_scale: float = 1.0, seed: int = 0
-) -> tuple[nn.Module, float]:
-    """Build ``config`` with ``seed``, initialise it by ``method``; return it and the rescale time.
+    config: dict[str, Any],
+    method: str,
+    init_scale: float = 1.0,
+    seed: int = 0,
+    *,
+    device: str | torch.device | None = None,
+) -> Prepared:
+    """Build ``config`` with ``seed``, initialise it by ``method``, on ``device``.
+
+    The model is built on the CPU (the same initial weights on every device),
+    then moved to ``device`` (default: :func:`~wslib.core.train.pick_device`)
+    before any rescaling, so the rescale is computed and timed where the
+    model trains.
 
     ``baseline``: PyTorch's default initialisation; ``kaiming``: Kaiming-normal
     weights (fan-in, ReLU gain) and zero biases; ``pathcond``: default
@@ -60,16 +107,21 @@ def prepare_model(
                         nn.init.zeros_(module.bias)
         for p in model.parameters():
             p.mul_(init_scale)
-    seconds = 0.0
-    if method in ("pathcond", "pathcond_10"):
-        paper = method == "pathcond_10"
-        sweeps = PAPER_SWEEPS if paper else 1000
-        start = time.perf_counter()
-        pathcond_rescale(
+    dev = pick_device(device)
+    model.to(dev)
+    if method not in ("pathcond", "pathcond_10"):
+        return Prepared(model, 0.0, None)
+    paper = method == "pathcond_10"
+    sweeps = PAPER_SWEEPS if paper else 1000
+    start = time.perf_counter()
+    with warnings.catch_warnings():  # not converged: reported in the run's result
+        warnings.simplefilter("ignore", UserWarning)
+        solver = pathcond_rescale(
             model, config["in_shape"], max_sweeps=sweeps, rtol=0.0 if paper else 1e-12
         )
-        seconds = time.perf_counter() - start
-    return model, seconds
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    return Prepared(model, time.perf_counter() - start, solver)
 
 
 def train_run(
@@ -94,7 +146,9 @@ def train_run(
     Returns the per-epoch training ``loss`` and running ``acc`` (from
     :func:`wslib.core.train.fit`), ``test_loss``, ``test_acc`` (NaN for the
     autoencoder, whose loss is the MSE of reconstructing the flattened input),
-    ``rescale_seconds`` and ``epoch_seconds``.
+    ``rescale_seconds``, ``epoch_seconds`` and the PathCond solver's
+    :func:`solver_report` (did it converge, in how many sweeps, how far from
+    converged: its last relative drop of F).
     """
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
@@ -129,7 +183,9 @@ def _train_run(
     task: str,
     progress: bool,
 ) -> dict[str, Any]:
-    model, rescale_seconds = prepare_model(config, method, init_scale, seed)
+    model, rescale_seconds, solver = prepare_model(
+        config, method, init_scale, seed, device=device
+    )
     on_step = enorm_callback() if method == "enorm" else None
     auto = task == "autoencoder"
     y_train = ds.x_train.flatten(1) if auto else ds.y_train
@@ -158,4 +214,5 @@ def _train_run(
         "test_acc": test_acc,
         "rescale_seconds": rescale_seconds,
         "epoch_seconds": epoch_seconds,
+        **solver_report(solver),
     }

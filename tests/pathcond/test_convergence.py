@@ -1,0 +1,75 @@
+"""PathCond's solver reports whether it converged, and the chapter says which runs did not."""
+
+from __future__ import annotations
+
+import torch
+
+from wslib.core.data import Dataset
+from wslib.core.train import Recipe
+from wslib.pathcond import reports
+from wslib.pathcond.training import prepare_model, train_run
+
+MLP = {"name": "mlp", "in_shape": [1, 6], "n_classes": 3, "widths": [5, 4]}
+
+
+def _ds() -> Dataset:
+    x = torch.randn(30, 1, 6, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(30) % 3
+    return Dataset("toy", x, y, x[:9], y[:9], 3)
+
+
+def test_runs_record_the_solver_outcome() -> None:
+    recipe = Recipe(epochs=1, batch_size=10)
+    run = train_run(MLP, "pathcond", _ds(), recipe, seed=0)
+    assert run["rescale_converged"] is True and run["rescale_sweeps"] >= 1
+    assert 0 <= run["rescale_last_drop"] <= 1e-12
+    base = train_run(MLP, "baseline", _ds(), recipe, seed=0)
+    assert base["rescale_converged"] is None and base["rescale_sweeps"] == 0
+
+
+def test_paper_setting_runs_at_most_its_sweeps_and_no_solver_without_rescaling() -> (
+    None
+):
+    _, seconds, solver = prepare_model(MLP, "pathcond_10", 0.1, seed=1)
+    assert 1 <= solver.sweeps <= 10 and seconds > 0
+    assert prepare_model(MLP, "kaiming").solver is None
+
+
+def test_the_text_names_each_run_that_did_not_converge() -> None:
+    rows = [
+        {
+            "architecture": "fully_conv",
+            "seed": 0,
+            "converged": False,
+            "sweeps": 1000,
+            "last relative drop of F": 5e-8,
+        },
+        {
+            "architecture": "resnet_bn",
+            "seed": 0,
+            "converged": True,
+            "sweeps": 40,
+            "last relative drop of F": 1e-13,
+        },
+    ]
+    text = reports.convergence_text(rows)
+    assert "1 of 2 runs" in text and "fully_conv (seed 0: 1000 sweeps" in text
+    assert "5.0e-08" in text and "resnet_bn" not in text
+    assert "converged in every run" in reports.convergence_text(rows[1:])
+    runs = {
+        ("a", "pathcond", 0): {
+            "rescale_converged": False,
+            "rescale_sweeps": 7,
+            "rescale_last_drop": 0.1,
+        },
+        ("a", "baseline", 0): {"rescale_converged": None},
+    }
+    assert reports.convergence_rows(runs, {"a": {}}, [0]) == [
+        {
+            "architecture": "a",
+            "seed": 0,
+            "converged": False,
+            "sweeps": 7,
+            "last relative drop of F": 0.1,
+        }
+    ]
