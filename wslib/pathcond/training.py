@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 import time
-from pathlib import Path
 import warnings
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
