@@ -31,8 +31,13 @@ run on CUDA.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
+import os
+import re
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,14 +48,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import run as runner
+import synthetic_data
 import torch
 import yaml
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from wslib.core.models import build_model
-from wslib.core.train import Recipe, fit, model_device, pick_device
+from wslib.core.train import Recipe, fit, model_device, pick_device, seed_everything
 from wslib.synthesis.alignment import STEPS as ALIGNMENT_STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,7 +72,6 @@ DATA_SIZES = {  # (training, test) examples
     "fashion_mnist": (60_000, 10_000),
     "mnist1d": (4_000, 1_000),
 }
-REFINE_STEPS = 40  # assumed mean refinement steps per LLPF tick (r_min = 20)
 EVAL_BATCH = 1024  # evaluation batch (forward only, a third of a training step)
 ENORM_COST = 1.0  # an ENorm cycle, in small-model steps (assumed)
 LBFGS_EVALS = (
@@ -73,23 +79,40 @@ LBFGS_EVALS = (
 )
 
 
+# CPU-side work at the gpu profile, seconds on one CPU thread (measured at
+# reduced scale and scaled; the GPU does not change them): chapter 10's HF/KF
+# grouping (k-means, centroids, cost decomposition in float64 numpy) per model
+# fused, a Git Re-Basin weight matching of two VGG-11s, and PathCond's solver
+# on one conv net (CIFAR-NV or ResNet-18, stopped at 1000 sweeps).
+CPU_SECONDS = {
+    "kf grouping per model": 225 / 6,
+    "hf grouping per model": 85 / 6,
+    "weight matching": 10.0,
+    "pathcond solver, conv net": 210.0,
+}
+
+
 @dataclass(frozen=True)
 class Rates:
     """Seconds per unit of work on the device (measured or assumed).
 
-    ``step_s``: one ResNet-18 training step at ``batch`` (fp32; ``bf16_step_s``
-    in bf16); ``floor_s``: one training step of a small MLP, the floor every
-    step pays (launches, host syncs); ``tick_s``: one LLPF tick of ResNet-18
-    with ``tick_steps`` refinement steps; ``save_s``: one ``torch.save`` of a
-    ResNet-18 state; ``solve_s``: one fusion least-squares solve of chapter
-    10's size.
+    ``step_s``: one ResNet-18 training step at ``batch`` with augmentation
+    (fp32; ``bf16_step_s`` in bf16); ``floor_s``: one training step of a small
+    MLP, the floor every step pays (launches, host syncs); ``refine_step_s``:
+    one LLPF refinement step of ResNet-18 at ``batch``, the tick's own work
+    (moves, the stop rule) included, and ``tick_steps`` refinement steps per
+    tick, both from a pilot path at the gpu settings; ``eval_s``: one
+    ResNet-18 example through the forward pass, data resident on the device;
+    ``save_s``: one ``torch.save`` of a ResNet-18 state; ``solve_s``: one
+    fusion least-squares solve of chapter 10's size.
     """
 
     step_s: float
     bf16_step_s: float
     floor_s: float
-    tick_s: float
-    tick_steps: int
+    refine_step_s: float
+    tick_steps: float
+    eval_s: float
     save_s: float
     solve_s: float
     batch: int = 256
@@ -99,8 +122,9 @@ ASSUMED = Rates(
     step_s=0.015,
     bf16_step_s=0.009,
     floor_s=0.0012,
-    tick_s=0.015 * 20 + 0.02,
-    tick_steps=20,
+    refine_step_s=0.016,
+    tick_steps=40,
+    eval_s=0.015 / 256 / 3,
     save_s=0.15,
     solve_s=0.05,
 )
@@ -123,19 +147,81 @@ def require_cuda(allow_cpu: bool) -> torch.device:
     return pick_device()
 
 
-def run_smoke_notebooks(device: torch.device) -> list[str]:
-    """Run every notebook in the smoke profile; return those that did not use ``device``."""
-    subprocess.run(
-        [sys.executable, "notebooks/run.py", "--profile", "smoke", "--jobs", "2"],
-        cwd=ROOT,
-        check=True,
+SMOKE = "gpu-smoke"  # the gpu profile's shape at smoke size
+QUICK_CHAPTER = "02_layerwise"  # the one chapter of --quick
+CHAPTER_JOBS = 4  # chapters side by side on the GPU
+
+
+def make_checkout(root: Path) -> Path:
+    """A fresh checkout under ``root``: the library, the notebooks, synthetic data, no cache.
+
+    No model, run or path of an earlier run can stand in for a computation,
+    and the data sets are :mod:`synthetic_data`'s small files in the real
+    formats (a GPU machine may have no network).
+    """
+    skip = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
+    for folder in ("wslib", "notebooks"):
+        shutil.copytree(ROOT / folder, root / folder, ignore=skip)
+    synthetic_data.write_all(root / "data")
+    return root
+
+
+@dataclass(frozen=True)
+class ChapterStatus:
+    """How one chapter of the gpu-smoke profile ended: ``error`` is empty when it passed."""
+
+    notebook: str
+    error: str = ""
+    device: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.error
+
+
+def _failures(log: str) -> dict[str, str]:
+    """``{notebook: "cell In [N]: Error: message"}`` from run.py's output."""
+    found = re.finditer(
+        r"error: notebook (\S+) failed in cell (In \[\d+\])\n\s+(.+)", log
     )
-    wrong = []
-    for nb in runner.available_notebooks():
-        results = json.loads((ROOT / "results" / "smoke" / f"{nb}.json").read_text())
-        if results.get("env", {}).get("device") != device.type:
-            wrong.append(nb)
-    return wrong
+    return {m[1]: f"cell {m[2]}: {m[3].strip()}" for m in found}
+
+
+def run_chapters(
+    checkout: Path, notebooks: list[str], jobs: int, device: torch.device
+) -> list[ChapterStatus]:
+    """Run ``notebooks`` in the gpu-smoke profile in ``checkout``; the status of each.
+
+    A chapter passed when it ran to its end and its results file records
+    ``device``. A failure never stops the others.
+    """
+    done = subprocess.run(
+        [sys.executable, "notebooks/run.py", "--profile", SMOKE, "--jobs", str(jobs)]
+        + notebooks,
+        cwd=checkout,
+        env={**os.environ, "PYTHONPATH": str(checkout)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    failures = _failures(done.stdout + done.stderr)
+    statuses = []
+    for nb in notebooks:
+        path = checkout / "results" / SMOKE / f"{nb}.json"
+        if nb in failures or not path.is_file():
+            statuses.append(ChapterStatus(nb, failures.get(nb, "no results file")))
+            continue
+        ran_on = json.loads(path.read_text()).get("env", {}).get("device")
+        wrong = "" if ran_on == device.type else f"ran on {ran_on}, not {device.type}"
+        statuses.append(ChapterStatus(nb, wrong, ran_on))
+    return statuses
+
+
+def print_chapters(statuses: list[ChapterStatus]) -> None:
+    """One line per chapter: passed, or failed with its cell and error."""
+    for st in statuses:
+        print(f"  {st.notebook:<20} {'passed' if st.passed else 'FAILED: ' + st.error}")
+    print(f"chapters: {sum(st.passed for st in statuses)} of {len(statuses)} passed")
 
 
 def _synchronize(device: torch.device) -> None:
@@ -155,12 +241,18 @@ def timed(fn: Callable[[], Any], device: torch.device) -> float:
 def time_steps(
     config: dict[str, Any], batch: int, steps: int, device: torch.device, precision: str
 ) -> float:
-    """Seconds per training step of ``config`` (``fit``, after a warm-up epoch of 5 steps)."""
+    """Seconds per training step of ``config`` (``fit``, after a warm-up epoch of 5 steps).
+
+    Image inputs are augmented (flips and crops), as the gpu profile's recipes do.
+    """
     torch.manual_seed(0)
     model = build_model(config)
     x = torch.randn(batch * steps, *config["in_shape"])
     y = torch.randint(0, config["n_classes"], (batch * steps,))
-    recipe = Recipe(epochs=1, batch_size=batch, lr=0.01, precision=precision)
+    images = len(config["in_shape"]) == 3
+    recipe = Recipe(
+        epochs=1, batch_size=batch, lr=0.01, precision=precision, augment=images
+    )
     fit(model, x[: 5 * batch], y[: 5 * batch], recipe, 0, device, progress=False)
     seconds = timed(lambda: fit(model, x, y, recipe, 0, device, progress=False), device)
     if model_device(model).type != device.type:
@@ -168,31 +260,147 @@ def time_steps(
     return seconds / steps
 
 
-def time_tick(
-    config: dict[str, Any], batch: int, steps: int, device: torch.device
-) -> float:
-    """Seconds of one LLPF M2M tick with exactly ``steps`` refinement steps."""
+def llpf_pilot(
+    config: dict[str, Any], batch: int, device: torch.device, ticks: int, quick: bool
+) -> tuple[float, float]:
+    """Seconds per refinement step and refinement steps per tick of a pilot M2M path.
+
+    At the gpu profile's settings (chapter 3: SGD at lr 0.001, ``r_min`` 20, the
+    stop threshold 0.005 above the worse endpoint's training loss) between
+    two models trained for one epoch on random data, over ``ticks`` ticks.
+    A pilot of few ticks takes larger moves than the gpu profile's 2000-4000,
+    so its steps per tick are an upper bound.
+    """
+    from wslib.core.train import evaluate
     from wslib.llpf import Refine, m2m
 
-    torch.manual_seed(0)
-    model = build_model(config).to(device)
-    start = {k: v.clone() for k, v in model.state_dict().items()}
-    dest = {
-        k: v + 0.01 * torch.randn_like(v) if v.is_floating_point() else v
-        for k, v in start.items()
-    }
-    x = torch.randn(batch * 4, *config["in_shape"])
-    y = torch.randint(0, config["n_classes"], (batch * 4,))
-    refine = Refine(lr=1e-3, batch_size=batch, r_min=steps, r_max=steps, threshold=1e9)
+    n = batch * (2 if quick else 8)
+    x = torch.randn(n, *config["in_shape"])
+    y = torch.randint(0, config["n_classes"], (n,))
+    recipe = Recipe(epochs=1, batch_size=batch, lr=0.01)
+    modes = []
+    for s in (0, 1):
+        torch.manual_seed(s)
+        model = build_model(config)
+        fit(model, x, y, recipe, s, device, progress=False)
+        modes.append(model)
+    threshold = max(evaluate(m, x, y)[0] for m in modes) + 0.005
+    r_min, r_max = (2, 10) if quick else (20, 2000)
+    refine = Refine(1e-3, batch, r_min, r_max, threshold)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        seconds = timed(
-            lambda: m2m(
-                model, start, dest, x, y, ticks=3, refine=refine, progress=False
-            ),
-            device,
+        start = time.perf_counter()
+        path = m2m(
+            modes[0],
+            modes[0].state_dict(),
+            modes[1].state_dict(),
+            x,
+            y,
+            ticks=ticks,
+            refine=refine,
+            progress=False,
         )
-    return seconds / 3
+        _synchronize(device)
+        seconds = time.perf_counter() - start
+    steps = max(path.grad_steps[-1], 1)
+    return seconds / steps, steps / ticks
+
+
+def time_eval(config: dict[str, Any], n: int, device: torch.device) -> float:
+    """Seconds per example of evaluating ``config`` on ``n`` examples resident on the device."""
+    from wslib.core.train import evaluate
+
+    model = build_model(config).to(device)
+    x = torch.randn(n, *config["in_shape"], device=device)
+    y = torch.randint(0, config["n_classes"], (n,), device=device)
+    evaluate(model, x[:EVAL_BATCH], y[:EVAL_BATCH])  # warm-up
+    return timed(lambda: evaluate(model, x, y), device) / n
+
+
+def tf32_difference(
+    config: dict[str, Any], device: torch.device
+) -> tuple[float, float]:
+    """Largest output change of a rescaled copy of ``config``: TF32 on, then off.
+
+    The rescaling is a symmetry (same function), so the difference is rounding
+    alone: TF32's on a GPU (cuDNN's default), float32's without it.
+    """
+    from wslib.core.connectivity import max_output_diff
+    from wslib.core.neurons import random_scales, rescale_state
+
+    torch.manual_seed(0)
+    model = build_model(config).to(device).eval()
+    structure = model.neuron_structure()
+    scales = random_scales(structure, 1.0, torch.Generator().manual_seed(0))
+    state = rescale_state(model.state_dict(), structure, scales)
+    x = torch.randn(64, *config["in_shape"])
+    other = copy.deepcopy(model)
+    other.load_state_dict(state)
+    saved = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        with torch.no_grad():
+            xd = x.to(device)
+            on = float((model(xd) - other(xd)).abs().max())
+    finally:
+        torch.backends.cudnn.allow_tf32 = saved
+    return on, max_output_diff(model, state, x, False)
+
+
+def print_hot_spots(quick: bool) -> None:
+    """Time the CPU-side hot spots on one thread at reduced scale (they stay on the CPU)."""
+    from wslib.core.matching import weight_matching
+    from wslib.fusion.levels import kmeans_groups
+    from wslib.pathcond.rescaling import pathcond_rescale
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        rng = np.random.default_rng(0)
+        neurons, columns = (32, 200) if quick else (512, 20_000)
+        points = rng.standard_normal((2 * neurons, columns))
+        start = time.perf_counter()
+        kmeans_groups(points, np.ones(2 * neurons), neurons)
+        kmeans = time.perf_counter() - start
+        vgg = {
+            "name": "vgg11",
+            "in_shape": [3, 32, 32],
+            "n_classes": 10,
+            "width": 0.125 if quick else 1.0,
+        }
+        a, b = build_model(vgg), build_model(vgg)
+        start = time.perf_counter()
+        weight_matching(a.state_dict(), b.state_dict(), a.neuron_structure())
+        matching = time.perf_counter() - start
+        net = build_model(
+            {
+                "name": "cifar_nv",
+                "in_shape": [3, 32, 32],
+                "n_classes": 10,
+                "width": 0.125 if quick else 1.0,
+            }
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = time.perf_counter()
+            pathcond_rescale(net.double(), [3, 32, 32], max_sweeps=20 if quick else 100)
+            solver = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(before)
+    print("CPU hot spots, one thread:")
+    print(f"  k-means of {2 * neurons} neurons x {columns} columns  {kmeans:8.2f} s")
+    print(f"  weight matching of two VGG-11 (width {vgg['width']})  {matching:8.2f} s")
+    sweeps = 20 if quick else 100
+    print(f"  PathCond solver, CIFAR-NV, {sweeps} sweeps        {solver:8.2f} s")
+    print(f"  counted in the estimate (s, at the gpu profile's size): {CPU_SECONDS}")
+
+
+def memory_peaks(device: torch.device) -> tuple[float | None, float]:
+    """Peak GPU memory allocated (GiB; None on a CPU) and this process's peak RSS (GiB)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+    if device.type != "cuda":
+        return None, rss
+    return torch.cuda.max_memory_allocated(device) / 2**30, rss
 
 
 def time_save(config: dict[str, Any]) -> float:
@@ -223,17 +431,20 @@ def time_solve(
 
 
 def measure(device: torch.device, quick: bool, batch: int) -> Rates:
-    """Time the steps, the tick, the save and the solve on ``device``."""
+    """Time the steps, the LLPF pilot, the evaluation, the save and the solve on ``device``."""
+    seed_everything(0)  # cudnn.benchmark on, as the book sets it
     resnet, mlp = (QUICK_RESNET, QUICK_MLP) if quick else (RESNET, MLP)
-    steps, b, tick_steps = (5, 16, 2) if quick else (50, batch, 20)
+    steps, b = (5, 16) if quick else (50, batch)
     # chapter 10's widest design: 1000 fusion examples x 16 positions, 512 x 3 x 3 + 1
     size = (20, 4, 65, 8) if quick else (1000, 16, 4609, 512)
+    refine_step_s, tick_steps = llpf_pilot(resnet, b, device, 3 if quick else 6, quick)
     return Rates(
         step_s=time_steps(resnet, b, steps, device, "fp32"),
         bf16_step_s=time_steps(resnet, b, steps, device, "bf16"),
         floor_s=time_steps(mlp, 128 if not quick else 16, steps, device, "fp32"),
-        tick_s=time_tick(resnet, b, tick_steps, device),
+        refine_step_s=refine_step_s,
         tick_steps=tick_steps,
+        eval_s=time_eval(resnet, 256 if quick else 10_000, device),
         save_s=time_save(resnet),
         solve_s=time_solve(*size, device),
         batch=b,
@@ -250,7 +461,8 @@ class Work:
     ``train``: optimizer steps at ``batch``; ``eval``: examples through the
     forward pass; ``ticks``: LLPF ticks (refinement at ``batch``, a record
     every ``record_every`` ticks, each record written once to the checkpoint);
-    ``solve``: fusion least-squares solves.
+    ``solve``: fusion least-squares solves; ``cpu``: seconds of CPU-side work
+    on one thread (:data:`CPU_SECONDS`), the same on any device.
     """
 
     kind: str
@@ -286,6 +498,10 @@ class Counter:
 
     def steps(self, model: dict, steps: float, batch: int) -> None:
         self.items.append(Work("train", model, steps, batch))
+
+    def cpu(self, what: str, count: float) -> None:
+        """``count`` times the CPU-side work ``what`` (a key of :data:`CPU_SECONDS`)."""
+        self.items.append(Work("cpu", None, count * CPU_SECONDS[what]))
 
     def evaluate(self, model: dict, examples: float) -> None:
         self.items.append(Work("eval", model, examples))
@@ -358,8 +574,13 @@ def _pathcond_chapter(p: dict, c: Counter, nb: str) -> None:
                 extra = ENORM_COST if method == "enorm" else 0.0
                 c.steps(spec["model"], steps * p["n_seeds"], batch)
                 c.items.append(Work("floor", None, extra * steps * p["n_seeds"]))
+        for spec in p["archs"].values():
+            if spec["model"]["name"] != "mlp" and "pathcond" in p["methods"]:
+                c.cpu("pathcond solver, conv net", p["n_seeds"])
         for model in p["cost_models"].values():
             c.steps(model, math.ceil(n / 128), 128)
+            if model["name"] != "mlp":
+                c.cpu("pathcond solver, conv net", 1)
         return
     n, _ = DATA_SIZES[p["data"]["name"]]
     recipe, seeds = p["recipe"], p["n_seeds"]
@@ -413,6 +634,13 @@ def _fusion_chapter(p: dict, c: Counter, nb: str) -> None:
                     gradient = sum("_gradient" in m for m in p["methods"])
                     k = len(p["importances"])
                     _fusions(c, arch, per_class, grad, linear * k, gradient * k)
+                    for kind in ("hf", "kf"):
+                        fusions = k * sum(
+                            m.startswith(kind + "_") for m in p["methods"]
+                        )
+                        c.cpu(f"{kind} grouping per model", fusions * n)
+                    rebasin = sum(m.startswith("rebasin") for m in p["methods"])
+                    c.cpu("weight matching", k * rebasin * (n - 1))
         return
     arch, recipe = p["arch"], p["recipe"]
     for s in (0, 1, 2):
@@ -456,6 +684,9 @@ def _synthesis_chapter(p: dict, c: Counter, nb: str) -> None:
         for s in range(n):
             c.train(data, model, p["recipes"][name], s)
         c.evaluate(model, pairs * len(ALIGNMENT_STEPS) * line)  # question 1
+        c.cpu("weight matching", pairs * 3)  # plain, and after each gauge
+        if model["name"] != "mlp":
+            c.cpu("pathcond solver, conv net", n)  # each mode's PathCond gauge
     mlp, recipe, llpf = p["models"]["mlp"], p["recipes"]["mlp"], p["llpf"]
     per_class, grad = p["fusion_per_class"], p["gradient"]
     finetune = {**recipe, **p["finetune"]}
@@ -515,7 +746,7 @@ def chapter_work(params_file: str | Path | None = None) -> dict[str, list[Work]]
     chapters' runs, each method and seed apart, the learning-rate sweeps and
     long runs, fine-tuning); evaluations (forward passes over training and
     test sets along lines and paths); LLPF paths as ticks (each with
-    :data:`REFINE_STEPS` refinement steps, a record every ``record_every``
+    ``Rates.tick_steps`` refinement steps, a record every ``record_every``
     ticks, each written once to the checkpoint; chapter 4's baselines
     and tuning runs get LLPF's step budget, as the chapter gives them); fusion
     solves (one per layer of each ridge fusion) and L-BFGS retrofits
@@ -574,38 +805,42 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
 
     A training step of model ``m`` at batch ``b`` takes the ResNet-18 step
     time scaled by FLOPs (``flops(m) * b / (flops(ResNet-18) * rates.batch)``)
-    but never less than the small-model floor; evaluation costs a third of a
-    step per example; a tick adds ``REFINE_STEPS`` steps to the measured
-    tick's overhead; saves scale with the number of parameters.
+    but never less than the small-model floor; an evaluated example takes
+    ``rates.eval_s`` scaled by FLOPs (floored per batch of :data:`EVAL_BATCH`);
+    a tick takes ``rates.tick_steps`` refinement steps, each
+    ``rates.refine_step_s`` scaled like a training step and in fp32 (LLPF's
+    refinement does not autocast); saves scale with the number of parameters.
     """
-    ref = flops(RESNET) * rates.batch
+    ref_flops = flops(RESNET)
+    ref = ref_flops * rates.batch
     ref_params = model_info(RESNET)[1]
     step_ref = rates.bf16_step_s if bf16 else rates.step_s
-    overhead = max(0.0, rates.tick_s - rates.tick_steps * rates.step_s)
 
-    def step(model: dict, batch: int) -> float:
-        return max(rates.floor_s, step_ref * flops(model) * batch / ref)
+    def step(model: dict, batch: int, per: float = step_ref) -> float:
+        return max(rates.floor_s, per * flops(model) * batch / ref)
+
+    def evaluation(model: dict, examples: float) -> float:
+        per_batch = rates.eval_s * EVAL_BATCH * flops(model) / ref_flops
+        return examples / EVAL_BATCH * max(rates.floor_s / 3, per_batch)
 
     total = 0.0
     for w in items:
         if w.kind == "train":
             total += w.amount * step(w.model, w.batch)
         elif w.kind == "eval":
-            total += w.amount / EVAL_BATCH * step(w.model, EVAL_BATCH) / 3
+            total += evaluation(w.model, w.amount)
         elif w.kind == "floor":
             total += w.amount * rates.floor_s
         elif w.kind == "solve":
             total += w.amount * rates.solve_s
+        elif w.kind == "cpu":
+            total += w.amount
         elif w.kind == "ticks":
-            refine = REFINE_STEPS * step(w.model, w.batch) + overhead
+            refine = rates.tick_steps * step(w.model, w.batch, rates.refine_step_s)
             records = w.amount / max(w.record_every, 1)
-            evals = (
-                records * w.eval_examples / EVAL_BATCH * step(w.model, EVAL_BATCH) / 3
-            )
-            saves = records * rates.save_s
-            total += (
-                w.amount * refine + evals + saves * model_info(w.model)[1] / ref_params
-            )
+            evals = evaluation(w.model, records * w.eval_examples)
+            saves = records * rates.save_s * model_info(w.model)[1] / ref_params
+            total += w.amount * refine + evals + saves
     return total
 
 
@@ -627,9 +862,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--allow-cpu", action="store_true", help="run without CUDA")
     parser.add_argument(
-        "--quick", action="store_true", help="tiny sizes, no notebooks (tests)"
+        "--quick",
+        action="store_true",
+        help="tiny timed sizes and one chapter (tests on a CPU)",
     )
     parser.add_argument("--skip-notebooks", action="store_true")
+    parser.add_argument(
+        "--notebooks", nargs="+", help="chapters to run (default: all; --quick: one)"
+    )
     parser.add_argument(
         "--assumed", action="store_true", help="estimate from the assumed rates only"
     )
@@ -638,6 +878,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="parameter file to estimate (default: notebooks/params/gpu.yaml)",
     )
     return parser.parse_args(argv)
+
+
+def check_chapters(args: argparse.Namespace, device: torch.device) -> int:
+    """Run the chapters in a fresh checkout; print each one's status; 1 if any failed."""
+    if args.skip_notebooks:
+        print("gpu-smoke chapters: skipped")
+        return 0
+    notebooks = args.notebooks or (
+        [QUICK_CHAPTER] if args.quick else runner.available_notebooks()
+    )
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        checkout = make_checkout(Path(tmp))
+        print(f"gpu-smoke chapters in a fresh checkout, {CHAPTER_JOBS} at a time:")
+        start = time.perf_counter()
+        statuses = run_chapters(checkout, notebooks, CHAPTER_JOBS, device)
+        print_chapters(statuses)
+        print(f"  ({time.perf_counter() - start:.0f} s)")
+    return 0 if all(st.passed for st in statuses) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -650,27 +908,30 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"gpu check on {device} (torch {torch.__version__}, CUDA {torch.version.cuda})"
     )
-    status = 0
-    if args.quick or args.skip_notebooks:
-        print("smoke notebooks: skipped")
-    else:
-        wrong = run_smoke_notebooks(device)
-        print(f"smoke notebooks: {'all on ' + device.type if not wrong else wrong}")
-        status = 1 if wrong else 0
+    status = check_chapters(args, device)
     batch = yaml.safe_load((runner.PARAMS / "gpu.yaml").read_text())["01_symmetries"][
         "recipes"
     ]["resnet"]["batch_size"]
     rates = measure(device, args.quick, batch)
     print(f"measured: {rates}")
     for name, value in (
-        ("ResNet-18 step, fp32", rates.step_s),
-        ("ResNet-18 step, bf16", rates.bf16_step_s),
+        ("ResNet-18 step, fp32, augmented", rates.step_s),
+        ("ResNet-18 step, bf16, augmented", rates.bf16_step_s),
         ("small-MLP step (floor)", rates.floor_s),
-        (f"LLPF tick ({rates.tick_steps} refinement steps)", rates.tick_s),
+        ("LLPF refinement step (pilot)", rates.refine_step_s),
+        ("evaluation, per 1000 examples on the device", 1000 * rates.eval_s),
         ("checkpoint save (ResNet-18 state)", rates.save_s),
         ("fusion least-squares solve", rates.solve_s),
     ):
-        print(f"  {name:<40} {1000 * value:10.1f} ms")
+        print(f"  {name:<45} {1000 * value:10.1f} ms")
+    print(f"  {'LLPF refinement steps per tick (pilot)':<45} {rates.tick_steps:10.1f}")
+    resnet = QUICK_RESNET if args.quick else RESNET
+    on, off = tf32_difference(resnet, device)
+    print(f"  rescaled ResNet-18, max output change: TF32 on {on:.1e}, off {off:.1e}")
+    gpu_peak, rss = memory_peaks(device)
+    gpu_text = "n/a (CPU)" if gpu_peak is None else f"{gpu_peak:.2f} GiB"
+    print(f"  peak GPU memory {gpu_text}, peak host RSS {rss:.2f} GiB")
+    print_hot_spots(args.quick)
     print("estimated gpu profile (hours on this device; an estimate, not a run):")
     print(estimate_table(rates, args.params))
     return status

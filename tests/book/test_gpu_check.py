@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from types import ModuleType
 
+import nbformat
 import pytest
 import torch
 import yaml
@@ -58,11 +59,24 @@ def test_refuses_without_cuda():
     assert "ResNet-18 step" not in out.stdout  # nothing was timed
 
 
-def test_quick_run_on_the_cpu_prints_timings_and_the_table(check):
+def test_quick_run_on_the_cpu_runs_a_chapter_and_prints_timings_and_the_table(check):
     out = _run("--allow-cpu", "--quick")
     assert out.returncode == 0, out.stderr
-    assert "smoke notebooks: skipped" in out.stdout
-    for timing in ("fp32", "bf16", "LLPF tick", "checkpoint save", "least-squares"):
+    assert "gpu-smoke chapters in a fresh checkout" in out.stdout
+    assert f"{check.QUICK_CHAPTER}         passed" in out.stdout
+    assert "chapters: 1 of 1 passed" in out.stdout
+    for timing in (
+        "fp32",
+        "bf16",
+        "LLPF refinement step",
+        "steps per tick",
+        "evaluation",
+        "TF32 on",
+        "peak host RSS",
+        "CPU hot spots",
+        "checkpoint save",
+        "least-squares",
+    ):
         assert timing in out.stdout
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ")]
     chapters = [r.split("|")[1].split()[0] for r in rows[2:-1]]
@@ -135,3 +149,55 @@ def test_chapter_12_counts_its_paths_and_only_new_models(check):
     new_modes = (p["n_modes"] - 2) * len(p["models"])  # seeds 0, 1 are chapter 1's
     shards = 2 * p["n_shard_seeds"]
     assert len(trained) == new_modes + shards + 2 * pairs  # two fine-tunes per pair
+
+
+def test_a_failed_chapter_is_reported_with_its_cell_and_error_and_the_others_go_on(
+    check, tmp_path
+):
+    checkout = check.make_checkout(tmp_path)
+    path = checkout / "notebooks" / "02_layerwise.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.insert(3, nbformat.v4.new_code_cell('raise RuntimeError("planted")'))
+    nbformat.write(nb, path)
+    statuses = check.run_chapters(
+        checkout, ["02_layerwise", "06_pathlifting"], 2, torch.device("cpu")
+    )
+    failed, passed = statuses
+    assert not failed.passed and "RuntimeError: planted" in failed.error
+    assert failed.error.startswith("cell In [")
+    assert passed.passed and passed.device == "cpu"
+
+
+def test_a_fresh_checkout_holds_no_cache_and_synthetic_data(check, tmp_path):
+    checkout = check.make_checkout(tmp_path)
+    assert not (checkout / "results").exists() and not (checkout / "build").exists()
+    assert sorted(p.name for p in (checkout / "data").iterdir()) == sorted(
+        ["cifar10", "cifar100", "mnist", "fashion_mnist"]
+    )
+
+
+def test_chapter_10_counts_its_cpu_side_grouping_and_matching(check):
+    p = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())[
+        "10_fusion_regimes"
+    ]
+    defaults = check.runner.default_parameters("10_fusion_regimes")
+    methods, k = defaults["methods"], len(defaults["importances"])
+    per = check.CPU_SECONDS
+    expected = 0.0
+    for n in p["n_models"]:
+        runs = len(p["regimes"]) * p["n_seeds"]
+        for kind in ("hf", "kf"):
+            fusions = k * sum(m.startswith(kind + "_") for m in methods)
+            expected += runs * fusions * n * per[f"{kind} grouping per model"]
+        rebasin = sum(m.startswith("rebasin") for m in methods)
+        expected += runs * k * rebasin * (n - 1) * per["weight matching"]
+    items = check.chapter_work()["10_fusion_regimes"]
+    assert sum(w.amount for w in items if w.kind == "cpu") == pytest.approx(expected)
+
+
+def test_llpf_ticks_are_counted_in_fp32_and_by_the_pilot_rates(check):
+    rates = check.ASSUMED
+    tick = check.Work("ticks", check.RESNET, 10, rates.batch, record_every=0)
+    expected = 10 * rates.tick_steps * rates.refine_step_s
+    assert check.seconds([tick], rates) == pytest.approx(expected, rel=0.05)
+    assert check.seconds([tick], rates, bf16=True) == check.seconds([tick], rates)
