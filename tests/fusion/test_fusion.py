@@ -354,3 +354,42 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path):
         assert torch.isfinite(predict(fused, ds.x_test)).all()
         fused = fuse(pair, x, y, "kf", "linear", "deeplift", progress=False).model
         assert torch.isfinite(predict(fused, ds.x_test)).all()
+
+
+def test_attribution_share_equals_the_per_class_importance_sums() -> None:
+    """One pass over the fusion set gives each class's attribution, as a pass per class would."""
+    import numpy as np
+
+    from wslib.core.models import build_model
+    from wslib.fusion.hfkf import attribution_share
+    from wslib.fusion.importance import neuron_importance
+
+    torch.manual_seed(0)
+    cfg = {"name": "cnn1d", "in_shape": [1, 12], "n_classes": 3, "channels": [4, 4]}
+    models = [build_model(cfg).eval() for _ in range(2)]
+    x, y = torch.randn(18, 1, 12), torch.arange(18) % 3
+    for method in ("conductance", "deeplift"):
+        per_class = np.array(
+            [
+                [
+                    float(
+                        neuron_importance(
+                            m,
+                            ["features.3"],
+                            x[y == c],
+                            y[y == c],
+                            method,
+                            progress=False,
+                        )["features.3"].sum()
+                    )
+                    for c in range(3)
+                ]
+                for m in models
+            ]
+        )
+        expected = per_class / per_class.sum(0, keepdims=True)
+        np.testing.assert_allclose(
+            attribution_share(models, x, y, method),
+            expected,
+            rtol=1e-6,  # float32 attributions, batched otherwise
+        )

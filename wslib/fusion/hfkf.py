@@ -42,7 +42,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from wslib.fusion.importance import neuron_importance
+from wslib.fusion.importance import example_scores, neuron_importance
 from wslib.fusion.levels import (
     GROUPINGS,
     RESIDUAL_ARCHS,
@@ -97,16 +97,13 @@ def attribution_share(
     training data). Chain architectures only.
     """
     n_classes = int(y.max()) + 1
+    labels = y.cpu().numpy()
     out = np.zeros((len(models), n_classes))
     for i, m in enumerate(models):
-        last = chain_levels(m)[-2]
-        for c in range(n_classes):
-            keep = y == c
-            if keep.any():
-                s = neuron_importance(
-                    m, [last], x[keep], y[keep], method, progress=False
-                )
-                out[i, c] = float(s[last].sum())
+        per_example = example_scores(m, chain_levels(m)[-2], x, y, method).sum(1)
+        per_example = per_example.cpu().numpy()
+        for c in np.unique(labels):
+            out[i, c] = float(per_example[labels == c].mean())
     total = out.sum(0, keepdims=True)
     return np.where(total > 0, out / np.where(total > 0, total, 1), 1.0 / len(models))
 

@@ -127,6 +127,40 @@ def neuron_importance(
     return Scores(scores, method)
 
 
+def example_scores(
+    model: nn.Module,
+    layer: str,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    method: str = "conductance",
+    batch_size: int = 256,
+    n_steps: int = 16,
+) -> torch.Tensor:
+    """Per example, the importance of every neuron of ``layer``: ``(N, n_neurons)``, float64.
+
+    The mean over positions of ``|attribution|`` (target: the example's
+    label), so the mean over examples is :func:`neuron_importance`'s score;
+    one pass over ``x`` however many classes it holds.
+    """
+    if method not in IMPORTANCES:
+        raise ValueError(f"unknown importance {method!r}; valid: {IMPORTANCES}")
+    model = (
+        _untie_activations(model)
+        if method == "deeplift"
+        else copy.deepcopy(model).eval()
+    )
+    dev = next(model.parameters()).device
+    module = model.get_submodule(layer)
+    rows = []
+    for idx in batches(len(x), batch_size):
+        xb, yb = x[idx].to(dev), y[idx].to(dev)
+        att = _attribute(model, module, xb, yb, method, n_steps).detach().abs().double()
+        if isinstance(module, (nn.Linear, TransformerBlock)) and att.dim() == 3:
+            att = att.movedim(-1, 1)
+        rows.append(att.reshape(att.shape[0], att.shape[1], -1).mean(2))
+    return torch.cat(rows)
+
+
 def _attribute(
     model: nn.Module,
     layer: nn.Module,

@@ -1,0 +1,83 @@
+"""The gpu-smoke profile: the gpu profile's shape, run on the CPU in every test run.
+
+The gpu profile itself never runs here (it needs a GPU and days); the
+gpu-smoke profile has its data sets (synthetic files in their real formats),
+its architectures at tiny width, augmentation where it has it and bf16 in
+one recipe per chapter, so the code paths the gpu profile takes (2-D inputs,
+VGG-11, ResNet-18, the ViT, CIFAR-NV, the CIFAR and MNIST readers,
+channels-last-free image batches, autocast) run in every ``make test``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from tests.conftest import NOTEBOOKS, ROOT, load_script
+
+PARAMS = ROOT / "notebooks" / "params"
+
+
+def _load(name: str) -> dict[str, Any]:
+    return yaml.safe_load((PARAMS / f"{name}.yaml").read_text())
+
+
+def _walk(tree: Any, key: str) -> set[Any]:
+    """Every value of ``key`` anywhere in a nested parameter tree."""
+    found: set[Any] = set()
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            if k == key and not isinstance(v, (dict, list)):
+                found.add(v)
+            found |= _walk(v, key)
+    elif isinstance(tree, list):
+        for v in tree:
+            found |= _walk(v, key)
+    return found
+
+
+def test_every_architecture_and_data_set_of_the_gpu_profile_appears() -> None:
+    gpu, smoke = _load("gpu"), _load("gpu-smoke")
+    assert sorted(smoke) == NOTEBOOKS
+    for nb, section in gpu.items():
+        mine = smoke[nb]
+        assert _walk(section, "name") <= _walk(mine, "name"), nb
+        if True in _walk(section, "augment"):
+            assert True in _walk(mine, "augment"), f"{nb}: no augmented recipe"
+    for nb in NOTEBOOKS:
+        assert "bf16" in _walk(smoke[nb], "precision") or nb not in gpu, nb
+
+
+def _data_sets(tree: Any) -> set[str]:
+    names = set()
+    if isinstance(tree, dict):
+        if "name" in tree and len(tree) <= 2 and not tree.get("in_shape"):
+            names.add(tree["name"])
+        for v in tree.values():
+            names |= _data_sets(v)
+    return names
+
+
+def test_every_data_set_is_written_by_the_synthetic_writer() -> None:
+    writer = load_script("notebooks/synthetic_data.py")
+    used = _data_sets(_load("gpu")) - {"mnist1d"}
+    assert used <= set(writer.SIZES)
+
+
+@pytest.fixture(scope="module")
+def gpu_smoke_run(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    """Every chapter in the gpu-smoke profile, in a fresh checkout, two at a time."""
+    check = load_script("notebooks/gpu_check.py")
+    checkout = check.make_checkout(Path(tmp_path_factory.mktemp("gpu-smoke")))
+    return check.run_chapters(checkout, NOTEBOOKS, 2, torch.device("cpu"))
+
+
+@pytest.mark.slow
+def test_every_chapter_runs_in_the_gpu_smoke_profile(gpu_smoke_run) -> None:
+    failed = [f"{st.notebook}: {st.error}" for st in gpu_smoke_run if not st.passed]
+    assert not failed, "\n".join(failed)
+    assert [st.notebook for st in gpu_smoke_run] == NOTEBOOKS
