@@ -639,8 +639,8 @@ def _fusion_chapter(p: dict, c: Counter, nb: str) -> None:
                             m.startswith(kind + "_") for m in p["methods"]
                         )
                         c.cpu(f"{kind} grouping per model", fusions * n)
-                    rebasin = sum(m.startswith("rebasin") for m in p["methods"])
-                    c.cpu("weight matching", k * rebasin * (n - 1))
+                    if "rebasin_wm" in p["methods"]:  # once per pair, any importance
+                        c.cpu("weight matching", n - 1)
         return
     arch, recipe = p["arch"], p["recipe"]
     for s in (0, 1, 2):

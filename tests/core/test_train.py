@@ -107,3 +107,22 @@ def test_bf16_recipe_trains_under_autocast_and_unknown_precision_is_named() -> N
     assert next(model.parameters()).dtype == torch.float32  # weights stay float32
     with pytest.raises(ValueError, match="unknown precision 'fp16'; valid"):
         Recipe(precision="fp16")
+
+
+def test_the_run_seed_reaches_the_shuffling_and_the_augmentation() -> None:
+    """Same initial weights, another ``fit`` seed: other batches, other crops and flips."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.rand(64, 3, 8, 8, generator=g), torch.arange(64) % 4
+    cnn = {"name": "cnn2d", "in_shape": [3, 8, 8], "n_classes": 4, "channels": [4]}
+    results = {}
+    for seed, augment in ((0, False), (1, False), (0, True), (1, True)):
+        torch.manual_seed(5)  # the same initial weights every time
+        model = build_model(cnn)
+        recipe = Recipe(epochs=1, batch_size=16, lr=0.1, augment=augment)
+        results[seed, augment] = fit(model, x, y, recipe, seed, progress=False)["loss"]
+    assert results[0, False] != results[1, False]
+    assert results[0, True] != results[1, True] != results[1, False]
+    torch.manual_seed(5)
+    model = build_model(cnn)
+    recipe = Recipe(epochs=1, batch_size=16, lr=0.1, augment=True)
+    assert fit(model, x, y, recipe, 1, progress=False)["loss"] == results[1, True]

@@ -367,7 +367,8 @@ def test_attribution_share_equals_the_per_class_importance_sums() -> None:
     torch.manual_seed(0)
     cfg = {"name": "cnn1d", "in_shape": [1, 12], "n_classes": 3, "channels": [4, 4]}
     models = [build_model(cfg).eval() for _ in range(2)]
-    x, y = torch.randn(18, 1, 12), torch.arange(18) % 3
+    x = torch.randn(18, 1, 12)
+    y = torch.tensor([0] * 8 + [1] * 6 + [2] * 4)  # classes of unequal sizes
     for method in ("conductance", "deeplift"):
         per_class = np.array(
             [
@@ -393,3 +394,34 @@ def test_attribution_share_equals_the_per_class_importance_sums() -> None:
             expected,
             rtol=1e-6,  # float32 attributions, batched otherwise
         )
+
+
+def test_weight_matching_is_computed_once_per_pair_and_seed(monkeypatch) -> None:
+    """Fusing the same models again (another importance) reuses the matching."""
+    from wslib.core.models import build_model
+    from wslib.fusion import baselines
+
+    calls = []
+    real = baselines.weight_matching
+
+    def counting(*args, **kwargs):  # noqa: ANN002, ANN003
+        calls.append(kwargs.get("seed"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(baselines, "weight_matching", counting)
+    monkeypatch.setattr(baselines, "_MATCHINGS", {})
+    torch.manual_seed(0)
+    cfg = {"name": "mlp", "in_shape": [1, 6], "n_classes": 3, "widths": [5]}
+    models = [build_model(cfg).eval() for _ in range(3)]
+    first = baselines.rebasin_weight_matching(models, seed=0)
+    again = baselines.rebasin_weight_matching(models, seed=0)
+    assert calls == [0, 0]  # models 1 and 2 matched to model 0, once each
+    assert all(
+        torch.equal(v, again.state_dict()[k]) for k, v in first.state_dict().items()
+    )
+    baselines.rebasin_weight_matching(models, seed=1)
+    assert calls == [0, 0, 1, 1]
+    with torch.no_grad():
+        next(models[1].parameters()).add_(1.0)
+    baselines.rebasin_weight_matching(models, seed=0)
+    assert calls == [0, 0, 1, 1, 0]  # a changed model is matched afresh

@@ -124,9 +124,13 @@ def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
 def batches(
     n: int, batch_size: int, generator: torch.Generator | None = None
 ) -> Iterator[torch.Tensor]:
-    """Index batches over ``range(n)``; shuffled when a generator is given."""
+    """Index batches over ``range(n)``; shuffled when a generator is given.
+
+    The indices live on the generator's device, so a CUDA generator's batches
+    are drawn without a copy from the host at every step.
+    """
     order = (
-        torch.randperm(n, generator=generator)
+        torch.randperm(n, generator=generator, device=generator.device)
         if generator is not None
         else torch.arange(n)
     )
@@ -141,10 +145,11 @@ def augment_images(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
             "augment=True needs images of shape (N, C, H, W); turn it off for 1-D data"
         )
     n, c, h, w = x.shape
-    flip = (torch.rand(n, generator=generator) < 0.5).to(x.device)
+    where = generator.device  # a CUDA generator draws on the device
+    flip = (torch.rand(n, generator=generator, device=where) < 0.5).to(x.device)
     x = torch.where(flip[:, None, None, None], x.flip(3), x)
     padded = nn.functional.pad(x, (4, 4, 4, 4))
-    dy, dx = (torch.randint(0, 9, (2, n), generator=generator)).to(x.device)
+    dy, dx = torch.randint(0, 9, (2, n), generator=generator, device=where).to(x.device)
     rows = (dy[:, None] + torch.arange(h, device=x.device))[:, None, :, None]
     cols = (dx[:, None] + torch.arange(w, device=x.device))[:, None, None, :]
     batch = torch.arange(n, device=x.device)[:, None, None, None]
@@ -179,7 +184,8 @@ def fit(
     model.to(dev, memory_format=layout)
     x, y = x.to(dev, memory_format=layout), y.to(dev)
     autocast = torch.autocast(dev.type, torch.bfloat16, recipe.precision == "bf16")
-    gen = torch.Generator().manual_seed(seed)
+    # the shuffling generator sits on the device (on a CPU: the CPU's stream)
+    gen = torch.Generator(device=dev if dev.type == "cuda" else "cpu").manual_seed(seed)
     opt = make_optimizer(model, recipe)
     sched = (
         torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=recipe.epochs)
@@ -193,7 +199,8 @@ def fit(
         total_loss = torch.zeros((), dtype=torch.float64, device=dev)
         correct = torch.zeros((), dtype=torch.long, device=dev)
         for idx in batches(len(x), recipe.batch_size, gen):
-            xb, yb = x[idx.to(dev)], y[idx.to(dev)]
+            idx = idx.to(dev)  # already there on CUDA
+            xb, yb = x[idx], y[idx]
             if recipe.augment:
                 xb = augment_images(xb, gen)
             with autocast:

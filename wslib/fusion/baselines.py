@@ -21,8 +21,9 @@ import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from torch import nn
 
+from wslib.core.files import tensor_digest
 from wslib.core.matching import weight_matching
-from wslib.core.neurons import StateDict, permute_state
+from wslib.core.neurons import NeuronStructure, StateDict, permute_state
 from wslib.core.norms import has_batchnorm, reset_bn_stats
 from wslib.core.train import batches, model_device, predict
 from wslib.fusion.hfkf import fuse, model_importance
@@ -289,6 +290,24 @@ def _device(models: Sequence[nn.Module]) -> torch.device:
 # --- Git Re-Basin -----------------------------------------------------------------------------
 
 
+_MATCHINGS: dict[str, dict[str, torch.Tensor]] = {}
+
+
+def matched(
+    a: StateDict, b: StateDict, structure: NeuronStructure, seed: int
+) -> dict[str, torch.Tensor]:
+    """:func:`~wslib.core.matching.weight_matching` of B to A, computed once per process.
+
+    Keyed by both states' contents, the structure and the seed: chapter 10
+    fuses each set of base models once per importance, and the matching
+    (seconds for two VGG-11s on one CPU thread) does not depend on it.
+    """
+    key = tensor_digest(a, b) + repr((structure, seed))
+    if key not in _MATCHINGS:
+        _MATCHINGS[key] = weight_matching(a, b, structure, seed=seed)
+    return _MATCHINGS[key]
+
+
 def rebasin_weight_matching(
     models: Sequence[nn.Module],
     x_bn: torch.Tensor | None = None,
@@ -303,9 +322,7 @@ def rebasin_weight_matching(
     check_same_architecture(models)
     structure = models[0].neuron_structure()
     states = _cpu_states(models)
-    perms = [None] + [
-        weight_matching(states[0], s, structure, seed=seed) for s in states[1:]
-    ]
+    perms = [None] + [matched(states[0], s, structure, seed) for s in states[1:]]
     aligned = [states[0]] + [
         permute_state(s, structure, p) for s, p in zip(states[1:], perms[1:])
     ]
