@@ -54,7 +54,7 @@ EXPECTED_METRICS = {
         "function_change_max_rel",
     },
     "07_pathcond_mlp": {"epoch_seconds", "gelu_silu", "rescale_seconds"},
-    "08_pathcond_conv": {"rescale_over_epoch"},
+    "08_pathcond_conv": {"rescale_over_epoch", "solver_not_converged"},
     "09_fusion_cost": {
         "fused_test_acc",
         "theorem1_max_abs_err",

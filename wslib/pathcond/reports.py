@@ -826,7 +826,7 @@ def convergence_text(rows: Sequence[dict[str, Any]], rtol: float = 1e-12) -> str
     stopped = [r for r in rows if not r["converged"]]
     if not stopped:
         return (
-            f"PathCond's solver converged in every run here (F fell by at most "
+            f"The PathCond solver converged in every run here (F fell by at most "
             f"{rtol:g} of itself in its last sweep)."
         )
     parts = [
@@ -835,7 +835,7 @@ def convergence_text(rows: Sequence[dict[str, Any]], rtol: float = 1e-12) -> str
         for r in stopped
     ]
     return (
-        f"PathCond's solver stopped at its sweep limit before converging in "
+        f"The PathCond solver stopped at its sweep limit before converging in "
         f"{len(stopped)} of {len(rows)} runs: {'; '.join(parts)}; the tolerance is a drop "
         f"of {rtol:g}, so these rows train from a rescaling near, not at, "
         "the optimum."
