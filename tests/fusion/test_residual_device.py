@@ -1,9 +1,13 @@
 """Residual fusion computes on the models' device: same numbers, no stray CPU tensors.
 
 ``residual_reference.json`` holds the fused weights of the :data:`CASES`
-(float32 values, 9 significant digits) as computed at commit 11d4e93, when
-the residual fusion still copied the models to the CPU and fitted there; the
-fusion on the models' device must reproduce them on the CPU.
+(float32 values, 9 significant digits) as computed by the code of commit
+11d4e93, when the residual fusion still copied the models to the CPU and
+fitted there; the fusion on the models' device must reproduce them on the
+CPU. The file was recomputed with that commit's code under torch 2.14.1 and
+scikit-learn 1.9.1: the transformers' ridge fits are ill-conditioned and the
+earlier file's numbers (from older libraries) differed by up to 0.07 for the
+old code and the new alike.
 """
 
 from __future__ import annotations

@@ -109,7 +109,8 @@ def test_gpu_unit_lists_name_each_path_and_setting() -> None:
     listed = units.m2m_units(p)
     assert names(listed, 0)[:2] == ["mode mlp seed 5", "mode mlp seed 6"]
     m2m = names(listed, 1)
-    assert "m2m resnet seed 7" in m2m and "m2m cnn seed 6" not in m2m
+    assert "m2m resnet seed 7" in m2m and "m2m cnn seed 6" in m2m  # cnn's ablation
+    assert "m2m transformer seed 6" not in m2m
     assert "all-at-once cnn seed 7" in m2m and "all-at-once resnet seed 5" not in m2m
     assert m2m[-1] == "peak anatomy mlp"
     four = units.baseline_units(parameters("04_llpf_baselines", "gpu"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from wslib.core.train import batches, model_device
+from wslib.core.train import device_slices, model_device
 
 BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 NORM_TYPES = (*BN_TYPES, nn.LayerNorm, nn.GroupNorm)
@@ -43,8 +43,8 @@ def reset_bn_stats(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> 
         m.momentum = None  # cumulative average over all batches
     dev = model_device(model)
     model.train()
-    for idx in batches(len(x), batch_size):
-        model(x[idx].to(dev))
+    for xb in device_slices(x, batch_size, dev):
+        model(xb)
     for m, mom in zip(bns, momenta):
         m.momentum = mom
     model.eval()

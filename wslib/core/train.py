@@ -233,12 +233,26 @@ def fit(
     return history
 
 
+def device_slices(
+    x: torch.Tensor, batch_size: int, device: torch.device
+) -> Iterator[torch.Tensor]:
+    """Consecutive batches of ``x`` on ``device``: one copy of ``x``, then slices.
+
+    Evaluation and BatchNorm resets read their data in order, so the whole
+    tensor goes to the device once (a no-op when it is there) instead of a
+    gather and a copy per batch.
+    """
+    x = x.to(device)
+    for start in range(0, len(x), batch_size):
+        yield x[start : start + batch_size]
+
+
 @torch.no_grad()
 def predict(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
     """Model outputs for ``x`` in eval mode (on the model's device), returned on the CPU."""
     dev = model_device(model)
     model.eval()
-    return torch.cat([model(x[i].to(dev)).cpu() for i in batches(len(x), batch_size)])
+    return torch.cat([model(xb).cpu() for xb in device_slices(x, batch_size, dev)])
 
 
 @torch.no_grad()
