@@ -12,7 +12,9 @@ has its own random template and every image is its template plus noise, so
 the models have something to learn. ``make gpu-check`` and the tests write
 them into a temporary checkout's ``data/``; they never stand in for the real
 data sets of a reader's ``data/``: the writer refuses a folder that already
-holds one of them unless ``--force``.
+holds one of them unless ``--force``, and each folder it writes holds a
+``SYNTHETIC`` file, so that :func:`~wslib.core.data.load_dataset` warns if
+the files are ever read as the real data set.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+
+from wslib.core.data import SYNTHETIC_MARK
 
 SIZES = {  # data set -> (training, test) examples
     "cifar10": (200, 100),
@@ -110,6 +114,9 @@ def write_all(root: str | Path, force: bool = False) -> list[str]:
         )
     for name in SIZES:
         (write_cifar if name.startswith("cifar") else write_mnist)(root, name)
+        (root / name / SYNTHETIC_MARK).write_text(
+            "synthetic stand-in files written by notebooks/synthetic_data.py\n"
+        )
     return list(SIZES)
 
 

@@ -300,3 +300,16 @@ def test_split_argument_errors(call, match):
 def test_download_rejects_offline_sets() -> None:
     with pytest.raises(ValueError, match="generated or bundled offline"):
         data.download_dataset("mnist1d")
+
+
+def test_synthetic_stand_ins_are_marked_and_loading_them_warns(tmp_path) -> None:
+    """The gpu-smoke files can never pass for the real data sets silently."""
+    from tests.conftest import load_script
+
+    writer = load_script("notebooks/synthetic_data.py")
+    writer.write_all(tmp_path)
+    with pytest.warns(UserWarning, match="synthetic stand-in files"):
+        ds = load_dataset("cifar10", root=tmp_path)
+    assert ds.x_train.shape[1:] == (3, 32, 32) and ds.n_classes == 10
+    with pytest.raises(FileExistsError, match="already holds"):
+        writer.write_all(tmp_path)

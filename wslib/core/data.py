@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import pickle
 import random
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,9 @@ from sklearn.model_selection import train_test_split
 
 from wslib.core.files import atomic_write, stable_hash
 
+SYNTHETIC_MARK = (
+    "SYNTHETIC"  # a file the synthetic stand-in writer leaves in each folder
+)
 DATASETS = ("mnist1d", "digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
 
 Labels = np.ndarray | torch.Tensor
@@ -103,6 +107,14 @@ def load_dataset(name: str, root: str | Path = "data", **options) -> Dataset:
         If a torchvision data set's files are not under ``root/name/``.
     """
     root = Path(root)
+    if (root / name / SYNTHETIC_MARK).exists():
+        warnings.warn(
+            f"{root / name} holds synthetic stand-in files (notebooks/synthetic_data.py), "
+            "not the real data set: numbers from it mean nothing; replace them with "
+            f"make data DATA={name}",
+            UserWarning,
+            stacklevel=2,
+        )
     if name == "mnist1d":
         return _load_mnist1d(root, **options)
     if name == "digits":
