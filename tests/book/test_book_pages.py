@@ -350,3 +350,18 @@ def test_every_claim_names_a_metric_its_chapter_writes(
     assert not missing, missing
     text = pages[smoke_book / "ledger.html"].text.replace("\u2019", "'")  # smart quotes
     assert [claim.id for claim in CLAIMS if claim.text not in text] == []
+
+
+@slow
+def test_no_page_shows_a_folder_of_the_build_machine(
+    pages: dict[Path, Page], smoke_book: Path
+) -> None:
+    """Neither the checkout's absolute path nor the home folder appears on a page."""
+    folders = {str(ROOT), str(Path.home())}
+    leaks = [
+        f"{path.relative_to(smoke_book)}: {folder}"
+        for path in pages
+        for folder in folders
+        if folder in path.read_text(errors="replace")
+    ]
+    assert not leaks, leaks

@@ -39,18 +39,19 @@ PACKAGES = ("numpy", "scikit-learn", "POT", "captum", "papermill")
 CHECKOUT = Path(__file__).resolve().parents[2]  # the repository, for a source install
 
 
-def work_in_checkout() -> Path:
-    """Make the repository root the working directory; return it.
+def work_in_checkout() -> None:
+    """Make the repository root the working directory.
 
     Every chapter reads and writes ``data/``, ``results/`` and the caches
     relative to the repository root. A kernel started elsewhere (a chapter
     downloaded from the book and opened from ``notebooks/``, or from any
     folder) calls this first and finds them. Outside a checkout (the library
-    installed from a wheel) the working directory is left as it is.
+    installed from a wheel) the working directory is left as it is. Nothing
+    is returned: a chapter's cell ending in this call shows no output, so no
+    page shows the folder of the machine that built it.
     """
     if (CHECKOUT / "notebooks").is_dir() and (CHECKOUT / "wslib").is_dir():
         os.chdir(CHECKOUT)
-    return Path.cwd()
 
 
 def git_commit(root: str | Path | None = None) -> str:
