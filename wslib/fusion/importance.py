@@ -94,11 +94,7 @@ def neuron_importance(
         raise ValueError(
             f"need as many labels as inputs (> 0), got {len(x)} and {len(y)}"
         )
-    model = (
-        _untie_activations(model)
-        if method == "deeplift"
-        else copy.deepcopy(model).eval()
-    )
+    model = _attribution_copy(model, method)
     dev = next(model.parameters()).device
     scores: dict[str, torch.Tensor] = {}
     steps = len(layers) * -(-len(x) // batch_size)
@@ -110,14 +106,9 @@ def neuron_importance(
         total, count = None, 0
         for idx in batches(len(x), batch_size):
             xb, yb = x[idx].to(dev), y[idx].to(dev)
-            att = (
-                _attribute(model, layer, xb, yb, method, n_steps)
-                .detach()
-                .abs()
-                .double()
+            att = _channel_first(
+                layer, _attribute(model, layer, xb, yb, method, n_steps)
             )
-            if isinstance(layer, (nn.Linear, TransformerBlock)) and att.dim() == 3:
-                att = att.movedim(-1, 1)
             per_neuron = att.movedim(1, 0).reshape(att.shape[1], -1)
             total = per_neuron.sum(1) if total is None else total + per_neuron.sum(1)
             count += per_neuron.shape[1]
@@ -144,21 +135,32 @@ def example_scores(
     """
     if method not in IMPORTANCES:
         raise ValueError(f"unknown importance {method!r}; valid: {IMPORTANCES}")
-    model = (
-        _untie_activations(model)
-        if method == "deeplift"
-        else copy.deepcopy(model).eval()
-    )
+    model = _attribution_copy(model, method)
     dev = next(model.parameters()).device
     module = model.get_submodule(layer)
     rows = []
     for idx in batches(len(x), batch_size):
         xb, yb = x[idx].to(dev), y[idx].to(dev)
-        att = _attribute(model, module, xb, yb, method, n_steps).detach().abs().double()
-        if isinstance(module, (nn.Linear, TransformerBlock)) and att.dim() == 3:
-            att = att.movedim(-1, 1)
+        att = _channel_first(module, _attribute(model, module, xb, yb, method, n_steps))
         rows.append(att.reshape(att.shape[0], att.shape[1], -1).mean(2))
     return torch.cat(rows)
+
+
+def _attribution_copy(model: nn.Module, method: str) -> nn.Module:
+    """A copy of ``model`` in eval mode to attribute on (DeepLIFT: one ReLU per use)."""
+    return (
+        _untie_activations(model)
+        if method == "deeplift"
+        else copy.deepcopy(model).eval()
+    )
+
+
+def _channel_first(layer: nn.Module, att: torch.Tensor) -> torch.Tensor:
+    """``|att|`` in float64 with the neurons on axis 1 (tokens' last axis moved there)."""
+    att = att.detach().abs().double()
+    if isinstance(layer, (nn.Linear, TransformerBlock)) and att.dim() == 3:
+        att = att.movedim(-1, 1)
+    return att
 
 
 def _attribute(
