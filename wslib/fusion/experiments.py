@@ -330,10 +330,10 @@ def kf_target_map(
             [s[level].cpu().numpy() / s[level].cpu().numpy().mean() for s in per_model]
         )
         w = np.maximum(w, 1e-6)
-        labels = kmeans_groups(points, w, len(acts[0]), acts[0], seed)
+        labels = kmeans_groups(points, w, len(acts[0]), init_first=True, seed=seed)
         weights[imp] = w
         targets[imp] = pca.transform(
-            weighted_centroids(points, w, labels, len(acts[0]))
+            weighted_centroids(points, w, labels, len(acts[0])).numpy()
         )
     return {
         "xy": pca.transform(points),

@@ -56,9 +56,8 @@ from wslib.fusion.levels import (
     check_scores,
     cost_decomposition,
     from_neuron_matrix,
+    group_labels,
     head_weights,
-    hf_groups,
-    kmeans_groups,
     layer_io,
     neuron_matrix,
     normalised_scores,
@@ -218,48 +217,36 @@ def fuse(
     for li, fused_name in enumerate(bar):
         name = level_map[fused_name]  # the base models' level it reproduces
         module = fused.get_submodule(fused_name)
-        if li < len(fused_levels) - 1:
-            mats = [neuron_matrix(o[name]).cpu().numpy() for o in outs]
-            points = np.concatenate(mats)
+        if li < len(fused_levels) - 1:  # grouped on the models' device
+            mats = [neuron_matrix(o[name]).to(device) for o in outs]
+            points = torch.cat(mats)
             w = np.concatenate([normalised_scores(s[name]) for s in scores])
             k = module.weight.shape[0]
-            if grouping == "hf":
-                cuts = np.cumsum([len(m) for m in mats])[:-1]
-                labels = hf_groups(mats, np.split(w, cuts))
-            else:
-                init = mats[0] if k == len(mats[0]) else None
-                labels = kmeans_groups(points, w, k, init, seed)
+            labels = group_labels(mats, w, k, grouping, seed)
             targets = weighted_centroids(points, w, labels, k)
         else:
             logits = torch.stack(
                 [o[name].double() for o in outs]
             )  # (models, N, classes)
-            targets = (
-                neuron_matrix((torch.as_tensor(weights)[:, None, :] * logits).sum(0))
-                .cpu()
-                .numpy()
+            targets = neuron_matrix(
+                (torch.as_tensor(weights)[:, None, :] * logits).sum(0)
             )
             points = labels = w = None
         inputs = layer_io(fused, [fused_name], x, "input")[fused_name]
-        target_t = torch.as_tensor(targets)
         if retrofit == "linear":
-            retrofit_linear(module, inputs, target_t, ridge)
+            retrofit_linear(module, inputs, targets, ridge)
         else:
             with torch.enable_grad():
                 like = outs[0][name]
                 retrofit_gradient(
                     module,
                     inputs,
-                    from_neuron_matrix(target_t, like),
+                    from_neuron_matrix(targets, like),
                     gradient,
                     seed + li,
                 )
         if points is not None:
-            out = (
-                neuron_matrix(layer_io(fused, [fused_name], x)[fused_name])
-                .cpu()
-                .numpy()
-            )
+            out = neuron_matrix(layer_io(fused, [fused_name], x)[fused_name])
             result.costs.append(
                 {"level": fused_name, **cost_decomposition(points, w, labels, out)}
             )

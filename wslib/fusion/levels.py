@@ -251,24 +251,59 @@ def from_neuron_matrix(mat: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 # --- grouping and the representation cost -----------------------------------------------------
+#
+# The grouping runs where the activations are (the models' device): distances,
+# centroids and costs are matrix products there. Only per-neuron data leaves it
+# (through :func:`to_host`): an ``(n, n)`` cost or coordinate matrix for SciPy's
+# Hungarian solver and scikit-learn's k-means, however many columns (examples x
+# positions) the activations have.
+
+Points = np.ndarray | torch.Tensor
+
+
+def to_host(value: torch.Tensor) -> np.ndarray:
+    """A numpy copy of ``value``: the one way grouping data leaves the device."""
+    return value.detach().cpu().numpy()
+
+
+def _tensor(points: Points) -> torch.Tensor:
+    """``points`` as a tensor where they are (numpy arrays on the CPU, whatever the default device)."""
+    return points if isinstance(points, torch.Tensor) else torch.from_numpy(points)
+
+
+def _as_solve(points: Points) -> torch.Tensor:
+    """``points`` as a tensor on their device, in :func:`solve_dtype` (float64 on the CPU and CUDA)."""
+    p = _tensor(points)
+    return p.to(solve_dtype(p.device))
 
 
 def weighted_centroids(
-    points: np.ndarray, weights: np.ndarray, labels: np.ndarray, k: int
-) -> np.ndarray:
-    """Importance-weighted centroid ``T_k`` of each group, shape ``(k, D)``."""
-    out = np.zeros((k, points.shape[1]))
-    np.add.at(out, labels, weights[:, None] * points)
+    points: Points, weights: np.ndarray, labels: np.ndarray, k: int
+) -> torch.Tensor:
+    """Importance-weighted centroid ``T_k`` of each group, ``(k, D)``, on the points' device.
+
+    A product with the ``(k, n)`` matrix of normalised weights, which is all
+    that travels to the device (deterministic on CUDA, unlike a scatter-add).
+    """
+    p = _as_solve(points)
     total = np.bincount(labels, weights, minlength=k)
     if (total <= 0).any():
         raise ValueError(
             f"groups {np.flatnonzero(total <= 0).tolist()} are empty or weightless"
         )
-    return out / total[:, None]
+    member = np.zeros((k, len(labels)))
+    member[labels, np.arange(len(labels))] = weights / total[labels]
+    return torch.as_tensor(member, dtype=p.dtype, device=p.device) @ p
+
+
+def squared_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``||a_i - b_j||^2`` for every pair of rows, ``(len(a), len(b))``, clamped at zero."""
+    sq = (a**2).sum(1)[:, None] + (b**2).sum(1)[None, :] - 2 * a @ b.T
+    return sq.clamp_min(0)
 
 
 def hungarian_groups(
-    a: np.ndarray, b: np.ndarray, wa: np.ndarray, wb: np.ndarray
+    a: Points, b: Points, wa: np.ndarray, wb: np.ndarray
 ) -> np.ndarray:
     """Labels of HF's one-to-one grouping of two equal-size neuron sets.
 
@@ -280,15 +315,16 @@ def hungarian_groups(
         raise ValueError(
             f"HF needs two levels of equal width, got {len(a)} and {len(b)} neurons"
         )
-    sq = (a**2).sum(1)[:, None] + (b**2).sum(1)[None, :] - 2 * a @ b.T
-    cost = (wa[:, None] * wb[None, :]) / (wa[:, None] + wb[None, :]) * np.maximum(sq, 0)
+    a_t = _as_solve(a)
+    sq = to_host(squared_distances(a_t, _as_solve(b).to(a_t.device)))
+    cost = (wa[:, None] * wb[None, :]) / (wa[:, None] + wb[None, :]) * sq
     rows, cols = linear_sum_assignment(cost)
     labels_b = np.empty(len(b), dtype=np.int64)
     labels_b[cols] = rows
     return np.concatenate([np.arange(len(a)), labels_b])
 
 
-def hf_groups(mats: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> np.ndarray:
+def hf_groups(mats: Sequence[Points], weights: Sequence[np.ndarray]) -> np.ndarray:
     """Labels of HF for any number of equal-width models (concatenated, model 0 first).
 
     Every model's neurons are matched one-to-one to those of the reference,
@@ -303,49 +339,100 @@ def hf_groups(mats: Sequence[np.ndarray], weights: Sequence[np.ndarray]) -> np.n
     return np.concatenate(labels)
 
 
+def isometric_rows(points: Points) -> np.ndarray:
+    """Host coordinates of the ``n`` points with the same pairwise distances, ``(n, min(n, D))``.
+
+    With more columns than points: the eigendecomposition of the centred
+    points' Gram matrix, computed on their device (``G = U diag(s) U^T``, rows
+    ``U diag(sqrt(s))``); otherwise the points themselves.
+    """
+    p = _as_solve(points)
+    if p.shape[1] <= len(p):
+        return to_host(p)
+    p = p - p.mean(0)
+    values, vectors = torch.linalg.eigh(p @ p.T)
+    return to_host(vectors * values.clamp_min(0).sqrt())
+
+
 def kmeans_groups(
-    points: np.ndarray,
+    points: Points,
     weights: np.ndarray,
     k: int,
-    init: np.ndarray | None = None,
+    init_first: bool = False,
     seed: int = 0,
 ) -> np.ndarray:
     """Labels of importance-weighted k-means (squared distances) with ``k`` groups.
 
-    ``init`` (``(k, D)``) starts Lloyd's iterations there; otherwise k-means++
-    with 4 restarts.
+    ``init_first`` starts Lloyd's iterations at the first ``k`` points (the
+    reference model's neurons); otherwise k-means++ with 4 restarts.
+    scikit-learn runs on :func:`isometric_rows`: k-means sees the points only
+    through their distances, so it finds the same groups (up to rounding) from
+    an ``(n, n)`` matrix instead of ``(n, D)`` activations.
     """
     if k > len(points):
         raise ValueError(f"k={k} groups but only {len(points)} neurons")
+    rows = isometric_rows(points)
     km = KMeans(
         k,
-        init="k-means++" if init is None else init,
-        n_init=4 if init is None else 1,
+        init=rows[:k] if init_first else "k-means++",
+        n_init=1 if init_first else 4,
         random_state=seed,
         tol=0.0,
         max_iter=300,
     )
-    return km.fit(points, sample_weight=weights).labels_.astype(np.int64)
+    return km.fit(rows, sample_weight=weights).labels_.astype(np.int64)
+
+
+def group_labels(
+    mats: Sequence[torch.Tensor],
+    weights: np.ndarray,
+    k: int,
+    grouping: str,
+    seed: int = 0,
+) -> np.ndarray:
+    """HF or KF labels of every model's neurons (``mats``, model 0 first) into ``k`` groups.
+
+    KF starts at model 0's neurons when ``k`` is its width, else k-means++.
+    """
+    if grouping == "hf":
+        cuts = np.cumsum([len(m) for m in mats])[:-1]
+        return hf_groups(mats, np.split(weights, cuts))
+    points = torch.cat([_tensor(m) for m in mats])
+    return kmeans_groups(points, weights, k, k == len(mats[0]), seed)
+
+
+def _weighted_spread(
+    p: torch.Tensor, weights: np.ndarray, labels: np.ndarray, centres: torch.Tensor
+) -> float:
+    """``sum_i w_i ||p_i - centres_{c(i)}||^2`` on the points' device."""
+    w = torch.as_tensor(weights, dtype=p.dtype, device=p.device)
+    idx = torch.as_tensor(labels, device=p.device)
+    return float((w * ((p - centres[idx]) ** 2).sum(1)).sum())
 
 
 def representation_cost(
-    points: np.ndarray, weights: np.ndarray, labels: np.ndarray, fused: np.ndarray
+    points: Points, weights: np.ndarray, labels: np.ndarray, fused: Points
 ) -> float:
     """``sum_i w_i ||a_i - F_{c(i)}||^2``."""
-    return float((weights * ((points - fused[labels]) ** 2).sum(1)).sum())
+    p = _as_solve(points)
+    return _weighted_spread(p, weights, labels, _tensor(fused).to(p))
 
 
 def cost_decomposition(
-    points: np.ndarray, weights: np.ndarray, labels: np.ndarray, fused: np.ndarray
+    points: Points, weights: np.ndarray, labels: np.ndarray, fused: Points
 ) -> dict[str, float]:
-    """Representation cost and its Theorem-1 parts (clustering + approximation error)."""
-    k = len(fused)
-    targets = weighted_centroids(points, weights, labels, k)
-    group_w = np.bincount(labels, weights, minlength=k)
+    """Representation cost and its Theorem-1 parts (clustering + approximation error), on the points' device."""
+    p = _as_solve(points)
+    fused_t = _tensor(fused).to(p)
+    k = len(fused_t)
+    targets = weighted_centroids(p, weights, labels, k)
+    group_w = torch.as_tensor(
+        np.bincount(labels, weights, minlength=k), dtype=p.dtype, device=p.device
+    )
     return {
-        "cost": representation_cost(points, weights, labels, fused),
-        "clustering": float((weights * ((points - targets[labels]) ** 2).sum(1)).sum()),
-        "approximation": float((group_w * ((targets - fused) ** 2).sum(1)).sum()),
+        "cost": _weighted_spread(p, weights, labels, fused_t),
+        "clustering": _weighted_spread(p, weights, labels, targets),
+        "approximation": float((group_w * ((targets - fused_t) ** 2).sum(1)).sum()),
     }
 
 

@@ -51,9 +51,9 @@ Layers without a linear-in-weights role are set as follows, and stated:
 base models' first, as :func:`wslib.fusion.fuse` places it): the taps, the
 targets, the least-squares systems (float64 where the device supports it,
 :func:`~wslib.fusion.levels.solve_dtype`), the gradient fits and the
-BatchNorm statistics. Only what numpy needs leaves it, through
-:func:`to_host`: the activation matrices of the grouping (Hungarian
-matching, k-means) and the fused ones of the representation costs.
+BatchNorm statistics. The grouping and the representation costs run there
+too (:func:`~wslib.fusion.levels.group_labels`); only per-neuron matrices
+leave it, for SciPy's Hungarian solver and scikit-learn's k-means.
 """
 
 from __future__ import annotations
@@ -77,13 +77,13 @@ from wslib.fusion.levels import (
     GradientConfig,
     cost_decomposition,
     design_matrix,
+    group_labels,
     held_out_split,
-    hf_groups,
-    kmeans_groups,
     minimise,
     normalised_scores,
     ridge_solve,
     solve_dtype,
+    weighted_centroids,
 )
 
 Taps = dict[str, torch.Tensor]
@@ -161,30 +161,6 @@ def tap_matrix(
     if tokens or value.dim() == 2:
         return value.reshape(-1, value.shape[-1]).T.to(dtype)
     return value.movedim(1, 0).reshape(value.shape[1], -1).to(dtype)
-
-
-def to_host(value: torch.Tensor) -> np.ndarray:
-    """A numpy copy of ``value``: the one way data leaves the device (grouping and costs)."""
-    return value.detach().cpu().numpy()
-
-
-def centroids_on_device(
-    points: torch.Tensor, weights: np.ndarray, labels: np.ndarray, k: int
-) -> torch.Tensor:
-    """:func:`~wslib.fusion.levels.weighted_centroids` of ``(n, D)`` points, on their device.
-
-    Only the per-neuron ``weights`` and ``labels`` (small) travel to the device.
-    """
-    total = np.bincount(labels, weights, minlength=k)
-    if (total <= 0).any():
-        raise ValueError(
-            f"groups {np.flatnonzero(total <= 0).tolist()} are empty or weightless"
-        )
-    dev, dtype = points.device, points.dtype
-    w = torch.as_tensor(weights, dtype=dtype, device=dev)
-    out = torch.zeros(k, points.shape[1], dtype=dtype, device=dev)
-    out.index_add_(0, torch.as_tensor(labels, device=dev), w[:, None] * points)
-    return out / torch.as_tensor(total, dtype=dtype, device=dev)[:, None]
 
 
 @contextlib.contextmanager
@@ -535,28 +511,21 @@ def _group_targets(
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict]]:
     """Targets ``(k, samples)`` at every grouped tap, and what the grouping saw (for the costs).
 
-    The targets are on the taps' device; the grouping (numpy) sees host copies.
+    The grouping, the targets and what it saw stay on the taps' device.
     """
     targets, seen = {}, {}
     for group in dict.fromkeys(s.group for s in plan if s.group is not None):
         taps = [s.tap for s in plan if s.group == group]
         mats = {tap: [tap_matrix(b[tap], tokens, dtype) for b in base] for tap in taps}
         per_model = [
-            to_host(torch.cat([mats[tap][i] for tap in taps], 1))
-            for i in range(len(base))
+            torch.cat([mats[tap][i] for tap in taps], 1) for i in range(len(base))
         ]
-        points = np.concatenate(per_model)
         w = np.concatenate([normalised_scores(s[group]) for s in scores])
         k = fused_sizes[group]
-        if grouping == "hf":
-            sizes_ = np.cumsum([len(m) for m in per_model])[:-1]
-            labels = hf_groups(per_model, np.split(w, sizes_))
-        else:
-            labels = kmeans_groups(
-                points, w, k, per_model[0] if k == len(per_model[0]) else None, seed
-            )
+        labels = group_labels(per_model, w, k, grouping, seed)
         for tap in taps:
-            targets[tap] = centroids_on_device(torch.cat(mats[tap]), w, labels, k)
+            targets[tap] = weighted_centroids(torch.cat(mats[tap]), w, labels, k)
+        points = torch.cat(per_model)
         seen[group] = {"taps": taps, "points": points, "weights": w, "labels": labels}
     return targets, seen
 
@@ -633,9 +602,7 @@ def fuse_residual(
     result = FusionResult(fused.eval(), [s.tap for s in plan], block_fits=block_fits)
     own = taps_of(fused, x)
     for group, g in seen.items():
-        out = to_host(
-            torch.cat([tap_matrix(own[tap], tokens, dtype) for tap in g["taps"]], 1)
-        )
+        out = torch.cat([tap_matrix(own[tap], tokens, dtype) for tap in g["taps"]], 1)
         result.costs.append(
             {
                 "level": group,

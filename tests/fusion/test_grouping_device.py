@@ -1,0 +1,83 @@
+"""HF/KF grouping on the models' device: exact distances, same groups, small host copies.
+
+The grouping sees the activations (``neurons x (examples x positions)``,
+about a million columns per neuron at chapter 10's gpu scale) only through
+matrix products on the device; the host gets per-neuron matrices for SciPy's
+Hungarian solver and scikit-learn's k-means.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+from scipy.spatial.distance import pdist
+from sklearn.cluster import KMeans
+
+from tests.devicecheck import DEVICE, DeviceDiscipline, to_device
+from tests.test_device_discipline import MLP, RESNET, _data, _trained
+from wslib.fusion import levels
+from wslib.fusion.hfkf import fuse
+from wslib.fusion.levels import isometric_rows, kmeans_groups
+
+
+def _clustered(n_groups: int, per_group: int, columns: int) -> np.ndarray:
+    rng = np.random.default_rng(3)
+    centres = rng.normal(0, 3, (n_groups, columns))
+    noise = rng.normal(0, 1, (n_groups * per_group, columns))
+    return np.repeat(centres, per_group, 0) + noise
+
+
+@pytest.mark.parametrize("columns", [7, 500])
+def test_isometric_rows_keep_every_distance(columns: int) -> None:
+    points = _clustered(4, 5, columns) + 100.0  # far from the origin
+    rows = isometric_rows(points)
+    assert rows.shape == (20, min(20, columns))
+    np.testing.assert_allclose(pdist(rows), pdist(points), rtol=1e-9)
+
+
+@pytest.mark.parametrize("init_first", [False, True])
+def test_kmeans_finds_the_groups_of_kmeans_on_the_points(init_first: bool) -> None:
+    points = _clustered(6, 4, 300)
+    order = np.random.default_rng(0).permutation(len(points))
+    points = points[order]  # the first six points are not one per group
+    weights = np.random.default_rng(1).uniform(0.5, 2, len(points))
+    direct = KMeans(
+        6,
+        init=points[:6] if init_first else "k-means++",
+        n_init=1 if init_first else 4,
+        random_state=5,
+        tol=0.0,
+        max_iter=300,
+    ).fit(points, sample_weight=weights)
+    got = kmeans_groups(points, weights, 6, init_first=init_first, seed=5)
+    np.testing.assert_array_equal(got, direct.labels_)
+
+
+@pytest.mark.parametrize(
+    "config, grouping",
+    [(MLP, "hf"), (MLP, "kf"), (RESNET, "hf"), (RESNET, "kf")],
+)
+def test_only_per_neuron_matrices_leave_the_device(
+    config: dict, grouping: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the stand-in GPU, what the grouping copies to the host comes from the
+    device and has no more columns than rows (neurons), whatever the fusion set's size."""
+    ds = _data()
+    models = [_trained(config, s, ds).eval() for s in (0, 1)]
+    copies: list[tuple[bool, tuple[int, ...]]] = []
+    original = levels.to_host
+
+    def spy(value: torch.Tensor) -> np.ndarray:
+        copies.append((value.device == DEVICE, tuple(value.shape)))
+        return original(value)
+
+    monkeypatch.setattr(levels, "to_host", spy)
+    with DeviceDiscipline():
+        on_dev = [to_device(copy.deepcopy(m)) for m in models]
+        fuse(on_dev, ds.x_train, ds.y_train, grouping, progress=False)
+    assert copies
+    assert all(on_device for on_device, _ in copies), copies
+    assert all(shape[1] <= shape[0] for _, shape in copies), copies
