@@ -156,3 +156,30 @@ def test_fusion_on_the_device(config: dict, grouping: str, importance: str) -> N
         got = {k: v.cpu() for k, v in fused.state_dict().items()}
     for k, v in host.state_dict().items():
         torch.testing.assert_close(got[k], v, rtol=1e-5, atol=1e-6)
+
+
+def test_distillation_students_train_on_the_teachers_device(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chapter 11's students (width and depth compression) are built where the teacher is."""
+    from wslib.fusion import experiments as fx
+    from wslib.fusion.levels import GradientConfig
+
+    ds = _data()
+    teacher = _trained(MLP, 0, ds).eval()
+    devices: list[torch.device] = []
+    original = fx.distill
+
+    def spy(student: torch.nn.Module, *args, **kwargs) -> torch.nn.Module:
+        devices.append(next(student.parameters()).device)
+        return original(student, *args, **kwargs)
+
+    monkeypatch.setattr(fx, "distill", spy)
+    quick = GradientConfig(max_epochs=2)
+    with DeviceDiscipline():
+        on_dev = to_device(copy.deepcopy(teacher))
+        narrow = {**MLP, "widths": [4, 3]}
+        x, y = ds.x_train, ds.y_train
+        fx.compression(on_dev, narrow, x, y, ds, quick, 1, importances=("uniform",))
+        fx.depth_compression(on_dev, {**MLP, "widths": [4]}, ds, [2], quick, 1)
+    assert devices == [DEVICE, DEVICE]

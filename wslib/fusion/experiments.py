@@ -41,7 +41,14 @@ from tqdm.auto import tqdm
 from wslib.core.data import Dataset, balanced_subset, class_counts
 from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
-from wslib.core.train import Recipe, evaluate, fit, full_precision, predict
+from wslib.core.train import (
+    Recipe,
+    evaluate,
+    fit,
+    full_precision,
+    model_device,
+    predict,
+)
 from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, Ensemble, distill, fuse_by
 from wslib.fusion.hfkf import (
     attribution_share,
@@ -916,6 +923,12 @@ def width_fusions(
     return rows
 
 
+def student_like(config: Mapping[str, Any], teacher: nn.Module) -> nn.Module:
+    """A fresh model of ``config`` on ``teacher``'s device (initialised on the CPU, so its
+    weights do not depend on the device)."""
+    return build_model(dict(config)).to(model_device(teacher))
+
+
 def compression(
     wide: nn.Module,
     narrow: Mapping[str, Any],
@@ -952,7 +965,7 @@ def compression(
             )
             variants[f"KF-{retrofit} ({imp})"] = accuracy(res.model, ds)
     torch.manual_seed(seed)
-    student = distill(build_model(dict(narrow)), wide, x, kd_epochs, seed=seed)
+    student = distill(student_like(narrow, wide), wide, x, kd_epochs, seed=seed)
     return {"variants": variants, "kd_acc": accuracy(student, ds)}
 
 
@@ -1000,7 +1013,7 @@ def depth_compression(
                 }
             )
         torch.manual_seed(seed)
-        student = distill(build_model(dict(shallow)), deep, x, kd_epochs, seed=seed)
+        student = distill(student_like(shallow, deep), deep, x, kd_epochs, seed=seed)
         rows.append(
             {
                 "per class": per_class,
