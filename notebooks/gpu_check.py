@@ -81,19 +81,20 @@ LBFGS_EVALS = (
 
 # CPU-side work at the gpu profile, seconds on one CPU thread (measured at
 # reduced scale and scaled; the GPU does not change them). Chapter 10's HF/KF
-# grouping, per model fused: its distances, centroids and costs run on the
+# grouping, per fusion of 6 models: its distances, centroids and costs run on the
 # device (a Gram matrix of the neurons, seconds at most); the host runs
 # scikit-learn's Lloyd iterations on n x n coordinates (n = models x width)
 # and SciPy's Hungarian solver. Per 6-model fusion of VGG-11s, summed over
 # the levels: 0.67 s per Lloyd iteration and 0.19 s of Hungarian matching
-# (measured, see print_hot_spots); KF_ITERATIONS Lloyd iterations per level is
+# (measured, see print_hot_spots; n models cost (n / 6)^2 as much, the
+# coordinates being n x n); KF_ITERATIONS Lloyd iterations per level is
 # an assumption (the cap is 300). Also a Git Re-Basin weight matching of two
 # VGG-11s, and PathCond's solver on one conv net (CIFAR-NV or ResNet-18,
 # stopped at 1000 sweeps).
 KF_ITERATIONS = 30
 CPU_SECONDS = {
-    "kf grouping per model": KF_ITERATIONS * 0.67 / 6,
-    "hf grouping per model": 0.19 / 6,
+    "kf grouping, 6 models": KF_ITERATIONS * 0.67,
+    "hf grouping, 6 models": 0.19,
     "weight matching": 10.0,
     "pathcond solver, conv net": 210.0,
 }
@@ -668,7 +669,8 @@ def _fusion_chapter(p: dict, c: Counter, nb: str) -> None:
                         fusions = k * sum(
                             m.startswith(kind + "_") for m in p["methods"]
                         )
-                        c.cpu(f"{kind} grouping per model", fusions * n)
+                        # k-means on n x n coordinates: quadratic in the models
+                        c.cpu(f"{kind} grouping, 6 models", fusions * (n / 6) ** 2)
                     if "rebasin_wm" in p["methods"]:  # once per pair, any importance
                         c.cpu("weight matching", n - 1)
         return

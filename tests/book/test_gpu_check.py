@@ -188,7 +188,8 @@ def test_chapter_10_counts_its_cpu_side_grouping_and_matching(check):
         runs = len(p["regimes"]) * p["n_seeds"]
         for kind in ("hf", "kf"):
             fusions = k * sum(m.startswith(kind + "_") for m in methods)
-            expected += runs * fusions * n * per[f"{kind} grouping per model"]
+            scale = (n / 6) ** 2  # k-means on (models x width)^2 coordinates
+            expected += runs * fusions * scale * per[f"{kind} grouping, 6 models"]
         expected += runs * (n - 1) * per["weight matching"]  # once per pair
     items = check.chapter_work()["10_fusion_regimes"]
     assert sum(w.amount for w in items if w.kind == "cpu") == pytest.approx(expected)

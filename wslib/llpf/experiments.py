@@ -31,6 +31,7 @@ from wslib.llpf.protocols import (
     peak_anatomy,
 )
 from wslib.runs.cache import cached_run
+from wslib.runs.published import LLPF, beside_paper
 from wslib.runs.zoo import Zoo
 
 if TYPE_CHECKING:
@@ -692,6 +693,21 @@ def paper_table(compare: pd.DataFrame) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows).set_index("method")
+
+
+def paper_numbers_beside(
+    compare: pd.DataFrame, models: Mapping[str, Mapping[str, Any]], data_name: str
+) -> pd.DataFrame:
+    """The paper's ResNet-18 peak losses (:data:`~wslib.runs.published.LLPF`) beside
+    this run's worst peak training loss over the seeds, where the setting is the paper's."""
+    names = {key: str(config["name"]) for key, config in models.items()}
+    measured = {
+        f"{row['method']}/peak loss": f"{row['worst peak loss']:.3g} (worst seed)"
+        for row in compare.to_dict("records")
+        if names[row["model"]] == "resnet18"
+    }
+    here = {"data": [data_name], "model": list(names.values())}
+    return beside_paper(LLPF, here, measured)
 
 
 def comparison_metrics(compare: pd.DataFrame) -> dict[str, dict[str, float]]:

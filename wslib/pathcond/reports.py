@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.pathcond.experiments import Pair, RunGrid, has_output_bias, mlp_config
 from wslib.pathcond.rescaling import PAPER_SWEEPS
+from wslib.runs.published import PATHCOND, beside_paper
 from wslib.runs.stats import (
     RateSearch,
     format_epochs,
@@ -767,6 +769,30 @@ def arch_metrics(
         )
         metrics[arch] = entry
     return metrics, rows
+
+
+def paper_numbers_beside(
+    metrics: dict[str, dict[str, Any]],
+    archs: dict[str, dict[str, Any]],
+    data: dict[str, Any],
+) -> pd.DataFrame:
+    """The paper's CIFAR-NV test accuracies (:data:`~wslib.runs.published.PATHCOND`)
+    beside this run's (mean over seeds, %), where the setting is the paper's.
+
+    ``metrics``: :func:`arch_metrics`'s first value; ``data``: the chapter's
+    data set (an architecture with its own ``data`` is not compared).
+    """
+    measured = {}
+    for arch, spec in archs.items():
+        if spec["model"]["name"] == "cifar_nv" and spec.get("data", data) == data:
+            for method, acc in metrics[arch]["test_acc"].items():
+                if acc is not None:
+                    measured[f"{method}/test_acc"] = f"{100 * acc:.1f}"
+    here = {
+        "data": [data["name"]],
+        "model": [spec["model"]["name"] for spec in archs.values()],
+    }
+    return beside_paper(PATHCOND, here, measured)
 
 
 def setup_rows(

@@ -1,0 +1,83 @@
+"""The papers' numbers stand beside this run's only where the settings match."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from wslib.fusion.published import measured_accuracies, table1_beside
+from wslib.llpf.experiments import paper_numbers_beside as llpf_beside
+from wslib.pathcond.reports import paper_numbers_beside as pathcond_beside
+from wslib.runs.published import FUSION, Published, beside_paper
+
+ROW = Published("T", {"data": "d", "model": "m"}, "q", "1.0", "k")
+
+
+def test_same_setting_gets_the_measurement_and_others_say_what_differs() -> None:
+    table = beside_paper([ROW], {"data": ["d"], "model": ["m", "x"]}, {"k": "2.0"})
+    assert table.loc[0, "this run"] == "2.0" and table.loc[0, "same setting"] == "yes"
+    assert table.loc[0, "paper's value"] == "1.0"
+    other = beside_paper([ROW], {"data": ["e"], "model": ["m"]}, {"k": "2.0"})
+    assert other.loc[0, "this run"] == "—"
+    assert other.loc[0, "same setting"] == "no (data: d here e)"
+    missing = beside_paper([ROW], {"data": ["d"], "model": ["m"]}, {})
+    assert missing.loc[0, "same setting"] == "no (not run here)"
+
+
+def _fusion_summary() -> pd.DataFrame:
+    rows = [  # kf_linear on 2 non-IID models: conductance wins on validation
+        ("noniid", 2, "kf_linear", "uniform", 0.80, 0.02, 0.70),
+        ("noniid", 2, "kf_linear", "conductance", 0.75, 0.01, 0.90),
+        ("noniid", 2, "otfusion", "uniform", 0.40, 0.05, 0.40),
+    ]
+    columns = ["regime", "n", "method", "importance", "mean", "std", "val"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def test_fusion_table1_takes_the_validation_choice() -> None:
+    assert measured_accuracies(_fusion_summary()) == {
+        "kf_linear/noniid/2": "75.0 ± 1.0",
+        "otfusion/noniid/2": "40.0 ± 5.0",
+    }
+    table = table1_beside(_fusion_summary(), "cifar10", "vgg11")
+    assert len(table) == len(FUSION)
+    by_quantity = table.set_index("quantity")
+    kf2 = by_quantity.loc["kf_linear, non-IID, 2 models: zero-shot test accuracy (%)"]
+    assert (kf2["paper's value"], kf2["this run"]) == ("84.5", "75.0 ± 1.0")
+    assert (
+        table1_beside(_fusion_summary(), "cifar100", "vgg11")["this run"] == "—"
+    ).all()
+
+
+def test_llpf_compares_only_its_resnet18() -> None:
+    compare = pd.DataFrame(
+        {
+            "model": ["resnet", "resnet", "mlp"],
+            "method": ["LLPF", "AutoNEB (simplified)", "LLPF"],
+            "worst peak loss": [0.031, 0.9, 5.0],
+        }
+    )
+    models = {"resnet": {"name": "resnet18"}, "mlp": {"name": "mlp"}}
+    table = llpf_beside(compare, models, "cifar10").set_index("quantity")
+    assert table.loc["LLPF: peak training loss on the path", "this run"] == (
+        "0.031 (worst seed)"
+    )
+    assert table.loc["AutoNEB: peak training loss on the path", "this run"] == (
+        "0.9 (worst seed)"
+    )
+    assert (llpf_beside(compare, models, "mnist1d")["this run"] == "—").all()
+
+
+def test_pathcond_compares_only_cifar_nv_on_the_chapters_data() -> None:
+    archs = {
+        "fully_conv": {"model": {"name": "cifar_nv"}},
+        "autoencoder": {"model": {"name": "mlp"}, "data": {"name": "mnist"}},
+    }
+    metrics = {
+        "fully_conv": {"test_acc": {"baseline": 0.7712, "pathcond": 0.8049}},
+        "autoencoder": {"test_acc": {"baseline": None, "pathcond": None}},
+    }
+    table = pathcond_beside(metrics, archs, {"name": "cifar10"}).set_index("quantity")
+    assert table.loc["PathCond: test accuracy (%)", "this run"] == "80.5"
+    assert table.loc["standard init: test accuracy (%)", "this run"] == "77.1"
+    other = pathcond_beside(metrics, archs, {"name": "mnist1d"})
+    assert (other["this run"] == "—").all()
