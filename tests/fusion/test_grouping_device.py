@@ -81,3 +81,21 @@ def test_only_per_neuron_matrices_leave_the_device(
     assert copies
     assert all(on_device for on_device, _ in copies), copies
     assert all(shape[1] <= shape[0] for _, shape in copies), copies
+
+
+def test_both_centroid_sums_agree() -> None:
+    """The CPU's scatter-add and the product used on other devices give the same centroids."""
+    rng = np.random.default_rng(4)
+    points = torch.from_numpy(rng.standard_normal((30, 50)))
+    weights, labels = rng.uniform(0.1, 2, 30), rng.integers(0, 6, 30)
+    total = np.bincount(labels, weights, minlength=6)
+    scatter = levels._scatter_centroids(points, weights, labels, total)
+    product = levels._product_centroids(points, weights, labels, total)
+    torch.testing.assert_close(scatter, product, rtol=1e-12, atol=1e-12)
+    expected = np.stack(
+        [
+            np.average(points.numpy()[labels == g], 0, weights[labels == g])
+            for g in range(6)
+        ]
+    )
+    np.testing.assert_allclose(scatter.numpy(), expected, rtol=1e-12)

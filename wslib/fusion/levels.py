@@ -282,8 +282,10 @@ def weighted_centroids(
 ) -> torch.Tensor:
     """Importance-weighted centroid ``T_k`` of each group, ``(k, D)``, on the points' device.
 
-    A product with the ``(k, n)`` matrix of normalised weights, which is all
-    that travels to the device (deterministic on CUDA, unlike a scatter-add).
+    On the CPU a sequential scatter-add (the sums of ``np.add.at``, bit for
+    bit); elsewhere a product with the ``(k, n)`` matrix of normalised
+    weights, because CUDA's scatter-add is atomic and its sums would vary
+    from run to run. Only per-neuron data travels to the device.
     """
     p = _as_solve(points)
     total = np.bincount(labels, weights, minlength=k)
@@ -291,7 +293,24 @@ def weighted_centroids(
         raise ValueError(
             f"groups {np.flatnonzero(total <= 0).tolist()} are empty or weightless"
         )
-    member = np.zeros((k, len(labels)))
+    if p.device.type == "cpu":
+        return _scatter_centroids(p, weights, labels, total)
+    return _product_centroids(p, weights, labels, total)
+
+
+def _scatter_centroids(
+    p: torch.Tensor, weights: np.ndarray, labels: np.ndarray, total: np.ndarray
+) -> torch.Tensor:
+    w = torch.as_tensor(weights, dtype=p.dtype, device=p.device)
+    out = torch.zeros(len(total), p.shape[1], dtype=p.dtype, device=p.device)
+    out.index_add_(0, torch.as_tensor(labels, device=p.device), w[:, None] * p)
+    return out / torch.as_tensor(total, dtype=p.dtype, device=p.device)[:, None]
+
+
+def _product_centroids(
+    p: torch.Tensor, weights: np.ndarray, labels: np.ndarray, total: np.ndarray
+) -> torch.Tensor:
+    member = np.zeros((len(total), len(labels)))
     member[labels, np.arange(len(labels))] = weights / total[labels]
     return torch.as_tensor(member, dtype=p.dtype, device=p.device) @ p
 
