@@ -426,6 +426,37 @@ def grouping_host_seconds(width: int, n_models: int = 6) -> tuple[float, float]:
     return lloyd, time.perf_counter() - start
 
 
+def time_grouping(device: torch.device, quick: bool) -> tuple[str, float]:
+    """Seconds of a whole KF grouping of chapter 10's first level on ``device``.
+
+    Six VGG-11s at the gpu profile: 6 x 64 neurons, 1000 fusion examples x
+    32 x 32 positions (float64, about 3 GiB); the device side (Gram matrix,
+    centroids, costs) and the host side (k-means) together. Returns its
+    description and the seconds.
+    """
+    from wslib.fusion.levels import cost_decomposition, group_labels, weighted_centroids
+
+    width, columns = (8, 2_000) if quick else (64, 1000 * 32 * 32)
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def noise() -> torch.Tensor:
+        shape, kind = (width, columns), torch.float64
+        return torch.randn(shape, generator=gen, device=device, dtype=kind)
+
+    base = noise()
+    points = torch.cat([base + noise() for _ in range(6)])
+    weights = np.ones(6 * width)
+    _synchronize(device)
+    start = time.perf_counter()
+    labels = group_labels(points, [width] * 6, weights, width, "kf")
+    targets = weighted_centroids(points, weights, labels, width)
+    cost_decomposition(points, weights, labels, targets)
+    _synchronize(device)
+    return f"KF grouping, 6 x {width} neurons x {columns} columns", (
+        time.perf_counter() - start
+    )
+
+
 def memory_peaks(device: torch.device) -> tuple[float | None, float]:
     """Peak GPU memory allocated (GiB; None on a CPU) and this process's peak RSS (GiB)."""
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
@@ -960,6 +991,8 @@ def main(argv: list[str] | None = None) -> int:
     resnet = QUICK_RESNET if args.quick else RESNET
     on, off = tf32_difference(resnet, device)
     print(f"  rescaled ResNet-18, max output change: TF32 on {on:.1e}, off {off:.1e}")
+    what, seconds = time_grouping(device, args.quick)
+    print(f"  {what}: {seconds:.2f} s (chapter 10 counts its host side only)")
     gpu_peak, rss = memory_peaks(device)
     gpu_text = "n/a (CPU)" if gpu_peak is None else f"{gpu_peak:.2f} GiB"
     print(f"  peak GPU memory {gpu_text}, peak host RSS {rss:.2f} GiB")

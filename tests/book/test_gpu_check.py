@@ -76,6 +76,7 @@ def test_quick_run_on_the_cpu_runs_a_chapter_and_prints_timings_and_the_table(ch
         "CPU hot spots",
         "checkpoint save",
         "least-squares",
+        "KF grouping, 6 x 8 neurons",
     ):
         assert timing in out.stdout
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ")]

@@ -218,11 +218,11 @@ def fuse(
         name = level_map[fused_name]  # the base models' level it reproduces
         module = fused.get_submodule(fused_name)
         if li < len(fused_levels) - 1:  # grouped on the models' device
-            mats = [neuron_matrix(o[name]).to(device) for o in outs]
-            points = torch.cat(mats)
+            points = torch.cat([neuron_matrix(o[name]) for o in outs]).to(device)
+            sizes = [o[name].shape[1] for o in outs]
             w = np.concatenate([normalised_scores(s[name]) for s in scores])
             k = module.weight.shape[0]
-            labels = group_labels(mats, w, k, grouping, seed)
+            labels = group_labels(points, sizes, w, k, grouping, seed)
             targets = weighted_centroids(points, w, labels, k)
         else:
             logits = torch.stack(

@@ -363,13 +363,16 @@ def isometric_rows(points: Points) -> np.ndarray:
 
     With more columns than points: the eigendecomposition of the centred
     points' Gram matrix, computed on their device (``G = U diag(s) U^T``, rows
-    ``U diag(sqrt(s))``); otherwise the points themselves.
+    ``U diag(sqrt(s))``; centring in Gram space spares a copy of the points);
+    otherwise the points themselves.
     """
     p = _as_solve(points)
     if p.shape[1] <= len(p):
         return to_host(p)
-    p = p - p.mean(0)
-    values, vectors = torch.linalg.eigh(p @ p.T)
+    gram = p @ p.T
+    mean = gram.mean(0)  # centred in Gram space: no copy of the points
+    gram = gram - mean[None, :] - mean[:, None] + mean.mean()
+    values, vectors = torch.linalg.eigh(gram)
     return to_host(vectors * values.clamp_min(0).sqrt())
 
 
@@ -403,30 +406,36 @@ def kmeans_groups(
 
 
 def group_labels(
-    mats: Sequence[torch.Tensor],
+    points: torch.Tensor,
+    sizes: Sequence[int],
     weights: np.ndarray,
     k: int,
     grouping: str,
     seed: int = 0,
 ) -> np.ndarray:
-    """HF or KF labels of every model's neurons (``mats``, model 0 first) into ``k`` groups.
+    """HF or KF labels of every model's neurons into ``k`` groups.
 
-    KF starts at model 0's neurons when ``k`` is its width, else k-means++.
+    ``points`` holds the neurons of all models, model 0 first, ``sizes[i]``
+    of model ``i``. KF starts at model 0's neurons when ``k`` is its width,
+    else k-means++.
     """
     if grouping == "hf":
-        cuts = np.cumsum([len(m) for m in mats])[:-1]
-        return hf_groups(mats, np.split(weights, cuts))
-    points = torch.cat([_tensor(m) for m in mats])
-    return kmeans_groups(points, weights, k, k == len(mats[0]), seed)
+        cuts = np.cumsum(sizes)[:-1]
+        return hf_groups(list(points.split(list(sizes))), np.split(weights, cuts))
+    return kmeans_groups(points, weights, k, k == sizes[0], seed)
 
 
 def _weighted_spread(
     p: torch.Tensor, weights: np.ndarray, labels: np.ndarray, centres: torch.Tensor
 ) -> float:
-    """``sum_i w_i ||p_i - centres_{c(i)}||^2`` on the points' device."""
+    """``sum_i w_i ||p_i - centres_{c(i)}||^2`` on the points' device, a block of rows at a time."""
     w = torch.as_tensor(weights, dtype=p.dtype, device=p.device)
     idx = torch.as_tensor(labels, device=p.device)
-    return float((w * ((p - centres[idx]) ** 2).sum(1)).sum())
+    total = torch.zeros((), dtype=p.dtype, device=p.device)
+    for rows in torch.arange(len(p), device=p.device).split(64):
+        gaps = p[rows] - centres[idx[rows]]
+        total += (w[rows] * (gaps**2).sum(1)).sum()
+    return float(total)
 
 
 def representation_cost(

@@ -517,15 +517,13 @@ def _group_targets(
     for group in dict.fromkeys(s.group for s in plan if s.group is not None):
         taps = [s.tap for s in plan if s.group == group]
         mats = {tap: [tap_matrix(b[tap], tokens, dtype) for b in base] for tap in taps}
-        per_model = [
-            torch.cat([mats[tap][i] for tap in taps], 1) for i in range(len(base))
-        ]
+        points = torch.cat([torch.cat(mats[tap], 0) for tap in taps], 1)
+        sizes = [len(m) for m in mats[taps[0]]]
         w = np.concatenate([normalised_scores(s[group]) for s in scores])
         k = fused_sizes[group]
-        labels = group_labels(per_model, w, k, grouping, seed)
+        labels = group_labels(points, sizes, w, k, grouping, seed)
         for tap in taps:
             targets[tap] = weighted_centroids(torch.cat(mats[tap]), w, labels, k)
-        points = torch.cat(per_model)
         seen[group] = {"taps": taps, "points": points, "weights": w, "labels": labels}
     return targets, seen
 
