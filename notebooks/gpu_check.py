@@ -81,22 +81,27 @@ LBFGS_EVALS = (
 
 # CPU-side work at the gpu profile, seconds on one CPU thread (measured at
 # reduced scale and scaled; the GPU does not change them). Chapter 10's HF/KF
-# grouping, per fusion of 6 models: its distances, centroids and costs run on the
-# device (a Gram matrix of the neurons, seconds at most); the host runs
-# scikit-learn's Lloyd iterations on n x n coordinates (n = models x width)
-# and SciPy's Hungarian solver. Per 6-model fusion of VGG-11s, summed over
-# the levels: 0.67 s per Lloyd iteration and 0.19 s of Hungarian matching
-# (measured, see print_hot_spots; n models cost (n / 6)^2 as much, the
-# coordinates being n x n); KF_ITERATIONS Lloyd iterations per level is
-# an assumption (the cap is 300). Also a Git Re-Basin weight matching of two
-# VGG-11s, and PathCond's solver on one conv net (CIFAR-NV or ResNet-18,
-# stopped at 1000 sweeps).
+# grouping: its distances, centroids and costs run on the device (a Gram
+# matrix of the neurons, seconds at most); the host runs scikit-learn's Lloyd
+# iterations on n x n coordinates (n = models x width) and SciPy's Hungarian
+# solver. Per fusion of 6 VGG-11s, summed over the levels: 0.70 s per Lloyd
+# iteration and 0.19 s of Hungarian matching (measured here by
+# print_hot_spots; GROWTH scales them to n models); KF_ITERATIONS Lloyd
+# iterations per level is an assumption (the cap is 300). Also a Git Re-Basin
+# weight matching of two VGG-11s, and PathCond's solver on one conv net
+# (CIFAR-NV or ResNet-18, stopped at 1000 sweeps).
 KF_ITERATIONS = 30
+VGG_WIDTHS = (64, 128, 256, 256, 512, 512, 512, 512)  # VGG-11's conv levels
+QUICK_VGG_WIDTHS = (8, 16)
 CPU_SECONDS = {
-    "kf grouping, 6 models": KF_ITERATIONS * 0.67,
+    "kf grouping, 6 models": KF_ITERATIONS * 0.70,
     "hf grouping, 6 models": 0.19,
     "weight matching": 10.0,
     "pathcond solver, conv net": 210.0,
+}
+GROWTH = {  # the grouping of n models against that of 6
+    "kf": lambda n: (n / 6) ** 2,  # Lloyd iterations on n x n coordinates
+    "hf": lambda n: (n - 1) / 5,  # one Hungarian matching per model after the first
 }
 
 
@@ -363,7 +368,8 @@ def print_hot_spots(quick: bool) -> None:
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        lloyd, hungarian = grouping_host_seconds(32 if quick else 512)
+        widths = QUICK_VGG_WIDTHS if quick else VGG_WIDTHS
+        lloyd, hungarian = (sum(t) for t in zip(*map(grouping_host_seconds, widths)))
         vgg = {
             "name": "vgg11",
             "in_shape": [3, 32, 32],
@@ -390,10 +396,9 @@ def print_hot_spots(quick: bool) -> None:
     finally:
         torch.set_num_threads(before)
     print("CPU hot spots, one thread:")
-    width = 32 if quick else 512
     print(
-        f"  grouping of 6 x {width} neurons: a Lloyd iteration {lloyd:6.3f} s, "
-        f"Hungarian matching to model 0 {hungarian:6.3f} s"
+        f"  grouping of 6 VGG-11s (widths {widths}), summed over the levels: "
+        f"a Lloyd iteration {lloyd:6.3f} s, Hungarian matching {hungarian:6.3f} s"
     )
     print(f"  weight matching of two VGG-11 (width {vgg['width']})  {matching:8.2f} s")
     sweeps = 20 if quick else 100
@@ -700,8 +705,7 @@ def _fusion_chapter(p: dict, c: Counter, nb: str) -> None:
                         fusions = k * sum(
                             m.startswith(kind + "_") for m in p["methods"]
                         )
-                        # k-means on n x n coordinates: quadratic in the models
-                        c.cpu(f"{kind} grouping, 6 models", fusions * (n / 6) ** 2)
+                        c.cpu(f"{kind} grouping, 6 models", fusions * GROWTH[kind](n))
                     if "rebasin_wm" in p["methods"]:  # once per pair, any importance
                         c.cpu("weight matching", n - 1)
         return

@@ -189,7 +189,8 @@ def test_chapter_10_counts_its_cpu_side_grouping_and_matching(check):
         runs = len(p["regimes"]) * p["n_seeds"]
         for kind in ("hf", "kf"):
             fusions = k * sum(m.startswith(kind + "_") for m in methods)
-            scale = (n / 6) ** 2  # k-means on (models x width)^2 coordinates
+            # k-means on (models x width)^2 coordinates; a matching per extra model
+            scale = (n / 6) ** 2 if kind == "kf" else (n - 1) / 5
             expected += runs * fusions * scale * per[f"{kind} grouping, 6 models"]
         expected += runs * (n - 1) * per["weight matching"]  # once per pair
     items = check.chapter_work()["10_fusion_regimes"]

@@ -31,7 +31,10 @@ def _clustered(n_groups: int, per_group: int, columns: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("columns", [7, 500])
-def test_isometric_rows_keep_every_distance(columns: int) -> None:
+def test_isometric_rows_keep_every_distance(
+    columns: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(levels, "_GRAM_COLUMNS", 64)  # several blocks of columns
     points = _clustered(4, 5, columns) + 100.0  # far from the origin
     rows = isometric_rows(points)
     assert rows.shape == (20, min(20, columns))
@@ -40,7 +43,7 @@ def test_isometric_rows_keep_every_distance(columns: int) -> None:
 
 @pytest.mark.parametrize("init_first", [False, True])
 def test_kmeans_finds_the_groups_of_kmeans_on_the_points(init_first: bool) -> None:
-    points = _clustered(6, 4, 300)
+    points = _clustered(6, 4, 300) + 50.0  # far from the origin
     order = np.random.default_rng(0).permutation(len(points))
     points = points[order]  # the first six points are not one per group
     weights = np.random.default_rng(1).uniform(0.5, 2, len(points))
@@ -56,15 +59,22 @@ def test_kmeans_finds_the_groups_of_kmeans_on_the_points(init_first: bool) -> No
     np.testing.assert_array_equal(got, direct.labels_)
 
 
+@pytest.mark.parametrize("centroids", ["scatter", "product"])
 @pytest.mark.parametrize(
     "config, grouping",
     [(MLP, "hf"), (MLP, "kf"), (RESNET, "hf"), (RESNET, "kf")],
 )
 def test_only_per_neuron_matrices_leave_the_device(
-    config: dict, grouping: str, monkeypatch: pytest.MonkeyPatch
+    config: dict, grouping: str, centroids: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On the stand-in GPU, what the grouping copies to the host comes from the
-    device and has no more columns than rows (neurons), whatever the fusion set's size."""
+    device and has no more columns than rows (neurons), whatever the fusion set's size.
+
+    The stand-in is a CPU device, so ``"product"`` routes the centroids
+    through the sum that non-CPU devices use.
+    """
+    if centroids == "product":
+        monkeypatch.setattr(levels, "_scatter_centroids", levels._product_centroids)
     ds = _data()
     models = [_trained(config, s, ds).eval() for s in (0, 1)]
     copies: list[tuple[bool, tuple[int, ...]]] = []

@@ -7,7 +7,7 @@ fitted there (recomputed with that commit's code under torch 2.14.1 and
 scikit-learn 1.9.1); the fusion on the models' device must compute the same
 function with them on the fusion set. Weights are not compared: the
 transformers' ridge fits are ill-conditioned, and their weights differ
-between machines by up to 0.07, for the old code and the new alike.
+between machines by several hundredths, for the old code and the new alike.
 """
 
 from __future__ import annotations
@@ -93,10 +93,6 @@ def _fuse(name: str, dtype: torch.dtype = torch.float32) -> torch.nn.Module:
     ).model
 
 
-def _state(model: torch.nn.Module) -> dict[str, list[float]]:
-    return {k: v.flatten().tolist() for k, v in model.state_dict().items()}
-
-
 def _reference_model(name: str) -> torch.nn.Module:
     """The fused model of :data:`REFERENCE`'s weights for case ``name``."""
     config, _, _, _, change = CASES[name]
@@ -119,8 +115,8 @@ def test_fused_function_is_that_of_the_cpu_fusion(name):
 
     The function, not the weights: the ridge fits of these tiny models are
     ill-conditioned, so their weights move with the machine's BLAS kernels
-    (up to 0.06 for the transformers on one machine, whose outputs moved by
-    less than 2e-5) while the outputs on the fusion set stay put.
+    (by up to 0.06 for the transformers on one machine, whose outputs moved
+    by less than 2e-5) while the outputs on the fusion set stay put.
     """
     x, fused = _setup(CASES[name][0])["x"], _fuse(name)
     with torch.no_grad():

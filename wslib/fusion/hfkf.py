@@ -63,6 +63,7 @@ from wslib.fusion.levels import (
     normalised_scores,
     retrofit_gradient,
     retrofit_linear,
+    solve_dtype,
     weighted_centroids,
 )
 from wslib.fusion.residual import fuse_residual, residual_importance
@@ -218,7 +219,8 @@ def fuse(
         name = level_map[fused_name]  # the base models' level it reproduces
         module = fused.get_submodule(fused_name)
         if li < len(fused_levels) - 1:  # grouped on the models' device
-            points = torch.cat([neuron_matrix(o[name]) for o in outs]).to(device)
+            points = torch.cat([neuron_matrix(o[name]) for o in outs])
+            points = points.to(device, solve_dtype(device))
             sizes = [o[name].shape[1] for o in outs]
             w = np.concatenate([normalised_scores(s[name]) for s in scores])
             k = module.weight.shape[0]
@@ -229,7 +231,7 @@ def fuse(
                 [o[name].double() for o in outs]
             )  # (models, N, classes)
             targets = neuron_matrix(
-                (torch.as_tensor(weights)[:, None, :] * logits).sum(0)
+                (torch.from_numpy(weights)[:, None, :] * logits).sum(0)
             )
             points = labels = w = None
         inputs = layer_io(fused, [fused_name], x, "input")[fused_name]

@@ -358,20 +358,24 @@ def hf_groups(mats: Sequence[Points], weights: Sequence[np.ndarray]) -> np.ndarr
     return np.concatenate(labels)
 
 
+_GRAM_COLUMNS = 65_536
+
+
 def isometric_rows(points: Points) -> np.ndarray:
     """Host coordinates of the ``n`` points with the same pairwise distances, ``(n, min(n, D))``.
 
     With more columns than points: the eigendecomposition of the centred
-    points' Gram matrix, computed on their device (``G = U diag(s) U^T``, rows
-    ``U diag(sqrt(s))``; centring in Gram space spares a copy of the points);
-    otherwise the points themselves.
+    points' Gram matrix, computed on their device a block of columns at a
+    time (``G = U diag(s) U^T``, rows ``U diag(sqrt(s))``); otherwise the
+    points themselves.
     """
     p = _as_solve(points)
     if p.shape[1] <= len(p):
         return to_host(p)
-    gram = p @ p.T
-    mean = gram.mean(0)  # centred in Gram space: no copy of the points
-    gram = gram - mean[None, :] - mean[:, None] + mean.mean()
+    gram = torch.zeros(len(p), len(p), dtype=p.dtype, device=p.device)
+    for block in p.split(_GRAM_COLUMNS, 1):  # centred a block at a time, no full copy
+        block = block - block.mean(0)
+        gram += block @ block.T
     values, vectors = torch.linalg.eigh(gram)
     return to_host(vectors * values.clamp_min(0).sqrt())
 
@@ -388,8 +392,10 @@ def kmeans_groups(
     ``init_first`` starts Lloyd's iterations at the first ``k`` points (the
     reference model's neurons); otherwise k-means++ with 4 restarts.
     scikit-learn runs on :func:`isometric_rows`: k-means sees the points only
-    through their distances, so it finds the same groups (up to rounding) from
-    an ``(n, n)`` matrix instead of ``(n, D)`` activations.
+    through their distances, so it finds the same groups from an ``(n, n)``
+    matrix instead of ``(n, D)`` activations, up to rounding: exact ties (two
+    identical neurons of the reference model as starting centres) may break
+    the other way.
     """
     if k > len(points):
         raise ValueError(f"k={k} groups but only {len(points)} neurons")

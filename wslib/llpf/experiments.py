@@ -31,7 +31,7 @@ from wslib.llpf.protocols import (
     peak_anatomy,
 )
 from wslib.runs.cache import cached_run
-from wslib.runs.published import LLPF, beside_paper
+from wslib.runs.published import LLPF, beside_paper, run_setting
 from wslib.runs.zoo import Zoo
 
 if TYPE_CHECKING:
@@ -706,8 +706,8 @@ def paper_numbers_beside(
         for row in compare.to_dict("records")
         if names[row["model"]] == "resnet18"
     }
-    here = {"data": [data_name], "model": list(names.values())}
-    return beside_paper(LLPF, here, measured)
+    runs = [run_setting(data_name, config) for config in models.values()]
+    return beside_paper(LLPF, runs, measured)
 
 
 def comparison_metrics(compare: pd.DataFrame) -> dict[str, dict[str, float]]:

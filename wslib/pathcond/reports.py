@@ -20,7 +20,7 @@ from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.pathcond.experiments import Pair, RunGrid, has_output_bias, mlp_config
 from wslib.pathcond.rescaling import PAPER_SWEEPS
-from wslib.runs.published import PATHCOND, beside_paper
+from wslib.runs.published import PATHCOND, beside_paper, run_setting
 from wslib.runs.stats import (
     RateSearch,
     format_epochs,
@@ -780,7 +780,7 @@ def paper_numbers_beside(
     beside this run's (mean over seeds, %), where the setting is the paper's.
 
     ``metrics``: :func:`arch_metrics`'s first value; ``data``: the chapter's
-    data set (an architecture with its own ``data`` is not compared).
+    data set (an architecture with its own ``data`` is measured only there).
     """
     measured = {}
     for arch, spec in archs.items():
@@ -788,11 +788,11 @@ def paper_numbers_beside(
             for method, acc in metrics[arch]["test_acc"].items():
                 if acc is not None:
                     measured[f"{method}/test_acc"] = f"{100 * acc:.1f}"
-    here = {
-        "data": [data["name"]],
-        "model": [spec["model"]["name"] for spec in archs.values()],
-    }
-    return beside_paper(PATHCOND, here, measured)
+    runs = [
+        run_setting(spec.get("data", data)["name"], spec["model"])
+        for spec in archs.values()
+    ]
+    return beside_paper(PATHCOND, runs, measured)
 
 
 def setup_rows(

@@ -1,6 +1,7 @@
 """Numbers the three papers report, to print beside the book's own, labelled as the papers'.
 
-Each :class:`Published` number carries its setting (data set, model, ...).
+Each :class:`Published` number carries its setting (data set, model and
+its width; training recipes and the like are not compared).
 :func:`beside_paper` gives one row per number: the paper's value, and this
 run's measurement of the same quantity only where the run has the same
 setting; otherwise the row says what differs, so a page never sets side by
@@ -9,8 +10,9 @@ side numbers of different experiments.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -38,7 +40,7 @@ def _fusion_table1() -> tuple[Published, ...]:
         "averaging": {2: "11.2", 4: "10.0", 8: "10.0"},
         "rebasin_wm": {2: "71.8"},
     }
-    setting = {"data": "cifar10", "model": "vgg11"}
+    setting = {"data": "cifar10", "model": "vgg11", "width": "1.0"}
     return tuple(
         Published(
             "Table 1",
@@ -58,14 +60,14 @@ FUSION = _fusion_table1()
 PATHCOND = (
     Published(
         "fully convolutional net",
-        {"data": "cifar10", "model": "cifar_nv"},
+        {"data": "cifar10", "model": "cifar_nv", "width": "1.0"},
         "PathCond: test accuracy (%)",
         "80",
         "pathcond/test_acc",
     ),
     Published(
         "fully convolutional net",
-        {"data": "cifar10", "model": "cifar_nv"},
+        {"data": "cifar10", "model": "cifar_nv", "width": "1.0"},
         "standard init: test accuracy (%)",
         "77",
         "baseline/test_acc",
@@ -76,14 +78,14 @@ PATHCOND = (
 LLPF = (
     Published(
         "AutoNEB comparison",
-        {"data": "cifar10", "model": "resnet18"},
-        "AutoNEB: peak training loss on the path",
+        {"data": "cifar10", "model": "resnet18", "width": "1.0"},
+        "AutoNEB (here: the book's simplified AutoNEB): peak training loss on the path",
         "0.5-1.5",
         "AutoNEB (simplified)/peak loss",
     ),
     Published(
         "AutoNEB comparison",
-        {"data": "cifar10", "model": "resnet18"},
+        {"data": "cifar10", "model": "resnet18", "width": "1.0"},
         "LLPF: peak training loss on the path",
         "< 0.05",
         "LLPF/peak loss",
@@ -92,30 +94,35 @@ LLPF = (
 """The LLPF paper's ResNet-18 paths on CIFAR-10 (chapter 4)."""
 
 
+def run_setting(data: str, config: Mapping[str, Any]) -> dict[str, str]:
+    """The setting of one model of this run, in :class:`Published`'s terms."""
+    return {
+        "data": data,
+        "model": str(config["name"]),
+        "width": str(float(config.get("width", 1.0))),
+    }
+
+
 def beside_paper(
     published: Sequence[Published],
-    here: Mapping[str, Collection[str]],
+    runs: Sequence[Mapping[str, str]],
     measured: Mapping[str, str],
 ) -> pd.DataFrame:
-    """One row per published number, with this run's where the setting is the same.
+    """One row per published number, with this run's where one of ``runs`` has its setting.
 
-    ``here``: for each setting key, the values this run has (a chapter may
-    run several models); ``measured``: this run's value (as printed) of each
-    key it measured.
+    ``runs``: the settings this run has (one per model it trains, see
+    :func:`run_setting`); ``measured``: this run's value (as printed) of
+    each key it measured.
     """
     rows = []
     for p in published:
-        differs = [
-            f"{what}: {theirs} here {', '.join(sorted(here.get(what, []))) or 'none'}"
-            for what, theirs in p.setting.items()
-            if theirs not in here.get(what, ())
-        ]
+        differs = _differences(p.setting, runs)
         if not differs and p.key not in measured:
             differs.append("not run here")
         rows.append(
             {
                 "paper": p.source,
-                "setting": ", ".join(p.setting.values()),
+                "setting": ", ".join(f"{k} {v}" for k, v in p.setting.items()),
                 "quantity": p.quantity,
                 "paper's value": p.value,
                 "this run": "—" if differs else measured[p.key],
@@ -123,3 +130,17 @@ def beside_paper(
             }
         )
     return pd.DataFrame(rows)
+
+
+def _differences(
+    setting: Mapping[str, str], runs: Sequence[Mapping[str, str]]
+) -> list[str]:
+    """What no run of ``runs`` shares with ``setting`` (empty when one run has all of it)."""
+    if any(all(run.get(k) == v for k, v in setting.items()) for run in runs):
+        return []
+    differs = []
+    for what, theirs in setting.items():
+        ours = sorted({run.get(what, "none") for run in runs})
+        if theirs not in ours:
+            differs.append(f"{what}: {theirs} here {', '.join(ours)}")
+    return differs or ["no single model here has all of it"]
