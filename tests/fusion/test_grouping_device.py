@@ -17,7 +17,7 @@ from scipy.spatial.distance import pdist
 from sklearn.cluster import KMeans
 
 from tests.devicecheck import DEVICE, DeviceDiscipline, to_device
-from tests.test_device_discipline import MLP, RESNET, _data, _trained
+from tests.test_device_discipline import CNN2D, MLP, RESNET, _data, _trained
 from wslib.fusion import levels
 from wslib.fusion.hfkf import fuse
 from wslib.fusion.levels import isometric_rows, kmeans_groups
@@ -109,3 +109,25 @@ def test_both_centroid_sums_agree() -> None:
         ]
     )
     np.testing.assert_allclose(scatter.numpy(), expected, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "config, grouping, importance",
+    [(MLP, "hf", "uniform"), (MLP, "kf", "conductance"), (CNN2D, "kf", "uniform")],
+)
+def test_chain_fusion_makes_no_tensor_off_the_models_device(
+    config: dict, grouping: str, importance: str
+) -> None:
+    """With the default device set to 'meta', a tensor made without a device breaks the fusion.
+
+    (A reader's ``torch.set_default_device("cuda")`` would do the same to
+    CPU-resident data.) The fused weights must equal those of a plain run.
+    """
+    ds = _data(config["in_shape"])
+    models = [_trained(config, s, ds).eval() for s in (0, 1)]
+    kwargs = {"grouping": grouping, "importance": importance, "progress": False}
+    plain = fuse(copy.deepcopy(models), ds.x_train, ds.y_train, **kwargs).model
+    with torch.device("meta"):
+        fused = fuse(models, ds.x_train, ds.y_train, **kwargs).model
+    for (key, a), b in zip(plain.state_dict().items(), fused.state_dict().values()):
+        assert torch.equal(a, b), key

@@ -132,7 +132,7 @@ def batches(
     order = (
         torch.randperm(n, generator=generator, device=generator.device)
         if generator is not None
-        else torch.arange(n)
+        else torch.arange(n, device="cpu")  # whatever the default device
     )
     for start in range(0, n, batch_size):
         yield order[start : start + batch_size]

@@ -117,7 +117,7 @@ def check_same_architecture(
 
 def check_fusion_set(y: torch.Tensor, n_classes: int) -> None:
     """Raise a ValueError for labels outside ``[0, n_classes)`` or classes the fusion set lacks."""
-    y = torch.as_tensor(y)
+    y = y if isinstance(y, torch.Tensor) else torch.as_tensor(y, device="cpu")
     if y.numel() and (y.min() < 0 or y.max() >= n_classes):
         raise ValueError(
             f"fusion labels must lie in [0, {n_classes}) for models with {n_classes} "
