@@ -253,10 +253,11 @@ def from_neuron_matrix(mat: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 # --- grouping and the representation cost -----------------------------------------------------
 #
 # The grouping runs where the activations are (the models' device): distances,
-# centroids and costs are matrix products there. Only per-neuron data leaves it
-# (through :func:`to_host`): an ``(n, n)`` cost or coordinate matrix for SciPy's
-# Hungarian solver and scikit-learn's k-means, however many columns (examples x
-# positions) the activations have.
+# centroids and costs are computed there. Only per-neuron matrices leave it
+# (through :func:`to_host`), however many columns (examples x positions) the
+# activations have: a ``width x width`` cost per pair of models for SciPy's
+# Hungarian solver, ``n x n`` coordinates of all ``n`` neurons for
+# scikit-learn's k-means.
 
 Points = np.ndarray | torch.Tensor
 
@@ -444,18 +445,11 @@ def _weighted_spread(
     return float(total)
 
 
-def representation_cost(
-    points: Points, weights: np.ndarray, labels: np.ndarray, fused: Points
-) -> float:
-    """``sum_i w_i ||a_i - F_{c(i)}||^2``."""
-    p = _as_solve(points)
-    return _weighted_spread(p, weights, labels, _tensor(fused).to(p))
-
-
 def cost_decomposition(
     points: Points, weights: np.ndarray, labels: np.ndarray, fused: Points
 ) -> dict[str, float]:
-    """Representation cost and its Theorem-1 parts (clustering + approximation error), on the points' device."""
+    """Representation cost ``sum_i w_i ||a_i - F_{c(i)}||^2`` and its Theorem-1 parts
+    (clustering + approximation error), on the points' device."""
     p = _as_solve(points)
     fused_t = _tensor(fused).to(p)
     k = len(fused_t)

@@ -522,8 +522,9 @@ def _group_targets(
         w = np.concatenate([normalised_scores(s[group]) for s in scores])
         k = fused_sizes[group]
         labels = group_labels(points, sizes, w, k, grouping, seed)
-        for tap in taps:
-            targets[tap] = weighted_centroids(torch.cat(mats[tap]), w, labels, k)
+        centroids = weighted_centroids(points, w, labels, k)
+        widths = [mats[tap][0].shape[1] for tap in taps]
+        targets.update(zip(taps, centroids.split(widths, 1)))
         seen[group] = {"taps": taps, "points": points, "weights": w, "labels": labels}
     return targets, seen
 
