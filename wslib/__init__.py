@@ -14,7 +14,9 @@ The package is layered; a package imports only those listed before it::
                      speed-ups, learning-rate choice), sweeps (metrics over
                      seeds), claims (the claims ledger: each claim, its
                      metric, its verdict rule), units (a chapter's work as
-                     independent cached pieces, for sweeps over machines)
+                     independent cached pieces, for sweeps over machines),
+                     published (the papers' reported numbers and their
+                     settings, shown beside the book's where they match)
     wslib.plotting   one style and one colour per method for the whole book
     wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), path
                      (the result type of every path finder), curves (Bezier),
@@ -26,8 +28,10 @@ The package is layered; a package imports only those listed before it::
                      experiments (the chapters' protocols), reports (tables,
                      text, verdicts), figures, units (chapters 7-8 as
                      independent cached pieces)
-    wslib.fusion     HF / KF fusion: levels, hfkf, residual, importance,
-                     baselines, experiments (protocols and result assembly)
+    wslib.fusion     HF / KF fusion: levels (levels, grouping on the models'
+                     device, retrofitting), hfkf, residual, importance,
+                     baselines, experiments (protocols and result assembly),
+                     published (this run's numbers for the paper's Table 1)
 
     wslib.synthesis  across the papers (chapter 12): alignment (both
                      symmetries), conditioning (PathCond's criterion along
