@@ -9,6 +9,7 @@ Hungarian solver and scikit-learn's k-means.
 from __future__ import annotations
 
 import copy
+import itertools
 
 import numpy as np
 import pytest
@@ -131,3 +132,70 @@ def test_chain_fusion_makes_no_tensor_off_the_models_device(
         fused = fuse(models, ds.x_train, ds.y_train, **kwargs).model
     for (key, a), b in zip(plain.state_dict().items(), fused.state_dict().values()):
         assert torch.equal(a, b), key
+
+
+def test_hungarian_groups_minimise_the_merge_cost_by_brute_force() -> None:
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(5, 9)), rng.normal(size=(5, 9)) + 0.3
+    wa, wb = rng.uniform(0.2, 3, 5), rng.uniform(0.2, 3, 5)
+    sq = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
+    cost = wa[:, None] * wb[None, :] / (wa[:, None] + wb[None, :]) * sq
+    best = min(itertools.permutations(range(5)), key=lambda p: cost[range(5), p].sum())
+    labels = levels.hungarian_groups(a, b, wa, wb)
+    partner = np.empty(5, dtype=int)
+    partner[labels[5:]] = np.arange(5)  # a_i's partner in b
+    assert tuple(partner) == best
+    torch.testing.assert_close(
+        levels.squared_distances(torch.from_numpy(a), torch.from_numpy(b)),
+        torch.from_numpy(sq),
+    )
+
+
+def test_cost_decomposition_over_several_blocks_of_rows() -> None:
+    """More neurons than one block of rows: every row counts."""
+    rng = np.random.default_rng(6)
+    points = rng.normal(size=(3 * levels._COST_ROWS + 5, 11))
+    weights, labels = rng.uniform(0.5, 2, len(points)), rng.integers(0, 7, len(points))
+    fused = rng.normal(size=(7, 11))
+    targets = np.stack(
+        [np.average(points[labels == g], 0, weights[labels == g]) for g in range(7)]
+    )
+    group_w = np.bincount(labels, weights, minlength=7)
+    expected = {
+        "cost": (weights * ((points - fused[labels]) ** 2).sum(1)).sum(),
+        "clustering": (weights * ((points - targets[labels]) ** 2).sum(1)).sum(),
+        "approximation": (group_w * ((targets - fused) ** 2).sum(1)).sum(),
+    }
+    got = levels.cost_decomposition(points, weights, labels, fused)
+    for key, value in expected.items():
+        assert got[key] == pytest.approx(value, rel=1e-12), key
+
+
+def test_chain_grouping_sees_float64_points(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the CPU (and CUDA) the grouping's distances and centroids are float64."""
+    from wslib.fusion import hfkf
+
+    ds = _data()
+    models = [_trained(MLP, s, ds).eval() for s in (0, 1)]
+    dtypes: list[torch.dtype] = []
+    original = hfkf.group_labels
+
+    def spy(points: torch.Tensor, *args, **kwargs) -> np.ndarray:
+        dtypes.append(points.dtype)
+        return original(points, *args, **kwargs)
+
+    monkeypatch.setattr(hfkf, "group_labels", spy)
+    fuse(models, ds.x_train, ds.y_train, "kf", progress=False)
+    assert dtypes and set(dtypes) == {torch.float64}
+
+
+def test_cpu_centroids_are_the_sums_of_np_add_at_bit_for_bit() -> None:
+    """The cpu book's numbers rest on it: the earlier numpy centroids, exactly."""
+    rng = np.random.default_rng(7)
+    points = rng.normal(size=(40, 300))
+    weights, labels = rng.uniform(0.1, 2, 40), rng.integers(0, 5, 40)
+    sums = np.zeros((5, 300))
+    np.add.at(sums, labels, weights[:, None] * points)
+    expected = sums / np.bincount(labels, weights, minlength=5)[:, None]
+    got = levels.weighted_centroids(points, weights, labels, 5).numpy()
+    assert np.array_equal(got, expected)

@@ -432,6 +432,9 @@ def group_labels(
     return kmeans_groups(points, weights, k, k == sizes[0], seed)
 
 
+_COST_ROWS = 64
+
+
 def _weighted_spread(
     p: torch.Tensor, weights: np.ndarray, labels: np.ndarray, centres: torch.Tensor
 ) -> float:
@@ -439,7 +442,7 @@ def _weighted_spread(
     w = torch.as_tensor(weights, dtype=p.dtype, device=p.device)
     idx = torch.as_tensor(labels, device=p.device)
     total = torch.zeros((), dtype=p.dtype, device=p.device)
-    for rows in torch.arange(len(p), device=p.device).split(64):
+    for rows in torch.arange(len(p), device=p.device).split(_COST_ROWS):
         gaps = p[rows] - centres[idx[rows]]
         total += (w[rows] * (gaps**2).sum(1)).sum()
     return float(total)
