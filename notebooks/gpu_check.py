@@ -93,8 +93,6 @@ LBFGS_EVALS = (
 # weight matching of two VGG-11s, and PathCond's solver on one conv net
 # (CIFAR-NV or ResNet-18, stopped at 1000 sweeps).
 KF_ITERATIONS = 30
-VGG_WIDTHS = (64, 128, 256, 256, 512, 512, 512, 512)  # VGG-11's conv levels
-QUICK_VGG_WIDTHS = (8, 16)
 CPU_SECONDS = {
     "kf grouping, 6 models": KF_ITERATIONS * 0.70,
     "hf grouping, 6 models": 0.19,
@@ -365,13 +363,12 @@ def tf32_difference(
 def print_hot_spots(quick: bool) -> None:
     """Time the CPU-side hot spots on one thread at reduced scale (they stay on the CPU)."""
     from wslib.core.matching import weight_matching
+    from wslib.fusion.levels import level_widths
     from wslib.pathcond.rescaling import pathcond_rescale
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        widths = QUICK_VGG_WIDTHS if quick else VGG_WIDTHS
-        lloyd, hungarian = (sum(t) for t in zip(*map(grouping_host_seconds, widths)))
         vgg = {
             "name": "vgg11",
             "in_shape": [3, 32, 32],
@@ -379,6 +376,8 @@ def print_hot_spots(quick: bool) -> None:
             "width": 0.125 if quick else 1.0,
         }
         a, b = build_model(vgg), build_model(vgg)
+        widths = level_widths(a)
+        lloyd, hungarian = (sum(t) for t in zip(*map(grouping_host_seconds, widths)))
         start = time.perf_counter()
         weight_matching(a.state_dict(), b.state_dict(), a.neuron_structure())
         matching = time.perf_counter() - start

@@ -782,16 +782,14 @@ def paper_numbers_beside(
     ``metrics``: :func:`arch_metrics`'s first value; ``data``: the chapter's
     data set (an architecture with its own ``data`` is measured only there).
     """
-    measured = {}
+    measured, runs = {}, []
     for arch, spec in archs.items():
-        if spec["model"]["name"] == "cifar_nv" and spec.get("data", data) == data:
+        own_data = spec.get("data", data)
+        runs.append(run_setting(own_data["name"], spec["model"]))
+        if spec["model"]["name"] == "cifar_nv" and own_data == data:
             for method, acc in metrics[arch]["test_acc"].items():
                 if acc is not None:
                     measured[f"{method}/test_acc"] = f"{100 * acc:.1f}"
-    runs = [
-        run_setting(spec.get("data", data)["name"], spec["model"])
-        for spec in archs.values()
-    ]
     return beside_paper(PATHCOND, runs, measured)
 
 

@@ -32,6 +32,13 @@ class Published:
     key: str
 
 
+def _reported(
+    source: str, setting: Mapping[str, str], *numbers: tuple[str, str, str]
+) -> tuple[Published, ...]:
+    """Numbers of one setting, each ``(quantity, value, key)``."""
+    return tuple(Published(source, setting, *number) for number in numbers)
+
+
 def _fusion_table1() -> tuple[Published, ...]:
     """HF/KF paper, Table 1: VGG-11, CIFAR-10, non-IID, zero-shot test accuracy (%)."""
     reported = {
@@ -40,56 +47,41 @@ def _fusion_table1() -> tuple[Published, ...]:
         "averaging": {2: "11.2", 4: "10.0", 8: "10.0"},
         "rebasin_wm": {2: "71.8"},
     }
-    setting = {"data": "cifar10", "model": "vgg11", "width": "1.0"}
-    return tuple(
-        Published(
-            "Table 1",
-            setting,
-            f"{method}, non-IID, {n} models: zero-shot test accuracy (%)",
-            value,
-            f"{method}/noniid/{n}",
-        )
-        for method, by_n in reported.items()
-        for n, value in by_n.items()
+    return _reported(
+        "Table 1",
+        {"data": "cifar10", "model": "vgg11", "width": "1.0"},
+        *(
+            (
+                f"{method}, non-IID, {n} models: zero-shot test accuracy (%)",
+                value,
+                f"{method}/noniid/{n}",
+            )
+            for method, by_n in reported.items()
+            for n, value in by_n.items()
+        ),
     )
 
 
 FUSION = _fusion_table1()
 """The fusion paper's Table 1 (chapter 10)."""
 
-PATHCOND = (
-    Published(
-        "fully convolutional net",
-        {"data": "cifar10", "model": "cifar_nv", "width": "1.0"},
-        "PathCond: test accuracy (%)",
-        "80",
-        "pathcond/test_acc",
-    ),
-    Published(
-        "fully convolutional net",
-        {"data": "cifar10", "model": "cifar_nv", "width": "1.0"},
-        "standard init: test accuracy (%)",
-        "77",
-        "baseline/test_acc",
-    ),
+PATHCOND = _reported(
+    "fully convolutional net",
+    {"data": "cifar10", "model": "cifar_nv", "width": "1.0"},
+    ("PathCond: test accuracy (%)", "80", "pathcond/test_acc"),
+    ("standard init: test accuracy (%)", "77", "baseline/test_acc"),
 )
 """The PathCond paper's fully convolutional net on CIFAR-10 (chapter 8)."""
 
-LLPF = (
-    Published(
-        "AutoNEB comparison",
-        {"data": "cifar10", "model": "resnet18", "width": "1.0"},
+LLPF = _reported(
+    "AutoNEB comparison",
+    {"data": "cifar10", "model": "resnet18", "width": "1.0"},
+    (
         "AutoNEB (here: the book's simplified AutoNEB): peak training loss on the path",
         "0.5-1.5",
         "AutoNEB (simplified)/peak loss",
     ),
-    Published(
-        "AutoNEB comparison",
-        {"data": "cifar10", "model": "resnet18", "width": "1.0"},
-        "LLPF: peak training loss on the path",
-        "< 0.05",
-        "LLPF/peak loss",
-    ),
+    ("LLPF: peak training loss on the path", "< 0.05", "LLPF/peak loss"),
 )
 """The LLPF paper's ResNet-18 paths on CIFAR-10 (chapter 4)."""
 
