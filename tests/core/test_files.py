@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from wslib.core.files import (
+    ENTRY_LOG,
     atomic_write,
     code_version,
     entry_lock,
@@ -180,3 +181,20 @@ def test_entry_lock_makes_a_second_process_wait(tmp_path: Path) -> None:
         entry.write_text("{}")
     thread.join(timeout=5)
     assert events == [("owner", None), ("neighbour", True)]
+
+
+def test_entries_are_noted_only_with_a_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(ENTRY_LOG, raising=False)
+    with entry_lock(tmp_path / "a.pt"):
+        pass
+    log = tmp_path / "entries.log"
+    assert not log.exists()
+    monkeypatch.setenv(ENTRY_LOG, str(log))
+    for name in ("b.pt", "c.json", "b.pt"):
+        with entry_lock(tmp_path / name):
+            pass
+    assert log.read_text().split() == [
+        str(tmp_path / n) for n in ("b.pt", "c.json", "b.pt")
+    ]

@@ -13,12 +13,13 @@ from tests.conftest import load_script
 from wslib.core.connectivity import mode_config
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
+from wslib.core.seeds import derive_seeds
 from wslib.llpf import experiments, units
 from wslib.llpf.experiments import (
     chapter_setup,
     methods_by_model,
     mode_seeds,
-    seed_range,
+    path_seed_list,
     sphere_configs,
     tuning_seed,
 )
@@ -107,17 +108,20 @@ def configs(p: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_gpu_unit_lists_name_each_path_and_setting() -> None:
     p = parameters("03_llpf_m2m", "gpu", seed=5)
     listed = units.m2m_units(p)
-    assert names(listed, 0)[:2] == ["mode mlp seed 5", "mode mlp seed 6"]
+    a, b = mode_seeds(5)
+    assert names(listed, 0)[:2] == [f"mode mlp seed {a}", f"mode mlp seed {b}"]
     m2m = names(listed, 1)
-    assert "m2m resnet seed 7" in m2m and "m2m cnn seed 6" in m2m  # cnn's ablation
-    assert "m2m transformer seed 6" not in m2m
-    assert "all-at-once cnn seed 7" in m2m and "all-at-once resnet seed 5" not in m2m
+    s0, s1, s2 = path_seed_list(5, 3)
+    assert f"m2m resnet seed {s2}" in m2m and f"m2m cnn seed {s1}" in m2m
+    assert f"m2m transformer seed {s1}" not in m2m
+    assert f"all-at-once cnn seed {s2}" in m2m
+    assert f"all-at-once resnet seed {s0}" not in m2m
     assert m2m[-1] == "peak anatomy mlp"
     four = units.baseline_units(parameters("04_llpf_baselines", "gpu"))
     assert "tuning resnet LLPF base settings" in names(four, 1)
     assert 'tuning resnet Bezier {"lr": 0.005}' in names(four, 2)
     assert names(four, 3) == [
-        f"compare {m} seed {s}" for m in ("mlp", "resnet") for s in range(3)
+        f"compare {m} seed {s}" for m in ("mlp", "resnet") for s in path_seed_list(0, 3)
     ]
 
 
@@ -199,25 +203,27 @@ def test_m2m_units_call_m2m_path_as_the_notebook_does(
     listed = units.m2m_units(p)
     for unit in listed:
         unit.run()
-    assert [c["seed"] for c in zoo.asked[:2]] == mode_seeds(3) == [3, 4]
+    assert [c["seed"] for c in zoo.asked[:2]] == mode_seeds(3)
     setup = chapter_setup(toy_data(), 128, 2, 0.03, 1, str(tmp_path), "smoke")
     got = [(a[2], a[3], a[4], a[5]) for a, _ in calls]
-    want = [(p["llpf"][n], 3, n, False) for n in p["models"]]
-    want.insert(2, (p["llpf"]["cnn"], 4, "cnn", False))
-    want += [(p["llpf"][n], s, n, True) for n in p["ablation_archs"] for s in (3, 4)]
+    paths = path_seed_list(3, 2)
+    want = [(p["llpf"][n], paths[0], n, False) for n in p["models"]]
+    want.insert(2, (p["llpf"]["cnn"], paths[1], "cnn", False))
+    want += [(p["llpf"][n], s, n, True) for n in p["ablation_archs"] for s in paths]
     assert got == want
     assert all(a[0].checkpoint_dir == setup.checkpoint_dir for a, _ in calls)
     for a, _ in calls:  # the path joins its model's two modes
         n = a[4]
         want_modes = [
-            mode_config(p["data"], p["models"][n], p["recipes"][n], s) for s in (3, 4)
+            mode_config(p["data"], p["models"][n], p["recipes"][n], s)
+            for s in mode_seeds(3)
         ]
         assert [m.config for m in a[1]] == want_modes
     ((args, _),) = anatomy
     assert (
         args[1] == p["models"]["mlp"]
         and args[3] == p["llpf"]["mlp"]
-        and args[4:] == (3, p["run_cache"])
+        and args[4:] == (paths[0], p["run_cache"])
     )
 
 
@@ -231,8 +237,9 @@ def test_tuning_units_give_baselines_the_budget_of_the_llpf_run(
     listed = [u for u in units.baseline_units(p) if u.name.startswith("tuning")]
     for unit in listed:
         unit.run()
-    seed = tuning_seed(2, p["tuning_offset"])
-    assert seed == 102 and set(budgets) == {(seed, p["run_cache"])}
+    seed = tuning_seed(2)
+    assert seed not in path_seed_list(2, p["n_seeds"])
+    assert set(budgets) == {(seed, p["run_cache"])}
     model_name = {json.dumps(m): n for n, m in p["models"].items()}
     got = [(model_name[json.dumps(a[1])], *a[4:]) for a, _ in runs]
     want = [
@@ -265,12 +272,11 @@ def test_compare_units_use_the_tuned_settings_on_their_seed(
     got = [(list(a[1]), a[3], a[4], a[5]) for a, _ in calls]
     tuned = {"tuned": "sweep"}
     assert got == [
-        (["mlp"], tuned, [2], p["run_cache"]),
-        (["mlp"], tuned, [3], p["run_cache"]),
-        (["cnn"], tuned, [2], p["run_cache"]),
-        (["cnn"], tuned, [3], p["run_cache"]),
+        ([name], tuned, [s], p["run_cache"])
+        for name in ("mlp", "cnn")
+        for s in path_seed_list(2, p["n_seeds"])
     ]
-    assert all(s[5] == 102 and s[4] == p["tuning"] for s in sweeps)
+    assert all(s[5] == tuning_seed(2) and s[4] == p["tuning"] for s in sweeps)
 
 
 def test_sphere_units_call_the_chapters_runs(
@@ -283,26 +289,30 @@ def test_sphere_units_call_the_chapters_runs(
     for unit in units.sphere_units(p):
         unit.run()
     want = configs(p)
-    assert [c["seed"] for c in zoo.asked[:6]] == [6, 6, 6, 7, 6, 7]
+    a, b = mode_seeds(6)
+    assert [c["seed"] for c in zoo.asked[:6]] == [a, a, a, b, a, b]
     assert zoo.asked[:6] == list(want.values())
+    (path,) = path_seed_list(6, 1)
     assert [(a[2], a[3], a[4], a[5]) for a, _ in m2o] == [
-        (p["m2o_settings"], 6, True, "spheres-m2o"),
-        (p["m2o_settings"], 6, False, "spheres-m2o"),
-        (p["m2o_settings"], 6, True, "spheres-norm"),
-        (p["m2o_settings"], 6, False, "spheres-norm"),
+        (p["m2o_settings"], path, True, "spheres-m2o"),
+        (p["m2o_settings"], path, False, "spheres-m2o"),
+        (p["m2o_settings"], path, True, "spheres-norm"),
+        (p["m2o_settings"], path, False, "spheres-norm"),
     ]
     ((args, _),) = hybrid
-    assert args[3:] == (p["hybrid_m2o"], p["m2m_settings"], 6, "spheres-hybrid")
+    assert args[3:] == (p["hybrid_m2o"], p["m2m_settings"], path, "spheres-hybrid")
     ((args, _),) = m2m
-    assert args[2:] == (p["m2m_settings"], 6, "spheres-sharp")
+    assert args[2:] == (p["m2m_settings"], path, "spheres-sharp")
 
 
 def test_derived_seeds() -> None:
-    assert seed_range(4, 3) == [4, 5, 6]
-    assert mode_seeds(4) == [4, 5]
-    assert tuning_seed(4, 100) == 104
+    paths = path_seed_list(4, 3)
+    assert paths[:2] == path_seed_list(4, 2) and len(set(paths)) == 3
+    assert mode_seeds(4) == derive_seeds(4, "mode", 2)
+    assert not {*paths, *mode_seeds(4)} & {*path_seed_list(5, 3), *mode_seeds(5)}
+    assert tuning_seed(4) not in paths
     with pytest.raises(ValueError, match="at least one path seed"):
-        seed_range(0, 0)
+        path_seed_list(0, 0)
 
 
 def test_chapter_setup_keeps_checkpoints_per_profile(tmp_path) -> None:
@@ -316,17 +326,18 @@ def test_sphere_configs_name_each_model() -> None:
     got = sphere_configs(
         {"name": "d"}, TOY, {"lr": 1}, {"m": 2}, {"lr": 2}, 0.1, 0.2, {"lr": 3}, 5
     )
+    a, b = mode_seeds(5)
     assert got["base"] == {
         "data": {"name": "d"},
         "model": TOY,
         "recipe": {"lr": 1},
-        "seed": 5,
+        "seed": a,
     }
     assert got["normed"]["model"] == {"m": 2} and got["normed"]["recipe"] == {"lr": 2}
     assert got["source"]["recipe"] == {"lr": 1, "weight_decay": 0.1}
     assert got["dest"]["recipe"] == {"lr": 1, "weight_decay": 0.2}
-    assert (got["source"]["seed"], got["dest"]["seed"]) == (5, 6)
-    assert [got[k]["seed"] for k in ("sharp a", "sharp b")] == [5, 6]
+    assert (got["source"]["seed"], got["dest"]["seed"]) == (a, b)
+    assert [got[k]["seed"] for k in ("sharp a", "sharp b")] == [a, b]
     assert got["sharp b"]["recipe"] == {"lr": 3}
 
 

@@ -16,7 +16,6 @@ from wslib.pathcond.experiments import (
     PAPER_SWEEPS,
     Job,
     RunGrid,
-    derive_seeds,
     diag_g_check,
     evaluate_rates,
     first_layer_fan,
@@ -361,17 +360,3 @@ def test_rescale_costs_names_each_model():
     assert [r["model"] for r in rows] == ["a", "b"]
     assert rows[0]["n_params"] == 12 * 8 + 8 + 8 * 3 + 3
     assert all(r["rescale_over_epoch"] > 0 for r in rows)
-
-
-def test_derive_seeds_offsets_from_seed():
-    assert derive_seeds(0, 3, 10) == ([0, 1, 2], 10)
-    assert derive_seeds(5, 2, 10) == ([5, 6], 15)
-    assert derive_seeds(7, 1) == ([7], None)
-    assert derive_seeds(4, 2, 2) == ([4, 5], 6)
-    assert derive_seeds(4, 2, -1) == ([4, 5], 3)
-    with pytest.raises(ValueError, match="tuning seed one of the 3 evaluation"):
-        derive_seeds(0, 3, 2)
-    with pytest.raises(ValueError, match="tuning seed one of the 3 evaluation"):
-        derive_seeds(0, 3, 0)
-    with pytest.raises(ValueError, match="n_seeds must be at least 1"):
-        derive_seeds(0, 0)

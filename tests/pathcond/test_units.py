@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import ROOT
 from tests.pathcond.test_experiments import BASE, CONFIGS, RECIPE, toy_data
+from wslib.core.seeds import derive_seeds
 from wslib.pathcond import experiments, units
 from wslib.pathcond.experiments import RunGrid
 from wslib.runs.units import NotCached, by_stage
@@ -83,7 +84,8 @@ def test_unit_lists_of_the_profiles(part, no_work, profile):
     assert len(conv) == len(q["archs"]) * len(q["methods"]) * q["n_seeds"]
     by_stage(conv)
     assert {u.stage for u in conv} == {0}
-    assert f"autoencoder enorm seed {5 + q['n_seeds'] - 1}" in {u.name for u in conv}
+    last = derive_seeds(5, "run", q["n_seeds"])[-1]
+    assert f"autoencoder enorm seed {last}" in {u.name for u in conv}
 
 
 def mlp_params(seed: int = 7) -> dict[str, Any]:
@@ -91,7 +93,6 @@ def mlp_params(seed: int = 7) -> dict[str, Any]:
     return {
         "seed": seed,
         "n_seeds": 2,
-        "tuning_offset": 5,
         "n_activation_seeds": 1,
         "data": {"name": "toy"},
         "mlp": BASE,
@@ -117,7 +118,7 @@ def toy(monkeypatch):
 def notebook_protocol(p: dict[str, Any]) -> dict:
     """Chapter 7's calls in the notebook's order; returns the long runs."""
     seeds, tuning, act_seeds = experiments.mlp_seeds(
-        p["seed"], p["n_seeds"], p["tuning_offset"], p["n_activation_seeds"]
+        p["seed"], p["n_seeds"], p["n_activation_seeds"]
     )
     grid = experiments.mlp_grid(p["data"], p["mlp"], p["recipe"], p["configs"], 1)
     jobs = experiments.default_jobs(
@@ -164,6 +165,7 @@ def recorded(monkeypatch, toy) -> list[tuple]:
 
 def test_mlp_units_train_exactly_the_notebook_s_runs(recorded):
     p = mlp_params()
+    evaluation, tuning, _ = experiments.mlp_seeds(p["seed"], p["n_seeds"], 1)
     per_unit = {}
     for stage in by_stage(units.mlp_units(p)):
         for unit in stage:
@@ -174,11 +176,11 @@ def test_mlp_units_train_exactly_the_notebook_s_runs(recorded):
         rates, seeds = {c[5] for c in calls}, {c[3] for c in calls}
         assert calls, name
         if name.startswith("lr grid"):
-            assert rates == set(p["lr_grid"]) and seeds == {12}
+            assert rates == set(p["lr_grid"]) and seeds == {tuning}
         elif name.startswith("lr refine"):
-            assert rates == {1.78, 0.562} and seeds == {12}
+            assert rates == {1.78, 0.562} and seeds == {tuning}
         elif name.startswith("long runs"):
-            assert rates == {1.78} and seeds == {7, 8}
+            assert rates == {1.78} and seeds == set(evaluation)
         else:
             assert rates == {RECIPE["lr"]} and len(seeds) == len(calls)
     by_units = list(recorded)
@@ -189,7 +191,7 @@ def test_mlp_units_train_exactly_the_notebook_s_runs(recorded):
     # accuracy = rate: the refinement above the grid's best (1.0) wins
     assert {r["acc"][0] for runs in long_runs.values() for r in runs} == {1.78}
     seeds = {c[3] for c in by_units}
-    assert seeds == {7, 8, 12}  # evaluation seeds and the tuning seed
+    assert seeds == {*evaluation, tuning}  # evaluation seeds and the tuning seed
 
 
 def test_mlp_units_fill_the_cache_the_notebook_reads(toy, monkeypatch, tmp_path):
@@ -235,7 +237,11 @@ def test_conv_units_train_exactly_the_notebook_s_runs(monkeypatch):
     by_units = list(calls)
     calls.clear()
     experiments.train_archs(
-        archs, p["methods"], [4, 5], toy_data(), experiments.RUNS_DIR
+        archs,
+        p["methods"],
+        derive_seeds(4, "run", 2),
+        toy_data(),
+        experiments.RUNS_DIR,
     )
     assert sorted(by_units) == sorted(calls) and len(calls) == 8
     assert {c[2] for c in calls if c[0] == "cnn1d"} == {"own"}
@@ -261,7 +267,11 @@ def test_a_grid_without_data_lists_but_does_not_train():
 
 
 def test_setup_helpers():
-    assert experiments.mlp_seeds(4, 2, 10, 3) == ([4, 5], 14, [4, 5, 6])
+    evaluation, tuning, activation = experiments.mlp_seeds(4, 2, 3)
+    assert evaluation == derive_seeds(4, "run", 2) and activation[:2] == evaluation
+    assert len(activation) == 3 and tuning not in activation
+    other = experiments.mlp_seeds(5, 2, 1)  # the next sweep seed shares nothing
+    assert not {*evaluation, tuning} & {*other.evaluation, other.tuning}
     assert experiments.swept_pairs(["a", "b"]) == [
         ("a", "baseline"),
         ("a", "pathcond"),

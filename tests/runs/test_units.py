@@ -14,6 +14,7 @@ import torch
 from tests.conftest import load_script
 from tests.runs.test_zoo import CONFIG
 from wslib.core.models import build_model
+from wslib.core.seeds import derive_seeds
 from wslib.llpf.layerwise import Refine, m2m
 from wslib.runs.cache import cached_run
 from wslib.runs.units import CACHED_ONLY, NotCached, Unit, by_stage, refuse_compute
@@ -95,7 +96,8 @@ def test_a_split_sweep_runs_units_stage_by_stage_then_the_notebooks() -> None:
     assert phases[-1] == jobs  # every notebook last, the unsplit one included
     units = [job for phase in phases[:-1] for job in phase]
     assert units and {job.nb for job in units} == {"03_llpf_m2m"}
-    assert [job.unit for job in phases[0]][:2] == ["mode mlp seed 0", "mode mlp seed 1"]
+    first = [f"mode mlp seed {s}" for s in derive_seeds(0, "mode", 2)]
+    assert [job.unit for job in phases[0]][:2] == first
     assert all(job.unit.startswith(("m2m", "all-at-once", "peak")) for job in phases[1])
     command = phases[1][0].command()
     assert command[1] == "notebooks/part.py" and command[-1] == phases[1][0].unit

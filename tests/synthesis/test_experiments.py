@@ -12,6 +12,7 @@ from wslib.core.connectivity import max_output_diff
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.core.neurons import permute_state, random_permutations
+from wslib.core.seeds import derive_seeds
 from wslib.core.train import Recipe, evaluate, fit
 from wslib.synthesis import experiments as ex
 from wslib.synthesis.alignment import STEPS, pathcond_gauge, with_state
@@ -313,7 +314,14 @@ def test_shard_models_seeds_and_parts() -> None:
     groups = ex.shard_models(zoo, {"name": "d"}, MLP, {"epochs": 1}, n_seeds=2, seed=5)
     assert [len(g) for g in groups] == [2, 2]
     got = [(c["seed"], c["split"]["seed"], c["split"]["part"]) for c in zoo.configs]
-    assert got == [(5, 5, 0), (6, 5, 1), (7, 6, 0), (8, 6, 1)]
+    model = derive_seeds(5, "model", 4)
+    split = derive_seeds(5, "split", 2)
+    assert got == [
+        (model[0], split[0], 0),
+        (model[1], split[0], 1),
+        (model[2], split[1], 0),
+        (model[3], split[1], 1),
+    ]
     assert all(c["split"]["kind"] == "shards" for c in zoo.configs)
 
 

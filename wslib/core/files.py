@@ -9,6 +9,9 @@ renamed into place, so concurrent writers (worker processes, cluster jobs)
 never leave half a file and never clobber each other's temporary file.
 :func:`entry_lock` lets a second process wait for an entry that another one is
 computing instead of computing it twice (two notebooks run side by side).
+:func:`note_entry` lists the entries a run used in the file named by
+``WSLIB_ENTRY_LOG`` (worker processes inherit it), so a test can check that
+two sweep seeds share no model, run or path.
 
 These helpers live in ``core`` (not ``runs``) because the generated-data cache
 of :mod:`wslib.core.data` needs them and ``core`` imports nothing above it.
@@ -93,14 +96,30 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     return path
 
 
+ENTRY_LOG = "WSLIB_ENTRY_LOG"
+
+
+def note_entry(path: str | Path) -> None:
+    """Append cache entry ``path`` to the file named by ``WSLIB_ENTRY_LOG``, if set.
+
+    One line per use (loaded or computed), written in one ``write`` call in
+    append mode, so processes writing side by side do not interleave lines.
+    """
+    log = os.environ.get(ENTRY_LOG)
+    if log:
+        with open(log, "a") as handle:
+            handle.write(f"{Path(path).resolve()}\n")
+
+
 @contextmanager
 def entry_lock(path: str | Path) -> Iterator[None]:
     """Hold an exclusive lock on cache entry ``path`` (a hidden ``.lock`` file beside it).
 
     Check for the entry inside the lock: a process that waited finds the file
-    its neighbour wrote and loads it.
+    its neighbour wrote and loads it. The entry is noted (:func:`note_entry`).
     """
     path = Path(path)
+    note_entry(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(f".{path.name}.lock"), "a") as handle:
         if fcntl is not None:

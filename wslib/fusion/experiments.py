@@ -41,6 +41,7 @@ from tqdm.auto import tqdm
 from wslib.core.data import Dataset, balanced_subset, class_counts
 from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
+from wslib.core.seeds import derive_seed
 from wslib.core.train import (
     Recipe,
     evaluate,
@@ -67,12 +68,14 @@ from wslib.fusion.levels import (
 )
 from wslib.runs.cache import cached_run
 from wslib.runs.stats import epochs_to
+from wslib.runs.verdicts import compare
 from wslib.runs.zoo import TRAINING_CODE, Zoo, split_indices
 
 FUSION_CODE = (
     *TRAINING_CODE,
     "wslib.core.matching",
     "wslib.core.norms",
+    "wslib.core.seeds",
     "wslib.fusion",
 )
 """The modules whose source determines a cached fusion result: the code that
@@ -102,6 +105,20 @@ def data_digest(ds: Dataset) -> str:
     return tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test)
 
 
+def fusion_examples(
+    ds: Dataset, per_class: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The class-balanced fusion set of a chapter run with ``seed``: ``per_class``
+    training examples of every class (drawn with role ``"fusion-set"``)."""
+    idx = balanced_subset(ds.y_train, per_class, derive_seed(seed, "fusion-set"))
+    return ds.x_train[idx], ds.y_train[idx]
+
+
+def model_seed(seed: int, index: int) -> int:
+    """The training seed of chapter 11's model ``index`` (role ``"model"``)."""
+    return derive_seed(seed, "model", index)
+
+
 def trained(
     zoo: Zoo,
     data: dict[str, Any],
@@ -127,8 +144,8 @@ def regime_models(
     """The ``n`` base models of a data regime for seed ``s`` and their per-class training counts.
 
     Model ``i`` is trained on part ``i`` of an ``n``-way split of kind
-    ``regime["kind"]`` drawn with seed ``s`` (the full regime: the whole
-    training set), with model seed ``100 s + i``.
+    ``regime["kind"]`` drawn with ``derive_seed(s, "split")`` (the full
+    regime: the whole training set), with model seed ``derive_seed(s, "mode", i)``.
     """
     ds = zoo.dataset(data)
     models, counts = [], []
@@ -136,9 +153,11 @@ def regime_models(
         split = (
             regime
             if regime["kind"] == "full"
-            else {**regime, "n_parts": n, "part": i, "seed": s}
+            else {**regime, "n_parts": n, "part": i, "seed": derive_seed(s, "split")}
         )
-        models.append(trained(zoo, data, arch, recipe, 100 * s + i, split))
+        models.append(
+            trained(zoo, data, arch, recipe, derive_seed(s, "mode", i), split)
+        )
         idx = split_indices(ds.y_train, split)
         counts.append(
             class_counts(
@@ -416,7 +435,9 @@ class RegimeStudy:
         """
         fusion = balanced_subset(self.ds.y_train, self.fusion_per_class, s)
         rest = np.setdiff1d(np.arange(len(self.ds.y_train)), fusion)
-        idx = balanced_subset(self.ds.y_train, self.val_per_class, s + 10_000, rest)
+        idx = balanced_subset(
+            self.ds.y_train, self.val_per_class, derive_seed(s, "subset"), rest
+        )
         return self.ds.x_train[idx], self.ds.y_train[idx]
 
     def train(
@@ -580,12 +601,14 @@ def method_groups(methods: Sequence[str]) -> dict[str, list[str]]:
 
 
 def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean and std (0 for one seed) of the test accuracy per regime, n, method and importance.
+    """Mean, std (0 for one seed) and number of ``runs`` (seeds) of the test accuracy
+    per regime, n, method and importance.
 
     ``val``: the mean validation accuracy (NaN when the runs have none).
     """
     keys = ["regime", "n", "method", "importance"]
-    summary = runs.groupby(keys)["acc"].agg(["mean", "std"]).reset_index()
+    summary = runs.groupby(keys)["acc"].agg(["mean", "std", "count"]).reset_index()
+    summary = summary.rename(columns={"count": "runs"})
     summary["std"] = summary["std"].fillna(0.0)
     if "val" in runs:
         summary["val"] = runs.groupby(keys)["val"].mean().to_numpy()
@@ -683,13 +706,21 @@ def summary_cell(
     summary: pd.DataFrame, regime: str, n: int, method: str, importance: str = "uniform"
 ) -> float:
     """Mean accuracy (%) of one cell of the table; NaN when the method did not run there."""
+    row = _row(summary, regime, n, method, importance)
+    return float("nan") if row is None else float(100 * row["mean"])
+
+
+def _row(
+    summary: pd.DataFrame, regime: str, n: int, method: str, importance: str = "uniform"
+) -> pd.Series | None:
+    """The summary row of one cell (None when the method did not run there)."""
     rows = summary[
         (summary.regime == regime)
         & (summary.n == n)
         & (summary.method == method)
         & (summary.importance == importance)
     ]
-    return float(100 * rows["mean"].iloc[0]) if len(rows) else float("nan")
+    return rows.iloc[0] if len(rows) else None
 
 
 def select_variant(
@@ -700,29 +731,35 @@ def select_variant(
     The name reads ``"kf_linear (conductance)"``. Without validation
     accuracies the test accuracy chooses, with a warning.
     """
+    best = _chosen(summary, regime, n, methods)
+    return f"{best.method} ({best.importance})", float(100 * best["mean"])
+
+
+def _chosen(
+    summary: pd.DataFrame, regime: str, n: int, methods: Sequence[str]
+) -> pd.Series:
+    """The summary row of :func:`select_variant`'s choice."""
     rows = summary[
         (summary.regime == regime) & (summary.n == n) & summary.method.isin(methods)
     ]
     if not len(rows):
         raise ValueError(f"no runs of {list(methods)} for {regime}, n={n}")
-    best = rows.loc[rows[_selection_column(rows)].idxmax()]
-    return f"{best.method} ({best.importance})", float(100 * best["mean"])
+    return rows.loc[rows[_selection_column(rows)].idxmax()]
 
 
-def verdict(
-    gap: float,
-    better: str = "beats",
-    worse: str = "does not beat",
-    tie: str | None = None,
-    within: float = 0.0,
-) -> str:
-    """``better`` for a positive gap (points), ``worse`` otherwise.
+def _spread(*rows: pd.Series | None) -> float | None:
+    """The spread between seeds a gap of these cells is judged by: the larger
+    standard deviation (points); None when a cell has a single run or none."""
+    if any(r is None or int(r["runs"]) < 2 for r in rows):
+        return None
+    return float(100 * max(r["std"] for r in rows))
 
-    With ``tie``, gaps of at most ``within`` points either way give ``tie``.
-    """
-    if tie is not None and abs(gap) <= within:
-        return tie
-    return better if gap > 0 else worse
+
+def beats(gap: float, spread: float | None) -> str:
+    """ "beats" / "does not beat" by the book's rule (:func:`wslib.runs.verdicts.compare`):
+    a gap within the spread between seeds is level; one seed says so."""
+    level = "is level (within the spread between seeds) with"
+    return compare(gap, spread).word("beats", "does not beat", level)
 
 
 def headline_numbers(
@@ -784,16 +821,23 @@ def headline_numbers(
     out["sh_gap_avg"] = sh_best - out["sh_avg"]
     out["full_gap"] = full_best - out["full_indiv"]
     out["shmax_gap_ot"] = shmax_best - shmax_ot
-    out["sh_vs_ot"] = verdict(out["sh_gap_ot"])
-    out["sh_vs_avg"] = verdict(out["sh_gap_avg"])
-    out["full_vs_indiv"] = verdict(out["full_gap"])
-    out["shmax_vs_ot"] = verdict(out["shmax_gap_ot"])
-    out["gradient_vs_linear"] = verdict(
-        -float(np.nanmean([out["kf_lin_minus_grad"], out["hf_lin_minus_grad"]])),
-        "is ahead of",
-        "is behind",
-        "matches",
-        GRADIENT_TIE,
+    sh, shmax = (
+        _chosen(summary, "sharded", n0, HF_KF),
+        _chosen(summary, "sharded", n_max, HF_KF),
+    )
+    full = _chosen(summary, "full", n0, HF_KF)
+    ot, ot_max = (_chosen(summary, "sharded", k, ["otfusion"]) for k in (n0, n_max))
+    avg = _row(summary, "sharded", n0, "averaging")
+    indiv = _row(summary, "full", n0, "individual")
+    out["sh_vs_ot"] = beats(out["sh_gap_ot"], _spread(sh, ot))
+    out["sh_vs_avg"] = beats(out["sh_gap_avg"], _spread(sh, avg))
+    out["full_vs_indiv"] = beats(out["full_gap"], _spread(full, indiv))
+    out["shmax_vs_ot"] = beats(out["shmax_gap_ot"], _spread(shmax, ot_max))
+    gradient_gap = -float(
+        np.nanmean([out["kf_lin_minus_grad"], out["hf_lin_minus_grad"]])
+    )
+    out["gradient_vs_linear"] = compare(gradient_gap, GRADIENT_TIE).word(
+        "is ahead of", "is behind", "matches"
     )
     return out
 
@@ -944,7 +988,9 @@ def compression(
 
     KF with one base model (each weighting in ``importances``, both retrofits)
     against knowledge distillation of a fresh narrow model for ``kd_epochs``.
-    Returns ``{"variants": {name: acc}, "kd_acc": acc}``.
+    Returns ``{"variants": {name: acc}, "kd_acc": acc, "kf_minus_kd": points,
+    "kf_vs_kd": word}``: the best variant (picked on the test set) against
+    distillation, in points and in the book's words (:func:`beats`, one run).
     """
     variants = {}
     for imp in importances:
@@ -966,7 +1012,14 @@ def compression(
             variants[f"KF-{retrofit} ({imp})"] = accuracy(res.model, ds)
     torch.manual_seed(seed)
     student = distill(student_like(narrow, wide), wide, x, kd_epochs, seed=seed)
-    return {"variants": variants, "kd_acc": accuracy(student, ds)}
+    kd_acc = accuracy(student, ds)
+    gap = 100 * (max(variants.values()) - kd_acc)
+    return {
+        "variants": variants,
+        "kd_acc": kd_acc,
+        "kf_minus_kd": gap,
+        "kf_vs_kd": beats(gap, None),
+    }
 
 
 def depth_compression(
@@ -1168,7 +1221,9 @@ def architecture_zero_shot(
         architectures.items(), desc="architectures", disable=not progress
     ):
         models = [
-            trained(zoo, data, spec["model"], spec["recipe"], 100 * seed + i)
+            trained(
+                zoo, data, spec["model"], spec["recipe"], derive_seed(seed, "model", i)
+            )
             for i in range(2)
         ]
         row = {
@@ -1263,7 +1318,7 @@ def block_fit_text(name: str, rows: Sequence[Mapping[str, Any]]) -> str:
         gap = 100 * blk["test acc"] - lin
         start = blk["block MSE start"]
         drop = 100 * (1 - blk["block MSE end"] / start) if start > 0 else 0.0
-        word = verdict(gap, "raises", "lowers", "leaves", 0.1)
+        word = compare(gap, 0.1).word("raises", "lowers", "leaves")
         error = (
             f"lowers the block-output error by {drop:.0f} %"
             if drop > 0
@@ -1290,14 +1345,16 @@ def block_fit_study(
     """:func:`residual_gradient_variants` for the two full-data models of each residual net.
 
     The models are those of :func:`architecture_zero_shot` (model seeds
-    ``100 seed`` and ``100 seed + 1``); chains are left out.
+    ``derive_seed(seed, "model", i)``, ``i = 0, 1``); chains are left out.
     """
     ds = zoo.dataset(data)
     out = {}
     for name in residual_architectures(architectures):
         spec = architectures[name]
         models = [
-            trained(zoo, data, spec["model"], spec["recipe"], 100 * seed + i)
+            trained(
+                zoo, data, spec["model"], spec["recipe"], derive_seed(seed, "model", i)
+            )
             for i in (0, 1)
         ]
         out[name] = residual_gradient_variants(models, x, y, ds, gradient, seed)

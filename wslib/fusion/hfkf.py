@@ -42,6 +42,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from wslib.core.seeds import derive_seed
 from wslib.fusion.importance import example_scores, neuron_importance
 from wslib.fusion.levels import (
     GROUPINGS,
@@ -245,7 +246,7 @@ def fuse(
                     inputs,
                     from_neuron_matrix(targets, like),
                     gradient,
-                    seed + li,
+                    derive_seed(seed, "level", li),
                 )
         if points is not None:
             out = neuron_matrix(layer_io(fused, [fused_name], x)[fused_name])

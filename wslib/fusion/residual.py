@@ -70,6 +70,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from wslib.core.models import ResNet, Transformer, TransformerBlock
+from wslib.core.seeds import derive_seed
 from wslib.core.train import model_device
 from wslib.fusion.importance import Scores, neuron_importance
 from wslib.fusion.levels import (
@@ -586,7 +587,14 @@ def fuse_residual(
                 functools.partial(_rows, pieces, bias=step.bias), target, len(x), ridge
             )
         else:
-            sol = _solve_gradient(pieces, target, len(x), step.bias, gradient, seed + i)
+            sol = _solve_gradient(
+                pieces,
+                target,
+                len(x),
+                step.bias,
+                gradient,
+                derive_seed(seed, "step", i),
+            )
         _write(pieces, sol, step.bias)
         if blocks and step.block is not None:
             fit = fit_block(
@@ -595,7 +603,7 @@ def fuse_residual(
                 targets[step.tap],
                 tokens,
                 gradient,
-                seed + i,
+                derive_seed(seed, "step", i),
             )
             block_fits.append({"block": step.block, **fit})
     result = FusionResult(fused.eval(), [s.tap for s in plan], block_fits=block_fits)

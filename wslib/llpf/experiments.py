@@ -22,6 +22,7 @@ from torch import nn
 from wslib.core.connectivity import mode_config
 from wslib.core.files import tensor_digest
 from wslib.core.interpolation import linear_path
+from wslib.core.seeds import derive_seed, derive_seeds
 from wslib.llpf.layerwise import data_flow_stage_names, data_flow_stages
 from wslib.llpf.protocols import (
     CODE,
@@ -72,20 +73,19 @@ def chapter_setup(
 
 
 def mode_seeds(seed: int) -> list[int]:
-    """The training seeds of the two modes a chapter joins: ``seed`` and ``seed + 1``."""
-    return [seed, seed + 1]
+    """The training seeds of the two modes a chapter joins (role ``"mode"``, shared
+    with chapters 1, 2 and 12)."""
+    return derive_seeds(seed, "mode", 2)
 
 
-def seed_range(seed: int, n: int) -> list[int]:
-    """The ``n`` path seeds of a chapter run with ``seed``: ``seed, seed + 1, ...``."""
-    if n < 1:
-        raise ValueError(f"need at least one path seed, got {n}")
-    return list(range(seed, seed + n))
+def path_seed_list(seed: int, n: int) -> list[int]:
+    """The ``n`` path seeds of a chapter run with ``seed`` (role ``"path"``)."""
+    return derive_seeds(seed, "path", n)
 
 
-def tuning_seed(seed: int, offset: int) -> int:
-    """Chapter 4's tuning path seed: ``seed + offset``, away from the evaluation seeds."""
-    return seed + offset
+def tuning_seed(seed: int) -> int:
+    """Chapter 4's tuning path seed (role ``"tune"``), never an evaluation seed."""
+    return derive_seed(seed, "tune")
 
 
 def methods_by_model(

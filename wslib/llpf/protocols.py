@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from wslib.core.files import stable_hash, tensor_digest
+from wslib.core.files import note_entry, stable_hash, tensor_digest
 from wslib.core.norms import has_batchnorm
 from wslib.core.train import evaluate, model_device
 from wslib.llpf.autoneb import autoneb
@@ -181,7 +181,9 @@ class PathSetup:
             tag += "-" + stable_hash(dict(settings), length=8)
         if ends:
             tag += "-" + tensor_digest(*(m.state_dict() for m in ends), length=8)
-        return Path(self.checkpoint_dir) / f"{name}-{tag}"
+        folder = Path(self.checkpoint_dir) / f"{name}-{tag}"
+        note_entry(folder)
+        return folder
 
     def evaluate(self, model: nn.Module, path: LLPFPath) -> dict[str, Any]:
         """Every metric of one path (:func:`wslib.llpf.evaluation.evaluate_path`)."""

@@ -34,7 +34,7 @@ from wslib.llpf.experiments import (
     compare_methods,
     methods_by_model,
     mode_seeds,
-    seed_range,
+    path_seed_list,
     sphere_configs,
     tuned_methods,
     tuning_budget,
@@ -111,7 +111,7 @@ def m2m_units(params: Params) -> list[Unit]:
     """Chapter 3 (``03_llpf_m2m``): modes; every M2M path and the peak anatomy run."""
     _need_checkpoints(params, "03_llpf_m2m")
     p, chapter = params, _Chapter(params)
-    seeds = seed_range(p["seed"], p["path_seeds"])
+    seeds = path_seed_list(p["seed"], p["path_seeds"])
 
     def path(name: str, s: int, all_at_once: bool) -> Callable[[], object]:
         def run() -> object:
@@ -124,7 +124,7 @@ def m2m_units(params: Params) -> list[Unit]:
     def anatomy(name: str) -> object:
         settings = p["llpf"][name]
         args = (chapter.setup(), p["models"][name], chapter.modes(name), settings)
-        return cached_peak_anatomy(*args, p["seed"], p["run_cache"])
+        return cached_peak_anatomy(*args, seeds[0], p["run_cache"])
 
     units = _mode_units(chapter)
     for name in p["models"]:
@@ -143,7 +143,7 @@ def _tuning_units(chapter: _Chapter) -> list[Unit]:
     """Chapter 4's stages 1 (LLPF settings, the budget run) and 2 (baselines)."""
     p = chapter.p
     methods = methods_by_model(p["models"], p["llpf"], p["baselines"])
-    seed = tuning_seed(p["seed"], p["tuning_offset"])
+    seed = tuning_seed(p["seed"])
 
     def args(name: str) -> tuple:
         return (chapter.setup(), p["models"][name], chapter.modes(name), methods[name])
@@ -188,7 +188,7 @@ def baseline_units(params: Params) -> list[Unit]:
         def run() -> object:
             setup, one = chapter.setup(), {name: p["models"][name]}
             modes = {name: chapter.modes(name)}
-            seed = tuning_seed(p["seed"], p["tuning_offset"])
+            seed = tuning_seed(p["seed"])
             args = (setup, one, modes, methods, p["tuning"], seed, p["run_cache"])
             tuned = tuned_methods({name: methods[name]}, tuning_sweep(*args))
             return compare_methods(setup, one, modes, tuned, [s], p["run_cache"])
@@ -199,7 +199,7 @@ def baseline_units(params: Params) -> list[Unit]:
     for name in p["models"]:
         units += [
             Unit(f"compare {name} seed {s}", 3, compare(name, s))
-            for s in seed_range(p["seed"], p["n_seeds"])
+            for s in path_seed_list(p["seed"], p["n_seeds"])
         ]
     return units
 
@@ -213,7 +213,7 @@ def sphere_units(params: Params) -> list[Unit]:
     configs = sphere_configs(
         p["data"], *(p[k] for k in keys), p["sharp_recipe"], p["seed"]
     )
-    seed = p["seed"]
+    seed = path_seed_list(p["seed"], 1)[0]
 
     def model(key: str) -> nn.Module:
         return chapter.zoo().get(configs[key])

@@ -15,9 +15,8 @@
   of rescaling per configuration (:func:`cost_rows`);
 - chapter 8: one training run per architecture, method and seed
   (:func:`train_archs`);
-- chapters 7 and 8: the cost of rescaling against an epoch (:func:`rescale_cost`),
-  the evaluation and tuning seeds derived from a chapter's ``seed``
-  (:func:`derive_seeds`).
+- chapters 7 and 8: the cost of rescaling against an epoch (:func:`rescale_cost`);
+  their seeds come from :mod:`wslib.core.seeds` (chapter 7: :func:`mlp_seeds`).
 """
 
 from __future__ import annotations
@@ -40,6 +39,7 @@ from tqdm.auto import tqdm
 from wslib.core.data import DataKey, Dataset, load_dataset
 from wslib.core.models import build_model
 from wslib.core.neurons import random_scales, rescale_state
+from wslib.core.seeds import derive_seed, derive_seeds
 from wslib.core.train import Recipe, fit, model_device, seed_everything
 from wslib.pathcond.lifting import PathLifting, explicit_path_lifting, mlp_path_labels
 from wslib.pathcond.rescaling import (
@@ -59,24 +59,6 @@ Run = dict[str, Any]
 COST_BATCH = 128  # batch size of the epoch that :func:`rescale_cost` times
 RUNS_DIR = "data/runs"  # the chapters' run cache, relative to the repository root
 SWEPT_METHODS = ("baseline", "pathcond")  # the methods of chapter 7's rate search
-
-
-def derive_seeds(
-    seed: int, n_seeds: int, tuning_offset: int | None = None
-) -> tuple[list[int], int | None]:
-    """Evaluation seeds ``seed, ..., seed + n_seeds - 1`` and the tuning seed
-    ``seed + tuning_offset`` (None without an offset), never an evaluation seed."""
-    if n_seeds < 1:
-        raise ValueError(f"n_seeds must be at least 1, got {n_seeds}")
-    seeds = [seed + i for i in range(n_seeds)]
-    if tuning_offset is None:
-        return seeds, None
-    if 0 <= tuning_offset < n_seeds:
-        raise ValueError(
-            f"tuning_offset {tuning_offset} makes the tuning seed one of the "
-            f"{n_seeds} evaluation seeds; use an offset of at least n_seeds"
-        )
-    return seeds, seed + tuning_offset
 
 
 def rescale_cost(
@@ -473,16 +455,19 @@ class MlpSeeds(NamedTuple):
     """Chapter 7's seeds: ``evaluation``, ``tuning`` (the rate search) and ``activation``."""
 
     evaluation: list[int]
-    tuning: int | None
+    tuning: int
     activation: list[int]
 
 
-def mlp_seeds(
-    seed: int, n_seeds: int, tuning_offset: int | None, n_activation_seeds: int
-) -> MlpSeeds:
-    """Chapter 7's seeds from its ``seed`` (:func:`derive_seeds`); GELU/SiLU runs from ``seed``."""
-    seeds, tuning = derive_seeds(seed, n_seeds, tuning_offset)
-    return MlpSeeds(seeds, tuning, derive_seeds(seed, n_activation_seeds)[0])
+def mlp_seeds(seed: int, n_seeds: int, n_activation_seeds: int) -> MlpSeeds:
+    """Chapter 7's seeds from its ``seed``: the evaluation runs (role ``"run"``),
+    the rate search (role ``"tune"``, never evaluated) and the GELU/SiLU runs
+    (the first ``n_activation_seeds`` evaluation seeds)."""
+    return MlpSeeds(
+        derive_seeds(seed, "run", n_seeds),
+        derive_seed(seed, "tune"),
+        derive_seeds(seed, "run", n_activation_seeds),
+    )
 
 
 def mlp_grid(

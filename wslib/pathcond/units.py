@@ -4,7 +4,7 @@ See :mod:`wslib.runs.units`. Every unit calls the library functions the
 chapter's notebook calls, with the arguments it builds from its parameters
 (through the shared setup: :func:`~wslib.pathcond.experiments.mlp_seeds`,
 :func:`~wslib.pathcond.experiments.mlp_grid`,
-:func:`~wslib.pathcond.experiments.derive_seeds`), so each fills the run
+:func:`~wslib.core.seeds.derive_seeds`), so each fills the run
 cache entries the notebook then reads.
 
 Chapter 7 (:func:`mlp_units`):
@@ -27,6 +27,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 from wslib.core.data import Dataset, load_dataset
+from wslib.core.seeds import derive_seeds
 from wslib.pathcond.experiments import (
     RUNS_DIR,
     Job,
@@ -34,7 +35,6 @@ from wslib.pathcond.experiments import (
     RunGrid,
     activation_warnings_ignored,
     default_jobs,
-    derive_seeds,
     evaluate_rates,
     mlp_grid,
     mlp_seeds,
@@ -78,9 +78,7 @@ def group_by_seed(grid: RunGrid, jobs: Sequence[Job]) -> dict[str, list[Job]]:
 def mlp_units(params: Params) -> list[Unit]:
     """Chapter 7's units (``07_pathcond_mlp``) for its effective ``params``."""
     p = params
-    seeds = mlp_seeds(
-        p["seed"], p["n_seeds"], p["tuning_offset"], p["n_activation_seeds"]
-    )
+    seeds = mlp_seeds(p["seed"], p["n_seeds"], p["n_activation_seeds"])
     grid_args = (p["data"], p["mlp"], p["recipe"], p["configs"], p["workers"])
 
     @functools.cache
@@ -137,7 +135,7 @@ def _train(grid: Callable[[], RunGrid], jobs: list[Job]) -> None:
 def conv_units(params: Params) -> list[Unit]:
     """Chapter 8's units (``08_pathcond_conv``) for its effective ``params``."""
     p = params
-    seeds = derive_seeds(p["seed"], p["n_seeds"])[0]
+    seeds = derive_seeds(p["seed"], "run", p["n_seeds"])
 
     @functools.cache
     def ds() -> Dataset:  # loaded on the first unit run, shared by the others

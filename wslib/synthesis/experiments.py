@@ -27,11 +27,13 @@ from torch import nn
 from wslib.core.data import Dataset
 from wslib.core.interpolation import lerp_state, linear_path
 from wslib.core.matching import align
+from wslib.core.seeds import derive_seed
 from wslib.core.train import Recipe, evaluate, fit
 from wslib.fusion import GradientConfig, fuse, fuse_by
 from wslib.llpf import evaluate_path, fit_curve, m2m
 from wslib.llpf.protocols import PathSetup
 from wslib.runs.cache import cached_run
+from wslib.runs.verdicts import Verdict, compare_paired
 from wslib.runs.zoo import Zoo
 from wslib.synthesis.alignment import alignment_study, pathcond_gauge, with_state
 from wslib.synthesis.conditioning import path_conditioning
@@ -83,22 +85,14 @@ def all_pairs(models: Sequence[nn.Module]) -> list[tuple[nn.Module, nn.Module]]:
 def compare(values: Sequence[float], reference: Sequence[float]) -> dict[str, Any]:
     """Paired difference ``values - reference`` over seeds and its verdict word.
 
-    ``word`` is ``"lower"`` or ``"higher"`` when the mean difference is larger
-    than its standard deviation over seeds (ddof 1), ``"none"`` otherwise;
-    always ``"none"`` with a single seed, whose spread is unknown.
+    The book's rule (:func:`wslib.runs.verdicts.compare_paired`): ``word`` is
+    ``"lower"`` or ``"higher"`` when the mean difference is larger than its
+    standard deviation over seeds (ddof 1), ``"none"`` when it is within that
+    spread or there is a single seed, whose spread is unknown.
     """
-    v, r = np.asarray(values, dtype=float), np.asarray(reference, dtype=float)
-    if v.shape != r.shape or v.size == 0:
-        raise ValueError(
-            f"compare needs two equally long non-empty lists, got {v.size} and {r.size}"
-        )
-    d = v - r
-    mean = float(d.mean())
-    std = float(d.std(ddof=1)) if d.size > 1 else float("inf")
-    word = (
-        "none" if abs(mean) <= std or mean == 0 else ("lower" if mean < 0 else "higher")
-    )
-    return {"diff_mean": mean, "diff_std": std if d.size > 1 else None, "word": word}
+    c = compare_paired(values, reference)
+    word = {Verdict.ABOVE: "higher", Verdict.BELOW: "lower"}.get(c.verdict, "none")
+    return {"diff_mean": c.difference, "diff_std": c.spread, "word": word}
 
 
 def mean_std(values: Sequence[float]) -> dict[str, Any]:
@@ -342,15 +336,16 @@ def shard_models(
     n_seeds: int,
     seed: int,
 ) -> list[list[nn.Module]]:
-    """Per seed ``seed + k``: two models, each trained on one of two class shards.
+    """``n_seeds`` groups of two models, each trained on one of two class shards.
 
     Model ``i`` of group ``k`` has part ``i`` of the shard split drawn with
-    seed ``seed + k`` and model seed ``seed + 2 k + i``, so no two models of
-    the chapter share an initialisation.
+    ``derive_seed(seed, "split", k)`` and model seed
+    ``derive_seed(seed, "model", 2 k + i)``, so no two models of the chapter
+    (or of two sweep seeds) share an initialisation.
     """
     groups = []
     for k in range(n_seeds):
-        split = {"kind": "shards", "n_parts": 2, "seed": seed + k}
+        split = {"kind": "shards", "n_parts": 2, "seed": derive_seed(seed, "split", k)}
         groups.append(
             [
                 zoo.get(
@@ -358,7 +353,7 @@ def shard_models(
                         "data": data,
                         "model": arch,
                         "recipe": recipe,
-                        "seed": seed + 2 * k + i,
+                        "seed": derive_seed(seed, "model", 2 * k + i),
                         "split": {**split, "part": i},
                     }
                 )
@@ -412,7 +407,9 @@ def gauge_fusion(
             }
             for method in methods:
                 for key, group in bases.items():
-                    fused = fuse_by(method, group, *fusion, seed=seed + s)
+                    fused = fuse_by(
+                        method, group, *fusion, seed=derive_seed(seed, "fusion", s)
+                    )
                     acc[method][key].append(evaluate(fused, ds.x_test, ds.y_test)[1])
         result[regime] = {
             m: {
@@ -555,17 +552,19 @@ def cached_pairs(
     seed: int,
     train: Dataset | None = None,
 ) -> list[dict[str, Any]]:
-    """:func:`pair_study` of every pair of ``models`` (pair ``k`` with seed ``seed + k``), each cached."""
+    """:func:`pair_study` of every pair of ``models``, each cached; pair ``k``
+    with seed ``derive_seed(seed, "pair", k)``."""
     runs = []
     for k, ((i, a), (j, b)) in enumerate(all_pairs(list(enumerate(models)))):
-        full = {"question": "pair", **key, "pair": [i, j], "seed": seed + k}
+        pair_seed = derive_seed(seed, "pair", k)
+        full = {"question": "pair", **key, "pair": [i, j], "seed": pair_seed}
         full["settings"] = settings
         runs.append(
             cached_run(
                 root,
                 full,
-                lambda a=a, b=b, k=k: pair_study(
-                    a, b, ds, fusion, settings, seed + k, train
+                lambda a=a, b=b, s=pair_seed: pair_study(
+                    a, b, ds, fusion, settings, s, train
                 ),
                 CODE,
             )

@@ -1,0 +1,67 @@
+"""Every random choice of a chapter, derived from the chapter's ``seed``.
+
+A chapter run with ``seed`` trains models, draws path seeds, tuning seeds,
+splits and subsets. Each of these choices is ``derive_seed(seed, role,
+index)``: a hash of the three (numpy's ``SeedSequence``), so different
+triples give unrelated seeds. Consecutive seeds (``seed, seed + 1, ...``)
+would not do: sweep seed 0's second model would be sweep seed 1's first, and
+the sweep's seeds would share models, paths and runs, so the ledger's
+intervals, which treat them as independent, would be too narrow.
+
+Chapters that deliberately reuse each other's models ask for the same role
+and index: the ``"mode"`` models of chapters 1-4 and 12 are one zoo entry
+when their data, architecture and recipe agree. Two different triples share
+a value only if the hash collides (one chance in about 4e9 per pair; a test
+checks that sweep seeds 0-4 share no model, path or run in any chapter).
+The chapter's ``seed`` itself seeds ``seed_everything`` and the chapter's
+illustrations (test inputs, random permutations and scales of a figure),
+which no other chapter or seed reuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal, get_args
+
+import numpy as np
+
+Role = Literal[
+    "mode",  # the trained models a chapter joins, compares or fuses
+    "model",  # chapter 11's own models (pairs, width variants, students)
+    "path",  # LLPF and baseline path seeds
+    "tune",  # the seed settings are tuned on, never reported
+    "run",  # training runs compared across methods (PathCond, fusion regimes)
+    "split",  # data splits (class shards)
+    "fusion-set",  # the examples a fusion reads
+    "subset",  # evaluation subsets
+    "pair",  # chapter 12's study of one pair of modes (paths, fusions, fine-tuning)
+    "fusion",  # a fusion of one group of models (chapter 12's gauge study)
+    "level",  # one fusion's per-level k-means
+    "step",  # one fusion's per-step gradient solves
+]
+ROLES: tuple[str, ...] = get_args(Role)
+
+
+def derive_seed(seed: int, role: Role, index: int = 0) -> int:
+    """The seed of the ``index``-th random choice of kind ``role`` of a chapter run with ``seed``.
+
+    A 32-bit integer (valid for torch, numpy and scikit-learn), the same on
+    every machine.
+    """
+    if role not in ROLES:
+        raise ValueError(f"unknown seed role {role!r}; valid: {', '.join(ROLES)}")
+    for name, value in (("seed", seed), ("index", index)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+        if value < 0:
+            raise ValueError(f"{name} must be at least 0, got {value}")
+    code = int.from_bytes(hashlib.sha256(role.encode()).digest()[:4], "little")
+    state = np.random.SeedSequence([int(seed), code, int(index)]).generate_state(1)
+    return int(state[0])
+
+
+def derive_seeds(seed: int, role: Role, n: int) -> list[int]:
+    """``derive_seed(seed, role, i)`` for ``i = 0, ..., n - 1``."""
+    if n < 1:
+        raise ValueError(f"need at least one {role} seed, got n = {n}")
+    return [derive_seed(seed, role, i) for i in range(n)]
