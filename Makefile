@@ -1,8 +1,11 @@
 # Run the notebooks, build the study book and test it.
 #   make book [PROFILE=cpu] [SEED=N] [JOBS=J]   run every notebook (J side by side,
 #                                            default one per core), then build book/_build/html
+#   make book SEEDS="0 1 2 3 4"              the sweep over those seeds (what is current is
+#                                            skipped), then the book: first seed's pages,
+#                                            every seed in the claims ledger
 #   make notebook NB=01_symmetries [SEED=N] [PROFILE=cpu]
-#   make sweep SEEDS="0 1 2" [NB="03_llpf_m2m ..."] [PROFILE=cpu] [EXECUTOR=local|slurm]
+#   make sweep [SEEDS="0 1 2"] [NB="03_llpf_m2m ..."] [PROFILE=cpu] [EXECUTOR=local|slurm]
 #              [SPLIT=1]   long chapters as one job per unit (path, run group), then the notebook
 #   make book EDITION=student                   the same book without solutions (book/_student/)
 #   make publish [EDITION=full|student] [PUSH=1]   commit the built HTML to the gh-pages branch
@@ -16,7 +19,8 @@ SEED ?=
 JOBS ?=
 ALLOW_CPU ?=
 NB ?=
-SEEDS ?= 0 1 2
+SEEDS ?=
+SWEEP_SEEDS := $(or $(SEEDS),0 1 2)
 EDITION ?= full
 PUSH ?=
 SPLIT ?=
@@ -30,7 +34,9 @@ STAMP := $(VENV)/.installed
 PROFILES := $(sort $(basename $(notdir $(wildcard notebooks/params/*.yaml))))
 NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.ipynb))))
 SEED_ARG := $(if $(SEED),--seed $(SEED))$(if $(JOBS), --jobs $(JOBS))$(if $(ALLOW_CPU), --allow-cpu)
-EXECUTED := build/$(PROFILE)$(if $(SEED),/seed-$(SEED))
+EXECUTED := build/$(PROFILE)$(if $(SEEDS),/seed-$(firstword $(SEEDS)),$(if $(SEED),/seed-$(SEED)))
+SWEEP_ARGS = --profile $(PROFILE) --executor $(EXECUTOR) $(if $(JOBS),--jobs $(JOBS)) \
+	$(if $(SPLIT),--split) $(NB) --seeds $(SWEEP_SEEDS)
 
 # Check the arguments while the makefile is read, before anything is built:
 # $(call check,NAME,value,valid values) stops make unless value is one valid word.
@@ -38,6 +44,9 @@ check = $(if $(and $(filter 1,$(words $(2))),$(filter $(2),$(3))),,$(error unkno
 GOALS := $(or $(MAKECMDGOALS),book)
 ifneq ($(filter book notebook,$(GOALS)),)
   $(call check,PROFILE,$(PROFILE),$(PROFILES))
+  ifneq ($(and $(SEED),$(SEEDS)),)
+    $(error give SEED=N (one seed) or SEEDS="..." (a sweep), not both)
+  endif
 endif
 ifneq ($(filter notebook,$(GOALS)),)
   $(call check,NB,$(NB),$(NOTEBOOKS))
@@ -56,7 +65,7 @@ HTML := $(if $(filter student,$(EDITION)),book/_student/_build/html,book/_build/
 
 book: $(STAMP)
 	@start=$$(date +%s) && \
-	$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG) && \
+	$(if $(SEEDS),$(PY) notebooks/sweep.py $(SWEEP_ARGS),$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG)) && \
 	$(PY) book/build.py $(EXECUTED) --edition $(EDITION) && \
 	echo "Book built: open $(CURDIR)/$(HTML)/index.html" && \
 	echo "Wall time of the whole build: $$(( $$(date +%s) - start )) s"
@@ -66,8 +75,7 @@ notebook: $(STAMP)
 
 # One job per (notebook, seed); a restarted sweep runs only what is missing.
 sweep: $(STAMP)
-	$(PY) notebooks/sweep.py --profile $(PROFILE) --executor $(EXECUTOR) \
-		--seeds $(SEEDS) $(if $(JOBS),--jobs $(JOBS)) $(if $(SPLIT),--split) $(NB)
+	$(PY) notebooks/sweep.py $(SWEEP_ARGS)
 
 # The built HTML of one edition as the only commit of branch gh-pages (with
 # .nojekyll, so GitHub Pages serves Sphinx's _static folder); PUSH=1 pushes it.

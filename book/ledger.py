@@ -21,7 +21,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import nbformat  # noqa: E402
 
 from wslib.plotting import label_axes, set_style  # noqa: E402
-from wslib.runs.claims import CENSORED, HOLDS, MIXED, NOT_RUN, PAPERS  # noqa: E402
+from wslib.runs.claims import (  # noqa: E402
+    CENSORED,
+    HOLDS,
+    MAX_SEEDS,
+    MIXED,
+    NOT_RUN,
+    PAPERS,
+)
 
 MARKS = {
     HOLDS: "✓",
@@ -55,8 +62,18 @@ def row_markdown(row: dict[str, Any], link: bool) -> str:
     mark = MARKS.get(row["verdict"], "✗")
     return (
         f"| {claim.text} | {chapter} | {value_text(row['stats'])} | "
-        f"{breakable(claim.rule)} | {mark} {row['verdict']} |"
+        f"{breakable(claim.rule)} | {mark} {row['verdict']}{needed_text(row)} |"
     )
+
+
+def needed_text(row: dict[str, Any]) -> str:
+    """For a mixed claim, the seeds a rough power estimate says would decide it."""
+    if row["verdict"] != MIXED:
+        return ""
+    n = row.get("seeds_needed")
+    if n is None:
+        return f" (power estimate: more than {MAX_SEEDS} seeds, or no number, would decide it)"
+    return f" (power estimate: about {n} seeds would decide it)"
 
 
 HEADER = "| claim | chapter | mean [95% interval] (seeds) | rule | verdict |\n|---|---|---|---|---|"
@@ -104,7 +121,10 @@ def write_ledger(rows: list[dict[str, Any]], results_dir: Path, book: Path) -> P
         "A claim **holds** when the whole 95% interval of the mean over seeds "
         "satisfies its rule, **does not hold** when none of it does, and is "
         "**mixed** when the interval straddles the rule. With one seed the "
-        "verdict is that seed's alone.",
+        "verdict is that seed's alone. For a mixed claim, a *power estimate* "
+        "gives the number of seeds whose interval would clear the bound if the "
+        "observed mean and standard deviation stayed as they are: a rough "
+        "guide, since both move as seeds are added.",
         "",
         f"This build read up to {n_seeds} seed(s) per claim from "
         f"`results/{results_dir.name}`. Verdicts: "

@@ -19,6 +19,7 @@ from wslib.runs.claims import (
     Claim,
     claim_stats,
     ledger,
+    seeds_needed,
     verdict,
 )
 
@@ -98,3 +99,23 @@ def test_a_difference_claim_subtracts_seed_by_seed() -> None:
     result = claim_stats(claim, metrics)
     assert result["values"] == pytest.approx({"0": 0.4})
     assert claim.quantity == "a - b"
+
+
+def test_seeds_needed_is_the_first_interval_clear_of_the_bound() -> None:
+    claim = Claim("p", "llpf", "x is small", "nb", "x", "<", 1.0)
+    # mean 0.8, std 0.4: the t-interval half-width t(n-1) 0.4 / sqrt(n) drops
+    # below the gap 0.2 first at n = 18 (t = 2.110: 0.199); at n = 17 it is 0.206
+    stats = {"n": 3, "mean": 0.8, "std": 0.4}
+    assert seeds_needed(claim, stats) == 18
+    assert seeds_needed(claim, {**stats, "mean": 1.0}) is None  # on the bound
+    assert seeds_needed(claim, {**stats, "std": 40.0}) is None  # beyond MAX_SEEDS
+
+
+def test_a_mixed_ledger_row_carries_its_power_estimate(tmp_path: Path) -> None:
+    for seed, x in ((0, 0.02), (1, -0.02), (2, 0.06)):
+        path = tmp_path / f"seed-{seed}" / "nb.json"
+        path.parent.mkdir()
+        path.write_text(json.dumps({"params": {"seed": seed}, "metrics": {"x": x}}))
+    (row,) = ledger(tmp_path, (BELOW,))
+    assert row["verdict"] == MIXED
+    assert row["seeds_needed"] == seeds_needed(BELOW, row["stats"]) > 3

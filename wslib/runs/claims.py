@@ -14,6 +14,9 @@ reads the per-seed values (:mod:`wslib.runs.sweeps`) and their summary:
 - ``no value (censored)`` when the chapter ran but the metric has no value
   (e.g. a speed-up whose runs never reached their target: results store null);
 - ``not run in this profile`` when the chapter has no results.
+
+A mixed claim also gets :func:`seeds_needed`: a rough power estimate of how
+many seeds would decide it if its observed mean and spread stayed as they are.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+from scipy import stats as scipy_stats
 
 from wslib.runs.sweeps import summarise_seeds, summary
 
@@ -72,6 +77,26 @@ def verdict(claim: Claim, stats: dict[str, Any] | None, ran: bool = False) -> st
     return HOLDS if all(inside) else FAILS if not any(inside) else MIXED
 
 
+MAX_SEEDS = 1000  # beyond this a power estimate says "more than 1000"
+
+
+def seeds_needed(claim: Claim, stats: dict[str, Any]) -> int | None:
+    """The fewest seeds whose 95% t-interval would clear the claim's bound, if the
+    mean and the standard deviation over seeds stayed as observed.
+
+    A rough power estimate for a mixed claim: None when the mean sits on the
+    bound or no spread is known (no number of seeds decides), or when more
+    than :data:`MAX_SEEDS` would be needed.
+    """
+    gap, std = abs(stats["mean"] - claim.bound), stats["std"]
+    if not std or gap == 0:
+        return None
+    for n in range(max(2, stats["n"]), MAX_SEEDS + 1):
+        if scipy_stats.t.ppf(0.975, n - 1) * std / n**0.5 < gap:
+            return n
+    return None
+
+
 def claim_stats(
     claim: Claim, metrics: dict[str, dict[str, Any]]
 ) -> dict[str, Any] | None:
@@ -95,9 +120,10 @@ def ledger(results_dir: Path, claims: tuple[Claim, ...]) -> list[dict[str, Any]]
     for claim in claims:
         stats = claim_stats(claim, runs[claim.chapter]["metrics"])
         ran = bool(runs[claim.chapter]["seeds"])
-        rows.append(
-            {"claim": claim, "stats": stats, "verdict": verdict(claim, stats, ran)}
-        )
+        row = {"claim": claim, "stats": stats, "verdict": verdict(claim, stats, ran)}
+        if row["verdict"] == MIXED:
+            row["seeds_needed"] = seeds_needed(claim, stats)
+        rows.append(row)
     return rows
 
 
