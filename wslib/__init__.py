@@ -6,6 +6,7 @@ The package is layered; a package imports only those listed before it::
                      permutations, rescalings), models, data and splits, train,
                      norms (BatchNorm / LayerNorm helpers), interpolation,
                      matching (Git Re-Basin), files (hashes, atomic writes),
+                     seeds (every random choice from a chapter's seed),
                      connectivity (modes and the line between them, chapters
                      1-2), describe (names of models and data for the text)
     wslib.runs       reproducibility machinery, no algorithm: zoo (trained-model
@@ -16,7 +17,8 @@ The package is layered; a package imports only those listed before it::
                      metric, its verdict rule), units (a chapter's work as
                      independent cached pieces, for sweeps over machines),
                      published (the papers' reported numbers and their
-                     settings, shown beside the book's where they match)
+                     settings, shown beside the book's where they match),
+                     verdicts (the one rule that turns differences into words)
     wslib.plotting   one style and one colour per method for the whole book
     wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), path
                      (the result type of every path finder), curves (Bezier),
