@@ -648,6 +648,9 @@ def test_summary_cell_and_headline_numbers() -> None:
     assert fx.beats(-0.6, 0.5) == "does not beat"
     assert fx.beats(0.6, 0.5) == "beats"
     assert fx.beats(0.6, None) == "beats (one seed, spread unknown)"
+    assert fx.gradient_word(-0.4) == "matches"  # within GRADIENT_TIE = 0.5
+    assert fx.gradient_word(-0.6) == "is behind"
+    assert fx.gradient_word(0.6) == "is ahead of"
     with pytest.raises(ValueError, match="no runs of"):
         fx.select_variant(summary, "sharded", 4, ["hf_linear"])
 

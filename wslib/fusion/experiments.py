@@ -762,6 +762,12 @@ def beats(gap: float, spread: float | None) -> str:
     return compare(gap, spread).word("beats", "does not beat", level)
 
 
+def gradient_word(gap: float) -> str:
+    """The Gradient retrofit against the Linear one, ``gap`` points ahead (mean
+    over cells): within :data:`GRADIENT_TIE` points either way a match."""
+    return compare(gap, GRADIENT_TIE).word("is ahead of", "is behind", "matches")
+
+
 def headline_numbers(
     summary: pd.DataFrame, n_models: Sequence[int], importances: Sequence[str]
 ) -> dict[str, float | int | str]:
@@ -836,9 +842,7 @@ def headline_numbers(
     gradient_gap = -float(
         np.nanmean([out["kf_lin_minus_grad"], out["hf_lin_minus_grad"]])
     )
-    out["gradient_vs_linear"] = compare(gradient_gap, GRADIENT_TIE).word(
-        "is ahead of", "is behind", "matches"
-    )
+    out["gradient_vs_linear"] = gradient_word(gradient_gap)
     return out
 
 
