@@ -28,15 +28,22 @@ GHP_IMPORT ?= $(VENV)/bin/ghp-import
 EXECUTOR ?= local
 DATA ?= mnist fashion_mnist cifar10 cifar100
 
+# A flag is on for 1, yes or true and off for 0, no, false or empty; any other
+# value stops make (PUSH=0 must not push). $(call flag,NAME) is 1 or empty.
+flag = $(if $(filter 1 yes true,$($(1))),1,$(if $(filter-out 0 no false,$($(1))),$(error $(1)='$($(1))' is not a flag; use 1, yes or true to switch it on, 0, no or false to leave it off)))
+ALLOW_CPU_ON := $(call flag,ALLOW_CPU)
+PUSH_ON := $(call flag,PUSH)
+SPLIT_ON := $(call flag,SPLIT)
+
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILES := $(sort $(basename $(notdir $(wildcard notebooks/params/*.yaml))))
 NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.ipynb))))
-SEED_ARG := $(if $(SEED),--seed $(SEED))$(if $(JOBS), --jobs $(JOBS))$(if $(ALLOW_CPU), --allow-cpu)
+SEED_ARG := $(if $(SEED),--seed $(SEED))$(if $(JOBS), --jobs $(JOBS))$(if $(ALLOW_CPU_ON), --allow-cpu)
 EXECUTED := build/$(PROFILE)$(if $(SEEDS),/seed-$(firstword $(SEEDS)),$(if $(SEED),/seed-$(SEED)))
 SWEEP_ARGS = --profile $(PROFILE) --executor $(EXECUTOR) $(if $(JOBS),--jobs $(JOBS)) \
-	$(if $(SPLIT),--split) $(NB) --seeds $(SWEEP_SEEDS)
+	$(if $(SPLIT_ON),--split) $(NB) --seeds $(SWEEP_SEEDS)
 
 # Check the arguments while the makefile is read, before anything is built:
 # $(call check,NAME,value,valid values) stops make unless value is one valid word.
@@ -81,14 +88,14 @@ sweep: $(STAMP)
 # .nojekyll, so GitHub Pages serves Sphinx's _static folder); PUSH=1 pushes it.
 publish:
 	@test -f $(HTML)/index.html || { echo "error: no built $(EDITION) edition in $(HTML); run make book EDITION=$(EDITION) first" >&2; exit 2; }
-	$(GHP_IMPORT) -n -f -b gh-pages -m "Publish the $(EDITION) edition of the book" $(if $(PUSH),-p) $(HTML)
-	@echo "Published $(HTML) to branch gh-pages$(if $(PUSH), and pushed it)"
+	$(GHP_IMPORT) -n -f -b gh-pages -m "Publish the $(EDITION) edition of the book" $(if $(PUSH_ON),-p) $(HTML)
+	@echo "Published $(HTML) to branch gh-pages$(if $(PUSH_ON), and pushed it)"
 
 data: $(STAMP)
 	@$(PY) notebooks/download.py $(DATA)
 
 gpu-check: $(STAMP)
-	$(PY) notebooks/gpu_check.py $(if $(ALLOW_CPU),--allow-cpu)
+	$(PY) notebooks/gpu_check.py $(if $(ALLOW_CPU_ON),--allow-cpu)
 
 # ruff covers .py files and notebooks (pyproject.toml: extend-include); the
 # layers contract of pyproject.toml is checked by lint-imports.

@@ -67,3 +67,25 @@ def test_seed_and_seeds_together_are_refused() -> None:
 def test_sweep_defaults_to_three_seeds(seeds: str) -> None:
     args = ["sweep"] + ([f"SEEDS={seeds}"] if seeds else [])
     assert sweep_line(*args).endswith("--seeds 0 1 2")
+
+
+@pytest.mark.parametrize(
+    ("value", "on"),
+    [("1", True), ("yes", True), ("true", True), ("0", False), ("no", False)]
+    + [("false", False), ("", False)],
+)
+def test_flags_mean_what_they_say(value: str, on: bool) -> None:
+    assert ("--split" in sweep_line("sweep", f"SPLIT={value}")) is on
+    publish = " ".join(recipe("publish", f"PUSH={value}", "GHP_IMPORT=ghp-import"))
+    assert (" -p " in publish) is on
+
+
+def test_a_flag_with_another_value_is_refused() -> None:
+    done = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "sweep", "ALLOW_CPU=maybe"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "ALLOW_CPU='maybe' is not a flag" in done.stderr
