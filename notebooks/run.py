@@ -112,13 +112,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.seed is not None and args.seed < 0:
+        parser.error(f"--seed must be at least 0, got {args.seed}")
     if args.profile not in available_profiles():
         fail_usage("profile", args.profile, available_profiles())
     for nb in args.notebooks:
         if nb not in available_notebooks():
             fail_usage("notebook", nb, available_notebooks())
+    refuse_repeats(parser, "notebook", args.notebooks)
     args.notebooks = args.notebooks or available_notebooks()
     return args
+
+
+def refuse_repeats(
+    parser: argparse.ArgumentParser, what: str, values: list[Any]
+) -> None:
+    """Stop (exit status 2) when a value is given twice: two runs of it would
+    write one results file and one log at once."""
+    twice = sorted({v for v in values if values.count(v) > 1}, key=str)
+    if twice:
+        parser.error(f"{what} {', '.join(map(str, twice))} given twice; give each once")
 
 
 GPU_PROFILES = ("gpu",)  # profiles sized for a CUDA device

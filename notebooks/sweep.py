@@ -126,6 +126,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
+    if min(args.seeds) < 0:
+        parser.error(f"seeds must be at least 0, got {min(args.seeds)}")
+    runner.refuse_repeats(parser, "seed", args.seeds)
+    runner.refuse_repeats(parser, "notebook", args.notebooks)
     if args.profile not in runner.available_profiles():
         runner.fail_usage("profile", args.profile, runner.available_profiles())
     for nb in args.notebooks:

@@ -1,0 +1,35 @@
+"""run.py and sweep.py refuse repeated or negative seeds and notebooks, naming them."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import load_script
+
+
+@pytest.mark.parametrize(
+    ("script", "argv", "message"),
+    [
+        (
+            "run",
+            ["01_symmetries", "01_symmetries"],
+            "notebook 01_symmetries given twice",
+        ),
+        ("run", ["--seed", "-1"], "--seed must be at least 0, got -1"),
+        ("sweep", ["--seeds", "1", "1", "2"], "seed 1 given twice"),
+        ("sweep", ["--seeds", "0", "-3"], "seeds must be at least 0, got -3"),
+        (
+            "sweep",
+            ["02_layerwise", "02_layerwise", "--seeds", "0"],
+            "notebook 02_layerwise given twice",
+        ),
+    ],
+)
+def test_bad_arguments_are_named(
+    script: str, argv: list[str], message: str, capsys: pytest.CaptureFixture
+) -> None:
+    module = load_script(f"notebooks/{script}.py")
+    with pytest.raises(SystemExit) as stop:
+        module.parse_args(argv)
+    assert stop.value.code == 2
+    assert message in capsys.readouterr().err
