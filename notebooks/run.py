@@ -197,14 +197,58 @@ def default_parameters(nb: str) -> dict[str, Any]:
     return {k: v for k, v in namespace.items() if not k.startswith("__")}
 
 
+def load_profile(profile: str) -> dict[str, Any]:
+    """``notebooks/params/<profile>.yaml``: one section per notebook.
+
+    Raises :class:`UnknownParameter` naming the file for a YAML error, a file
+    that is empty or not a mapping, and a section that names no notebook.
+    """
+    path = f"notebooks/params/{profile}.yaml"
+    try:
+        sections = yaml.safe_load((PARAMS / f"{profile}.yaml").read_text())
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        problem = getattr(error, "problem", None) or "not valid YAML"
+        raise UnknownParameter(f"{path}{line}: {problem}") from None
+    if not isinstance(sections, dict):  # an empty file too: '{}' means every default
+        got = "an empty file" if sections is None else type(sections).__name__
+        raise UnknownParameter(
+            f"{path} must map notebook names to their parameters "
+            f"(e.g. '01_symmetries: {{n_points: 5}}'; '{{}}' for every default), "
+            f"got {got}"
+        )
+    unknown = sorted(set(sections) - set(available_notebooks()))
+    if unknown:
+        raise UnknownParameter(
+            f"{path} has a section for {', '.join(map(str, unknown))}, which is no "
+            f"notebook; valid: {' '.join(available_notebooks())}"
+        )
+    return sections
+
+
+def same_kind(value: Any, default: Any) -> bool:
+    """Whether a profile's ``value`` may replace the notebook's ``default``: the
+    same type or an int for a float; None for any default, anything for a
+    None default."""
+    if default is None or value is None:
+        return True
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, int | float)
+    if isinstance(default, dict | list | str | int):
+        return isinstance(value, type(default))
+    return True
+
+
 def notebook_parameters(nb: str, profile: str, seed: int | None) -> dict[str, Any]:
     """The profile's parameters for ``nb`` plus those set by this script.
 
     Raises :class:`UnknownParameter` when the profile names a parameter the
     notebook does not define (papermill would only warn and ignore it).
     """
-    params = yaml.safe_load((PARAMS / f"{profile}.yaml").read_text()) or {}
-    params = dict(params.get(nb) or {})
+    params = dict(load_profile(profile).get(nb) or {})
     valid = default_parameters(nb)
     unknown = sorted(set(params) - set(valid))
     if unknown:
@@ -212,6 +256,13 @@ def notebook_parameters(nb: str, profile: str, seed: int | None) -> dict[str, An
             f"notebooks/params/{profile}.yaml sets {', '.join(unknown)} for {nb}, "
             f"which has no such parameter; valid: {' '.join(valid)}"
         )
+    for name, value in params.items():
+        if not same_kind(value, valid[name]):
+            raise UnknownParameter(
+                f"notebooks/params/{profile}.yaml sets {name} of {nb} to {value!r} "
+                f"({type(value).__name__}); the notebook's default is "
+                f"{valid[name]!r} ({type(valid[name]).__name__}): give a value of that kind"
+            )
     params["profile"] = profile
     params["results_path"] = str(run_dir("results", profile, seed) / f"{nb}.json")
     if seed is not None:

@@ -68,6 +68,34 @@ def test_unknown_profile_key_stops_before_running(
     assert not (run.ROOT / "build").exists()  # nothing ran
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("00_tiny: {width: [1,\n", "smoke.yaml at line 2"),  # a YAML syntax error
+        ("- 00_tiny\n", "must map notebook names to their parameters"),
+        ("", "must map notebook names to their parameters"),  # an empty file
+        ("00_tinny: {width: 5}\n", "a section for 00_tinny, which is no notebook"),
+        ('00_tiny: {width: "3, 4"}\n', "sets width of 00_tiny to '3, 4' (str)"),
+        ("00_tiny: {name: 7}\n", "the notebook's default is 'default' (str)"),
+    ],
+)
+def test_a_bad_profile_file_is_named_in_one_line(
+    run: ModuleType, capsys: pytest.CaptureFixture, text: str, message: str
+) -> None:
+    (run.PARAMS / "smoke.yaml").write_text(text)
+    assert run.main(["--profile", "smoke"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "notebooks/params/smoke.yaml" in err and message in err
+    assert not (run.ROOT / "build").exists()  # nothing ran
+
+
+def test_profile_values_of_a_compatible_kind_are_accepted(run: ModuleType) -> None:
+    assert run.same_kind(2, 0.5) and run.same_kind(None, [1]) and run.same_kind(3, None)
+    assert not run.same_kind(0.5, 2) and not run.same_kind(True, 1)
+    assert not run.same_kind({"a": 1}, [1])
+
+
 def test_unknown_key_of_a_later_notebook_stops_the_first(
     run: ModuleType, capsys: pytest.CaptureFixture
 ) -> None:
