@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
@@ -356,8 +357,9 @@ def test_every_claim_names_a_metric_its_chapter_writes(
 def test_no_page_shows_a_folder_of_the_build_machine(
     pages: dict[Path, Page], smoke_book: Path
 ) -> None:
-    """Neither the checkout's absolute path nor the home folder appears on a page."""
-    folders = {str(ROOT), str(Path.home())}
+    """Neither the checkout's absolute path, the home folder nor the temporary
+    folder of the build machine appears on a page."""
+    folders = {str(ROOT), str(Path.home()), tempfile.gettempdir()}
     leaks = [
         f"{path.relative_to(smoke_book)}: {folder}"
         for path in pages

@@ -660,8 +660,8 @@ def m2m(
         fraction of the start's distance from ``dest`` (the last tick is then
         a long straight jump that no refinement checked).
     checkpoint, checkpoint_every
-        File to save the run to every ``checkpoint_every`` ticks and to
-        resume from.
+        Folder to save the run to every ``checkpoint_every`` ticks (one file
+        per recorded state and an index) and to resume from.
     on_tick
         Called as ``on_tick(tick, model)`` after each tick.
     on_refined
