@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -34,15 +36,72 @@ def load_script(path: str) -> ModuleType:
     return module
 
 
-def run_smoke(seed: int | None, entry_log: Path) -> None:
+READER_FOLDERS = ("build", "results", "book/_build", "book/_student", "data")
+"""The reader's folders: no test writes there (``test_isolation`` checks)."""
+WORK = Path(tempfile.mkdtemp(prefix="wslib-tests-"))
+"""The tests' copy of the checkout: the smoke book runs and is built there."""
+
+
+def snapshot(root: Path, folders: tuple[str, ...] = READER_FOLDERS) -> dict[str, tuple]:
+    """Size and modification time of every file under ``folders`` of ``root``."""
+    found = {}
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*")):
+            if path.is_file():
+                stat = path.stat()
+                found[path.relative_to(root).as_posix()] = (
+                    stat.st_size,
+                    stat.st_mtime_ns,
+                )
+    return found
+
+
+READER_SNAPSHOT = snapshot(ROOT)  # taken when the tests start
+
+
+def copy_checkout(dest: Path) -> Path:
+    """The checkout's files as git sees them (tracked, and untracked but not
+    ignored: what a fresh clone plus the working tree's edits holds) and its
+    ``.git``, so results record the commit."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    if (ROOT / ".git").is_dir():
+        shutil.copytree(ROOT / ".git", dest / ".git")
+    return dest
+
+
+@pytest.fixture(scope="session")
+def workspace() -> Path:
+    """:data:`WORK`, filled with a copy of the checkout (once per session)."""
+    if not (WORK / "wslib").is_dir():
+        copy_checkout(WORK)
+    return WORK
+
+
+def run_in(workspace: Path, script: list[str], **env: str) -> None:
+    """``python <script>`` in ``workspace``, importing the workspace's ``wslib``."""
+    environ = {**os.environ, "PYTHONPATH": str(workspace), **env}
+    done = subprocess.run(
+        [sys.executable, *script], cwd=workspace, env=environ, check=False
+    )
+    if done.returncode != 0:
+        pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")
+
+
+def run_smoke(workspace: Path, seed: int | None, entry_log: Path) -> None:
     """Every notebook in the smoke profile (``seed`` None: the notebooks' default, 0),
     listing the cache entries it used in ``entry_log``."""
     script = ["notebooks/run.py", "--profile", SMOKE]
     script += [] if seed is None else ["--seed", str(seed)]
-    env = {**os.environ, ENTRY_LOG: str(entry_log)}
-    done = subprocess.run([sys.executable, *script], cwd=ROOT, env=env, check=False)
-    if done.returncode != 0:
-        pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")
+    run_in(workspace, script, **{ENTRY_LOG: str(entry_log)})
 
 
 @pytest.fixture(scope="session")
@@ -52,18 +111,15 @@ def entry_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def smoke_book(entry_logs: Path) -> Path:
+def smoke_book(workspace: Path, entry_logs: Path) -> Path:
     """Run all notebooks in the smoke profile and build the book, as `make book` does.
 
-    Uses the real folders ``build/smoke``, ``results/smoke`` and ``book/_build``;
-    returns the folder of the built HTML.
+    In the tests' workspace (``build/smoke``, ``results/smoke`` and
+    ``book/_build`` of :data:`WORK`); returns the folder of the built HTML.
     """
-    run_smoke(None, entry_logs / "seed-0.log")
-    script = ["book/build.py", f"build/{SMOKE}"]
-    done = subprocess.run([sys.executable, *script], cwd=ROOT, check=False)
-    if done.returncode != 0:
-        pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")
-    return ROOT / "book" / "_build" / "html"
+    run_smoke(workspace, None, entry_logs / "seed-0.log")
+    run_in(workspace, ["book/build.py", f"build/{SMOKE}"])
+    return workspace / "book" / "_build" / "html"
 
 
 OTHER_SEED = 1  # the smoke book runs each notebook's default seed (0)
@@ -71,32 +127,31 @@ SWEEP_SEEDS = range(5)  # the seeds whose runs must share no cache entry
 
 
 @pytest.fixture(scope="session")
-def smoke_other_seed(smoke_book: Path, entry_logs: Path) -> Path:
+def smoke_other_seed(smoke_book: Path, workspace: Path, entry_logs: Path) -> Path:
     """Every notebook run again in the smoke profile with ``seed`` = OTHER_SEED.
 
     Returns the results folder of that run (``results/smoke/seed-<OTHER_SEED>``).
     """
-    run_smoke(OTHER_SEED, entry_logs / f"seed-{OTHER_SEED}.log")
-    return ROOT / "results" / SMOKE / f"seed-{OTHER_SEED}"
+    run_smoke(workspace, OTHER_SEED, entry_logs / f"seed-{OTHER_SEED}.log")
+    return workspace / "results" / SMOKE / f"seed-{OTHER_SEED}"
 
 
 @pytest.fixture(scope="session")
-def sweep_entries(smoke_other_seed: Path, entry_logs: Path) -> dict[int, set[str]]:
+def sweep_entries(
+    smoke_other_seed: Path, workspace: Path, entry_logs: Path
+) -> dict[int, set[str]]:
     """The cache entries (zoo, run cache, LLPF checkpoints) each of SWEEP_SEEDS used."""
     for seed in SWEEP_SEEDS:
         log = entry_logs / f"seed-{seed}.log"
         if not log.exists():
-            run_smoke(seed, log)
+            run_smoke(workspace, seed, log)
     return {
         s: set((entry_logs / f"seed-{s}.log").read_text().split()) for s in SWEEP_SEEDS
     }
 
 
 @pytest.fixture(scope="session")
-def student_book(smoke_book: Path) -> Path:
+def student_book(smoke_book: Path, workspace: Path) -> Path:
     """The student edition of the smoke book (every solution removed); its HTML folder."""
-    script = ["book/build.py", f"build/{SMOKE}", "--edition", "student"]
-    done = subprocess.run([sys.executable, *script], cwd=ROOT, check=False)
-    if done.returncode != 0:
-        pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")
-    return ROOT / "book" / "_student" / "_build" / "html"
+    run_in(workspace, ["book/build.py", f"build/{SMOKE}", "--edition", "student"])
+    return workspace / "book" / "_student" / "_build" / "html"

@@ -22,7 +22,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.conftest import NOTEBOOKS, ROOT
+from tests.conftest import NOTEBOOKS, WORK
 from wslib.runs.claims import CLAIMS
 
 pytestmark = pytest.mark.slow
@@ -39,7 +39,7 @@ CHROME_FLAGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-SCREENSHOTS = ROOT / "build" / "screenshots"
+SCREENSHOTS = WORK / "screenshots"  # kept after the tests, outside the reader's build/
 
 
 class QuietHandler(SimpleHTTPRequestHandler):

@@ -23,12 +23,12 @@ import pytest
 import yaml
 from myst_nb.core.variables import format_plain_text
 
-from tests.conftest import NOTEBOOKS, ROOT, SMOKE, load_script
+from tests.conftest import NOTEBOOKS, ROOT, SMOKE, WORK, load_script
 from wslib.runs.claims import CLAIMS
 
 slow = pytest.mark.slow  # the tests that read the smoke book
 
-EXECUTED = ROOT / "build" / SMOKE
+EXECUTED = WORK / "build" / SMOKE
 # Phrases of chapters 7 and 8 before 0.2 that are true in the cpu profile only.
 CPU_ONLY = ("4000 examples", "40-256-32-256-40", "10000 signals")
 
@@ -246,7 +246,7 @@ def test_link_check_sees_broken_links(tmp_path: Path) -> None:
 
 def smoke_params(nb: str) -> dict:
     """The effective parameters of the smoke run (recorded by notebooks/run.py)."""
-    return json.loads((ROOT / "results" / SMOKE / f"{nb}.json").read_text())["params"]
+    return json.loads((WORK / "results" / SMOKE / f"{nb}.json").read_text())["params"]
 
 
 def cpu_params(nb: str) -> dict:
@@ -260,7 +260,7 @@ def n_train(data: dict) -> int:
     from wslib.core.data import load_dataset
 
     options = {k: v for k, v in data.items() if k != "name"}
-    return len(load_dataset(data["name"], ROOT / "data", **options).x_train)
+    return len(load_dataset(data["name"], WORK / "data", **options).x_train)
 
 
 def number(value: int) -> re.Pattern:
@@ -343,7 +343,7 @@ def test_every_claim_names_a_metric_its_chapter_writes(
     missing = []
     for claim in CLAIMS:
         results = json.loads(
-            (ROOT / "results" / SMOKE / f"{claim.chapter}.json").read_text()
+            (WORK / "results" / SMOKE / f"{claim.chapter}.json").read_text()
         )
         paths = key_paths(results["metrics"])
         used = [m for m in (claim.metric, claim.per, claim.minus) if m]
@@ -359,7 +359,7 @@ def test_no_page_shows_a_folder_of_the_build_machine(
 ) -> None:
     """Neither the checkout's absolute path, the home folder nor the temporary
     folder of the build machine appears on a page."""
-    folders = {str(ROOT), str(Path.home()), tempfile.gettempdir()}
+    folders = {str(ROOT), str(WORK), str(Path.home()), tempfile.gettempdir()}
     leaks = [
         f"{path.relative_to(smoke_book)}: {folder}"
         for path in pages

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 import yaml
 
-from tests.conftest import NOTEBOOKS, PROFILES, ROOT, SMOKE
+from tests.conftest import NOTEBOOKS, PROFILES, ROOT, SMOKE, WORK
 from wslib.runs.sweeps import scalar_metrics
 
 # The top-level keys of each chapter's ``metrics`` (those of the 0.1.0 cpu
@@ -192,7 +192,7 @@ def test_run_rejects_unknown_names(args: list[str], message: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("nb", NOTEBOOKS)
 def test_smoke_run_wrote_the_promised_metrics(smoke_book: Path, nb: str) -> None:
-    results = json.loads((ROOT / "results" / SMOKE / f"{nb}.json").read_text())
+    results = json.loads((WORK / "results" / SMOKE / f"{nb}.json").read_text())
     assert results["notebook"] == nb and results["profile"] == SMOKE
     assert set(results["metrics"]) == expected_metrics(nb, results["params"])
     assert results["timings_s"] and results["env"]["commit"]
@@ -201,7 +201,7 @@ def test_smoke_run_wrote_the_promised_metrics(smoke_book: Path, nb: str) -> None
 @pytest.mark.slow
 @pytest.mark.parametrize("nb", NOTEBOOKS)
 def test_smoke_run_is_fast(smoke_book: Path, nb: str) -> None:
-    run_times = json.loads((ROOT / "build" / SMOKE / "run_times.json").read_text())
+    run_times = json.loads((WORK / "build" / SMOKE / "run_times.json").read_text())
     assert run_times[nb] < 60
 
 
@@ -223,7 +223,7 @@ def test_another_seed_changes_the_run(smoke_other_seed: Path, nb: str) -> None:
     values (sizes, counts, epochs, run lengths set by the profile) are left
     out: they need not move with the seed.
     """
-    default = json.loads((ROOT / "results" / SMOKE / f"{nb}.json").read_text())
+    default = json.loads((WORK / "results" / SMOKE / f"{nb}.json").read_text())
     other = json.loads((smoke_other_seed / f"{nb}.json").read_text())
     assert other["params"]["seed"] != default["params"]["seed"]
     before = dict(scalar_metrics(default["metrics"]))

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import ROOT, SMOKE, load_script
+from tests.conftest import ROOT, SMOKE, WORK, load_script
 
 SPLIT = sorted(load_script("notebooks/part.py").SPLIT)
 TIMING = re.compile(r"seconds|time|wall|_s$|over_epoch")  # wall-clock metric keys
@@ -37,9 +37,13 @@ def checkout(tmp_path: Path) -> Path:
     """
     root = tmp_path
     skip = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
-    for folder in ("wslib", "notebooks", "data/mnist1d"):
-        if (ROOT / folder).exists():
-            shutil.copytree(ROOT / folder, root / folder, ignore=skip)
+    for source, folder in (
+        (ROOT, "wslib"),
+        (ROOT, "notebooks"),
+        (WORK, "data/mnist1d"),
+    ):
+        if (source / folder).exists():
+            shutil.copytree(source / folder, root / folder, ignore=skip)
     return root
 
 
@@ -78,7 +82,7 @@ def test_units_fill_every_cache_the_notebook_reads(
     run(checkout, "notebooks/part.py", "--profile", SMOKE, nb)
     run(checkout, "notebooks/run.py", "--profile", SMOKE, nb, cached_only=True)
     split = metrics(checkout / "results" / SMOKE / f"{nb}.json")
-    assert split == metrics(ROOT / "results" / SMOKE / f"{nb}.json")
+    assert split == metrics(WORK / "results" / SMOKE / f"{nb}.json")
 
 
 def test_a_missing_unit_is_named(checkout: Path) -> None:
