@@ -9,8 +9,9 @@ the sweep's seeds would share models, paths and runs, so the ledger's
 intervals, which treat them as independent, would be too narrow.
 
 Chapters that deliberately reuse each other's models ask for the same role
-and index: the ``"mode"`` models of chapters 1-4 and 12 are one zoo entry
-when their data, architecture and recipe agree. Two different triples share
+and index: chapters 1-5, 9 and 12 ask for ``"mode"`` models, and two of
+them share a zoo entry where their data, architecture and recipe agree (the
+LLPF chapters and chapter 12 join chapter 1's modes). Two different triples share
 a value only if the hash collides (one chance in about 4e9 per pair; a test
 checks that sweep seeds 0-4 share no model, path or run in any chapter).
 The chapter's ``seed`` itself seeds ``seed_everything`` and the chapter's
