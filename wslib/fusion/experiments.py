@@ -731,8 +731,12 @@ def select_variant(
     The name reads ``"kf_linear (conductance)"``. Without validation
     accuracies the test accuracy chooses, with a warning.
     """
-    best = _chosen(summary, regime, n, methods)
-    return f"{best.method} ({best.importance})", float(100 * best["mean"])
+    return _variant(_chosen(summary, regime, n, methods))
+
+
+def _variant(row: pd.Series) -> tuple[str, float]:
+    """``"method (importance)"`` of a summary row and its test accuracy (%)."""
+    return f"{row.method} ({row.importance})", float(100 * row["mean"])
 
 
 def _chosen(
@@ -784,11 +788,13 @@ def headline_numbers(
     def cell(r: str, n: int, method: str, imp: str = "uniform") -> float:
         return summary_cell(summary, r, n, method, imp)
 
-    sh_name, sh_best = select_variant(summary, "sharded", n0, HF_KF)
-    _, sh_ot = select_variant(summary, "sharded", n0, ["otfusion"])
-    full_name, full_best = select_variant(summary, "full", n0, HF_KF)
-    shmax_name, shmax_best = select_variant(summary, "sharded", n_max, HF_KF)
-    _, shmax_ot = select_variant(summary, "sharded", n_max, ["otfusion"])
+    sh, full = (_chosen(summary, r, n0, HF_KF) for r in ("sharded", "full"))
+    shmax = _chosen(summary, "sharded", n_max, HF_KF)
+    ot, ot_max = (_chosen(summary, "sharded", k, ["otfusion"]) for k in (n0, n_max))
+    sh_name, sh_best = _variant(sh)
+    full_name, full_best = _variant(full)
+    shmax_name, shmax_best = _variant(shmax)
+    sh_ot, shmax_ot = _variant(ot)[1], _variant(ot_max)[1]
     wide = importance_pivot(summary, HF_KF)
     gains = importance_gains(summary, importances, HF_KF)
 
@@ -827,12 +833,6 @@ def headline_numbers(
     out["sh_gap_avg"] = sh_best - out["sh_avg"]
     out["full_gap"] = full_best - out["full_indiv"]
     out["shmax_gap_ot"] = shmax_best - shmax_ot
-    sh, shmax = (
-        _chosen(summary, "sharded", n0, HF_KF),
-        _chosen(summary, "sharded", n_max, HF_KF),
-    )
-    full = _chosen(summary, "full", n0, HF_KF)
-    ot, ot_max = (_chosen(summary, "sharded", k, ["otfusion"]) for k in (n0, n_max))
     avg = _row(summary, "sharded", n0, "averaging")
     indiv = _row(summary, "full", n0, "individual")
     out["sh_vs_ot"] = beats(out["sh_gap_ot"], _spread(sh, ot))
