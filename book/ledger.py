@@ -40,13 +40,16 @@ PANELS_PER_ROW = 4
 
 
 def value_text(stats: dict[str, Any] | None) -> str:
-    """``mean [low, high] (n = k)``, or the single value for one seed."""
+    """``mean [low, high] (n = k)``, or the single value for one seed; the seeds
+    whose run gave no value are named."""
     if stats is None:
         return "–"
+    missing = stats.get("missing")
+    lacking = f"; no value at seed {', '.join(map(str, missing))}" if missing else ""
     if stats["n"] == 1:
-        return f"{stats['mean']:.3g} (n = 1)"
+        return f"{stats['mean']:.3g} (n = 1{lacking})"
     low, high = stats["ci95"]
-    return f"{stats['mean']:.3g} [{low:.3g}, {high:.3g}] (n = {stats['n']})"
+    return f"{stats['mean']:.3g} [{low:.3g}, {high:.3g}] (n = {stats['n']}{lacking})"
 
 
 def breakable(text: str) -> str:

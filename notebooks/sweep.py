@@ -317,9 +317,13 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         close()
     n_jobs = sum(len(phase) for phase in phases)
-    for nb in args.notebooks:
-        write_summary(runner.ROOT / "results" / args.profile, nb)
     print(f"sweep: {n_jobs} jobs run in {time.perf_counter() - start:.0f} s")
+    try:
+        for nb in args.notebooks:
+            write_summary(runner.ROOT / "results" / args.profile, nb)
+    except ValueError as error:  # a results file that is not one
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     return 1 if failed else 0
 
 

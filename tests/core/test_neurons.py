@@ -37,6 +37,8 @@ def test_bad_scales_are_rejected(model) -> None:
     structure, state = model.neuron_structure(), model.state_dict()
     with pytest.raises(ValueError, match="strictly positive"):
         rescale_state(state, structure, {"layer0": -torch.ones(6)})
+    with pytest.raises(ValueError, match="finite"):
+        rescale_state(state, structure, {"layer0": torch.full((6,), float("inf"))})
     gelu = build_model({**MLP, "activation": "gelu"})
     with pytest.raises(ValueError, match="cannot be rescaled"):
         rescale_state(
@@ -61,3 +63,11 @@ def test_permutation_then_inverse_is_identity(model) -> None:
     inverse = {k: torch.argsort(p) for k, p in perms.items()}
     back = permute_state(permute_state(state, structure, perms), structure, inverse)
     assert all(torch.equal(back[k], state[k]) for k in state)
+
+
+def test_misspelt_group_names_are_refused(model) -> None:
+    structure, state = model.neuron_structure(), model.state_dict()
+    with pytest.raises(ValueError, match="unknown group.*'layer_0'.*layer0, layer1"):
+        permute_state(state, structure, {"layer_0": torch.arange(6)})
+    with pytest.raises(ValueError, match="unknown group.*'Layer1'"):
+        rescale_state(state, structure, {"Layer1": torch.ones(4)})

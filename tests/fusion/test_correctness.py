@@ -476,6 +476,18 @@ def test_labels_out_of_range_are_rejected():
         fuse(models, x[:-1], y, "kf", progress=False)
 
 
+def test_nan_weights_or_inputs_are_named():
+    models = [_model(MLP, s) for s in (0, 1)]
+    x, y = _data()
+    with torch.no_grad():
+        models[1].linears[1].weight[0, 0] = float("nan")
+    with pytest.raises(ValueError, match=r"model 1 has NaN .* 'linears.1.weight'"):
+        fuse(models, x, y, "kf", progress=False)
+    models[1] = _model(MLP, 1)
+    with pytest.raises(ValueError, match="fusion set's inputs hold NaN"):
+        fuse(models, x.clone().fill_(float("inf")), y, "hf", progress=False)
+
+
 def test_a_fusion_set_smaller_than_the_fan_in_warns():
     models = [_model(MLP, s) for s in (0, 1)]
     x, y = _data(2)  # 20 examples, 41 unknowns per neuron at level 0

@@ -117,7 +117,7 @@ def test_refinement_takes_at_least_r_min_steps() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=refine.lr)
     gen = torch.Generator().manual_seed(0)
     assert refine_point(model, opt, x, y, refine, gen)[0] == 4
-    never = Refine(lr=0.1, batch_size=8, r_min=4, r_max=9, threshold=-1.0)
+    never = Refine(lr=0.1, batch_size=8, r_min=4, r_max=9, threshold=0.0)
     assert refine_point(model, opt, x, y, never, gen)[0] == 9
 
 
@@ -496,3 +496,19 @@ def test_curve_weight_decay_is_on_the_network_at_t() -> None:
     middle = curve_point(a, moved, b, 0.5, "bezier")
     for n in a:
         assert torch.allclose(path.states[1][n], middle[n], atol=1e-6), n
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"threshold": float("nan")},
+        {"threshold": -0.1},
+        {"threshold": float("inf")},
+        {"lr": float("nan")},
+        {"lr": float("inf")},
+    ],
+)
+def test_refine_refuses_values_that_would_run_silently_wrong(bad: dict) -> None:
+    name = next(iter(bad))
+    with pytest.raises(ValueError, match=f"{name} must be"):
+        Refine(**bad)

@@ -237,7 +237,7 @@ def test_refinement_reads_one_number_per_step_from_r_min_on(
 ) -> None:
     model = models()[0]
     ds = dataset()
-    refine = Refine(lr=0.05, batch_size=8, r_min=3, r_max=7, threshold=-1.0)
+    refine = Refine(lr=0.05, batch_size=8, r_min=3, r_max=7, threshold=0.0)
     opt = ComplianceSGD(model, 0.05, {"linears.0.weight": 0.5}, True)
     reads = count_syncs(monkeypatch)
     steps, _ = refine_point(

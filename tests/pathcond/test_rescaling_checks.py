@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 import warnings
 
 import numpy as np
@@ -283,3 +284,11 @@ def test_enorm_authors_variant_matches_their_loop():
         assert torch.equal(lin.bias.detach(), b)  # biases are not rescaled
     # the last hidden layer is left alone: its outgoing weights are untouched
     assert torch.equal(model.linears[-1].weight.detach(), weights[-1])
+
+
+@pytest.mark.parametrize("shape", [[2, 6], [1, 7, 3]])
+def test_diag_g_names_an_input_shape_that_does_not_fit(shape: list[int]) -> None:
+    model = build_model(MLP)
+    message = re.escape(f"in_shape {shape} does not fit the model")
+    with pytest.raises(ValueError, match=message):
+        diag_g(model, shape)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import NOTEBOOKS
+from tests.conftest import NOTEBOOKS, load_script
 from wslib.runs.claims import (
     CENSORED,
     CLAIMS,
@@ -74,6 +74,27 @@ def test_ledger_reads_every_seed_present(tmp_path: Path) -> None:
     (row,) = ledger(tmp_path, (BELOW,))
     assert row["stats"]["n"] == 3
     assert row["verdict"] == HOLDS
+
+
+def test_the_ledger_names_the_seed_that_lacks_a_value(tmp_path: Path) -> None:
+    values = {0: 0.01, 1: float("nan"), 2: 0.03, 3: None}
+    for seed, x in values.items():
+        path = tmp_path / f"seed-{seed}" / "nb.json"
+        path.parent.mkdir()
+        metrics = {} if x is None else {"x": x}
+        path.write_text(json.dumps({"params": {"seed": seed}, "metrics": metrics}))
+    (row,) = ledger(tmp_path, (BELOW,))
+    assert row["stats"]["n"] == 2
+    assert row["stats"]["missing"] == [1, 3]
+    ledger_page = load_script("book/ledger.py")
+    assert "(n = 2; no value at seed 1, 3)" in ledger_page.value_text(row["stats"])
+
+
+def test_a_garbage_results_file_is_named(tmp_path: Path) -> None:
+    (tmp_path / "seed-4").mkdir()
+    (tmp_path / "seed-4" / "nb.json").write_text("{not json")
+    with pytest.raises(ValueError, match=r"seed-4/nb.json is not a results file"):
+        ledger(tmp_path, (BELOW,))
 
 
 def test_a_null_metric_of_a_chapter_that_ran_is_censored(tmp_path: Path) -> None:

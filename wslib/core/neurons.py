@@ -110,14 +110,26 @@ def _check_vector(group: NeuronGroup, v: torch.Tensor, what: str) -> None:
         )
 
 
+def _check_names(structure: NeuronStructure, given: dict, what: str) -> None:
+    """Refuse names in ``given`` that are no group of ``structure`` (a typo would do nothing)."""
+    names = [g.name for g in structure.groups]
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise ValueError(
+            f"{what} given for unknown group(s) {', '.join(map(repr, unknown))}; "
+            f"the model's groups are {', '.join(names)}"
+        )
+
+
 def permute_state(
     state: StateDict, structure: NeuronStructure, perms: dict[str, torch.Tensor]
 ) -> StateDict:
     """Return a copy of ``state`` with the neurons of each named group permuted.
 
     ``perms[g]`` is an index tensor: new neuron ``i`` is old neuron ``perms[g][i]``.
-    Groups not in ``perms`` stay as they are.
+    Groups not in ``perms`` stay as they are; a name that is no group is an error.
     """
+    _check_names(structure, perms, "permutation")
     out = dict(state)
     for group in structure.groups:
         if group.name not in perms:
@@ -139,8 +151,10 @@ def rescale_state(
     """Return a copy of ``state`` with each named group rescaled by positive ``scales[g]``.
 
     A neuron with scale ``lam`` has its producing slices multiplied by ``lam``
-    and its consuming slices by ``1 / lam``.
+    and its consuming slices by ``1 / lam``. Scales must be finite; a name
+    that is no group is an error.
     """
+    _check_names(structure, scales, "scale")
     out = dict(state)
     for group in structure.groups:
         if group.name not in scales:
@@ -152,9 +166,10 @@ def rescale_state(
             )
         lam = torch.as_tensor(scales[group.name], dtype=torch.float64)
         _check_vector(group, lam, "scale vector")
-        if not bool((lam > 0).all()):
+        if not bool(((lam > 0) & torch.isfinite(lam)).all()):
             raise ValueError(
-                f"scales for group {group.name!r} must be strictly positive"
+                f"scales for group {group.name!r} must be strictly positive and "
+                "finite (an infinite scale turns the model's outputs into NaN)"
             )
         for slot in group.slots:
             out[slot.name] = _scale_slot(out[slot.name], slot, lam)

@@ -51,6 +51,7 @@ from wslib.fusion.levels import (
     FusionResult,
     GradientConfig,
     chain_levels,
+    check_finite,
     check_fusion_set,
     check_same_architecture,
     check_same_classes,
@@ -182,6 +183,7 @@ def fuse(
     if grouping == "hf" and len(models) < 2:
         raise ValueError(f"HF fuses two or more models, got {len(models)}")
     check_same_architecture(models, same_widths=grouping == "hf")
+    check_finite(models, x)
     device = next(models[0].parameters()).device
     fused = copy.deepcopy(models[0] if fused is None else fused).to(device).eval()
     residual = isinstance(models[0], RESIDUAL_ARCHS)

@@ -115,6 +115,19 @@ def check_same_architecture(
             )
 
 
+def check_finite(models: Sequence[nn.Module], x: torch.Tensor) -> None:
+    """Raise a ValueError naming the first NaN or infinite weight of a model, or input."""
+    for i, m in enumerate(models):
+        for name, t in m.state_dict().items():
+            if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                raise ValueError(
+                    f"model {i} has NaN or infinite values in {name!r}; fuse trained "
+                    "models with finite weights (check the run that produced it)"
+                )
+    if x.is_floating_point() and not bool(torch.isfinite(x).all()):
+        raise ValueError("the fusion set's inputs hold NaN or infinite values")
+
+
 def check_fusion_set(y: torch.Tensor, n_classes: int) -> None:
     """Raise a ValueError for labels outside ``[0, n_classes)`` or classes the fusion set lacks."""
     y = y if isinstance(y, torch.Tensor) else torch.as_tensor(y, device="cpu")

@@ -57,6 +57,7 @@ many and how far above.
 from __future__ import annotations
 
 import copy
+import math
 import pickle
 import time
 import warnings
@@ -114,8 +115,16 @@ class Refine:
             raise ValueError(
                 f"need 1 <= r_min <= r_max, got r_min={self.r_min}, r_max={self.r_max}"
             )
-        if self.lr <= 0 or self.batch_size < 1:
-            raise ValueError("lr must be > 0 and batch_size >= 1")
+        if not (math.isfinite(self.lr) and self.lr > 0) or self.batch_size < 1:
+            raise ValueError(
+                f"lr must be finite and > 0 and batch_size >= 1, got lr={self.lr}, "
+                f"batch_size={self.batch_size}"
+            )
+        if not (math.isfinite(self.threshold) and self.threshold >= 0):
+            raise ValueError(
+                f"threshold must be a finite loss >= 0, got {self.threshold} (NaN or "
+                "infinity would run every tick to r_max, or stop at once)"
+            )
 
 
 # --- layer order ------------------------------------------------------------------------------

@@ -240,7 +240,14 @@ def diag_g(model: nn.Module, in_shape: Sequence[int]) -> dict[str, torch.Tensor]
     names, params = zip(*gm.named_parameters(), strict=True)
     with torch.enable_grad():  # also inside a caller's no_grad block
         ones = torch.ones(1, *in_shape, dtype=torch.float64)
-        out = gm(ones.to(model_device(gm)))
+        try:
+            out = gm(ones.to(model_device(gm)))
+        except RuntimeError as error:
+            raise ValueError(
+                f"in_shape {list(in_shape)} does not fit the model "
+                f"({str(error).splitlines()[0]}); give the shape of one input "
+                "example without the batch dimension, as in the model's config"
+            ) from None
         grads = torch.autograd.grad(out.sum(), params, allow_unused=True)
     return {
         n: (torch.zeros_like(p) if gr is None else gr).detach()

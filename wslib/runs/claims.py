@@ -114,12 +114,19 @@ def claim_stats(
 
 
 def ledger(results_dir: Path, claims: tuple[Claim, ...]) -> list[dict[str, Any]]:
-    """One row per claim: the claim, its quantity over seeds, the verdict."""
+    """One row per claim: the claim, its quantity over seeds, the verdict.
+
+    ``stats["missing"]`` lists the seeds whose run gave no value of the
+    quantity (NaN, or the metric absent): the summary is over the others.
+    """
     runs = {nb: summarise_seeds(results_dir, nb) for nb in {c.chapter for c in claims}}
     rows = []
     for claim in claims:
         stats = claim_stats(claim, runs[claim.chapter]["metrics"])
-        ran = bool(runs[claim.chapter]["seeds"])
+        seeds = runs[claim.chapter]["seeds"]
+        ran = bool(seeds)
+        if stats is not None:  # seeds that ran but gave no value (NaN, missing)
+            stats["missing"] = [s for s in seeds if str(s) not in stats["values"]]
         row = {"claim": claim, "stats": stats, "verdict": verdict(claim, stats, ran)}
         if row["verdict"] == MIXED:
             row["seeds_needed"] = seeds_needed(claim, stats)

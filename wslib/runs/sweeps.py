@@ -39,7 +39,13 @@ def seed_results(results_dir: Path, notebook: str) -> dict[int, dict[str, Any]]:
     for path in files:
         if not path.exists():
             continue
-        results = json.loads(path.read_text())
+        try:
+            results = json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(
+                f"{path} is not a results file ({error}); delete it and run the "
+                "chapter again (make notebook NB=... SEED=...)"
+            ) from None
         seed = results.get("params", {}).get("seed")
         if isinstance(seed, int):
             by_seed[seed] = results
