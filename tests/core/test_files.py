@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import multiprocessing
+import os
+import subprocess
 import sys
 import threading
 import time
@@ -19,6 +21,7 @@ from wslib.core.files import (
     atomic_write,
     code_version,
     entry_lock,
+    process_state,
     stable_hash,
     tensor_digest,
 )
@@ -181,6 +184,51 @@ def test_entry_lock_makes_a_second_process_wait(tmp_path: Path) -> None:
         entry.write_text("{}")
     thread.join(timeout=5)
     assert events == [("owner", None), ("neighbour", True)]
+
+
+HOLD = """
+import os, signal, sys
+from wslib.core.files import entry_lock
+with entry_lock(sys.argv[1]):
+    print("held", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="entries are locked on POSIX only")
+def test_a_waiting_process_names_the_entry_and_a_stopped_holder(tmp_path: Path) -> None:
+    entry = tmp_path / "model.pt"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD, str(entry)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with (
+            pytest.warns(
+                UserWarning, match=r"waiting \d+ s for cache entry .*model.pt"
+            ),
+            pytest.raises(
+                TimeoutError, match=rf"process {holder.pid}, which is stopped"
+            ),
+        ):
+            with entry_lock(entry, report_every=0.2, timeout=1.0):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with entry_lock(entry, timeout=5.0):  # the holder ended: the lock is free
+        pass
+
+
+def test_process_state_reads_running_and_ended() -> None:
+    assert process_state(os.getpid()) == "running"
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert process_state(int(done.stdout)) == "ended"
 
 
 def test_entries_are_noted_only_with_a_log(

@@ -110,6 +110,8 @@ DAMAGES: dict[str, Callable[[dict], object]] = {
     "gen-state-list": _set("gen_state", [1, 2]),
     "gen-state-short": lambda saved: {**saved, "gen_state": saved["gen_state"][:8]},
     "tick-string": _set("tick", "3"),
+    "no-digests": _drop("digests"),
+    "a-digest-short": lambda saved: {**saved, "digests": saved["digests"][:-1]},
 }
 
 
@@ -131,11 +133,19 @@ def test_checkpoint_of_the_wrong_shape_is_run_again(
     assert ran == TICKS and same_path(first, again)
 
 
+def _shift_one_value(file: Path) -> None:
+    state = torch.load(file, weights_only=True)
+    name = next(iter(state))
+    state[name].view(-1)[0] += 0.5  # the same tensors, one value changed
+    torch.save(state, file)
+
+
 STATE_DAMAGES: dict[str, Callable[[Path], None]] = {
     "missing": lambda f: f.unlink(),
     "truncated": lambda f: f.write_bytes(f.read_bytes()[:40]),
     "other-tensors": lambda f: torch.save({"w": torch.zeros(2)}, f),
     "not-a-dict": lambda f: torch.save([torch.zeros(2)], f),
+    "a-value-changed": _shift_one_value,
 }
 
 

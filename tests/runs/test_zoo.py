@@ -65,6 +65,18 @@ def test_corrupted_checkpoint_is_retrained(zoo: Zoo) -> None:
     assert zoo.trained == 2 and _same(good, again)
 
 
+def test_a_checkpoint_whose_weights_changed_fails_its_checksum(zoo: Zoo) -> None:
+    good = zoo.get(CONFIG)
+    path = zoo.path(normalise_config(CONFIG))
+    ckpt = torch.load(path, weights_only=True)
+    weight = next(k for k in ckpt["state_dict"] if k.endswith("weight"))
+    ckpt["state_dict"][weight][0, 0] += 1.0  # same tensors, one value changed
+    torch.save(ckpt, path)
+    with pytest.warns(UserWarning, match="fails its checksum"):
+        again = zoo.get(CONFIG)
+    assert zoo.trained == 2 and _same(good, again)
+
+
 def test_mismatched_checkpoint_is_retrained(zoo: Zoo) -> None:
     zoo.get(CONFIG)
     path = zoo.path(normalise_config(CONFIG))

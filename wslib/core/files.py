@@ -24,7 +24,9 @@ import hashlib
 import importlib
 import json
 import os
+import time
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -111,19 +113,97 @@ def note_entry(path: str | Path) -> None:
             handle.write(f"{Path(path).resolve()}\n")
 
 
+LOCK_REPORT_S = 30.0
+"""How often a process waiting for an entry says what it waits for."""
+
+
+def process_state(pid: int) -> str:
+    """``running``, ``stopped`` or ``ended`` for process ``pid`` (``running`` where unknown)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return "ended"
+    except OSError:
+        return "running"
+    state = stat.rsplit(")", 1)[1].split()[0]  # the field after the command name
+    return {"T": "stopped", "t": "stopped", "Z": "ended", "X": "ended"}.get(
+        state, "running"
+    )
+
+
+def _holder(handle: Any) -> str:
+    """Who holds the lock of ``handle``: the process id its holder wrote, and its state."""
+    handle.seek(0)
+    text = handle.read().strip()
+    if not text.isdigit():
+        return "another process"
+    pid = int(text)
+    state = process_state(pid)
+    if state == "stopped":
+        return (
+            f"process {pid}, which is stopped (resume it with `kill -CONT {pid}` "
+            "or end it)"
+        )
+    if state == "ended":
+        return (
+            f"process {pid}, which has ended: a stale lock held by a process it started"
+        )
+    return f"process {pid} (running)"
+
+
+def _acquire(
+    handle: Any, path: Path, report_every: float, timeout: float | None
+) -> None:
+    """Lock ``handle``, saying every ``report_every`` s what it waits for; give up after ``timeout``."""
+    start = last = time.monotonic()
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        now = time.monotonic()
+        waited = now - start
+        if timeout is not None and waited >= timeout:
+            raise TimeoutError(
+                f"gave up after {waited:.0f} s waiting for cache entry {path}, "
+                f"held by {_holder(handle)}"
+            )
+        if now - last >= report_every:
+            last = now
+            warnings.warn(
+                f"waiting {waited:.0f} s for cache entry {path}, being computed by "
+                f"{_holder(handle)}",
+                stacklevel=4,
+            )
+        time.sleep(min(0.1, report_every))
+
+
 @contextmanager
-def entry_lock(path: str | Path) -> Iterator[None]:
+def entry_lock(
+    path: str | Path,
+    report_every: float = LOCK_REPORT_S,
+    timeout: float | None = None,
+) -> Iterator[None]:
     """Hold an exclusive lock on cache entry ``path`` (a hidden ``.lock`` file beside it).
 
     Check for the entry inside the lock: a process that waited finds the file
     its neighbour wrote and loads it. The entry is noted (:func:`note_entry`).
+    The holder writes its process id in the lock file; a process that waits
+    says every ``report_every`` seconds for which entry and for which process
+    (stopped or ended holders named as such), and gives up with a
+    ``TimeoutError`` after ``timeout`` seconds (default: never).
     """
     path = Path(path)
     note_entry(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.with_name(f".{path.name}.lock"), "a") as handle:
+    with open(path.with_name(f".{path.name}.lock"), "a+") as handle:
         if fcntl is not None:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            _acquire(handle, path, report_every, timeout)
+            handle.seek(0)
+            handle.truncate()
+            handle.write(f"{os.getpid()}\n")
+            handle.flush()
         try:
             yield
         finally:

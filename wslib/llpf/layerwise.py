@@ -288,7 +288,8 @@ class _Run:
     """Mutable state of one path-finding run (what a checkpoint holds).
 
     ``saved`` counts the recorded states already in the checkpoint folder:
-    a save writes only the states recorded since.
+    a save writes only the states recorded since; ``digests`` holds the
+    content hash of each saved state, checked when the run is resumed.
     """
 
     tick: int
@@ -300,6 +301,7 @@ class _Run:
     finished: bool = False
     memo: list[str] = field(default_factory=list)
     saved: int = 0
+    digests: list[str] = field(default_factory=list)
 
     def save(self, folder: Path, key: str) -> None:
         """Add the new recorded states to ``folder``, then rewrite its small index.
@@ -316,6 +318,7 @@ class _Run:
             atomic_write(
                 _state_file(folder, k), lambda tmp, s=state: torch.save(s, tmp)
             )
+            self.digests.append(tensor_digest(state))
         self.saved = len(self.path.states)
         current = None
         if self.path.ticks[-1] != self.tick:
@@ -332,6 +335,8 @@ class _Run:
             "finished": self.finished,
             "memo": list(self.memo),
             "states": self.saved,
+            "digests": list(self.digests),
+            "current_digest": None if current is None else tensor_digest(self.current),
             "path": {
                 f.name: getattr(self.path, f.name)
                 for f in fields(LLPFPath)
@@ -386,7 +391,9 @@ class _Run:
                     if saved["current"] is None
                     else _load_file(folder / saved["current"])
                 )
-                problem = _states_problem(states, current, like)
+                problem = _states_problem(states, current, like) or _digest_problem(
+                    saved, states, current
+                )
         except (OSError, pickle.UnpicklingError, RuntimeError, EOFError) as err:
             problem = f"unreadable: {type(err).__name__}"
         if problem is not None:
@@ -407,6 +414,7 @@ class _Run:
             saved["finished"],
             saved["memo"],
             len(states),
+            list(saved["digests"]),
         )
 
 
@@ -447,6 +455,7 @@ def _checkpoint_problem(saved: dict, like: StateDict) -> str | None:
         "current": (str, type(None)),
         "finished": bool,
         "memo": list,
+        "digests": list,
     }
     for name, kind in kinds.items():
         if not isinstance(saved.get(name), kind):
@@ -459,8 +468,23 @@ def _checkpoint_problem(saved: dict, like: StateDict) -> str | None:
         isinstance(v, list) for v in path.values()
     ):
         return "path does not hold the lists of a path"
-    if not 1 <= saved["states"] == len(path["ticks"]):
-        return f"{saved['states']} states for {len(path['ticks'])} recorded ticks"
+    if not 1 <= saved["states"] == len(path["ticks"]) == len(saved["digests"]):
+        return (
+            f"{saved['states']} states for {len(path['ticks'])} recorded ticks and "
+            f"{len(saved['digests'])} checksums"
+        )
+    return None
+
+
+def _digest_problem(saved: dict, states: list[object], current: object) -> str | None:
+    """Which loaded point differs from the content the checkpoint recorded; None if none."""
+    for k, (state, digest) in enumerate(zip(states, saved["digests"], strict=True)):
+        if tensor_digest(state) != digest:
+            return (
+                f"recorded state {k} fails its checksum (changed after it was written)"
+            )
+    if current is not None and tensor_digest(current) != saved.get("current_digest"):
+        return "its current point fails its checksum (changed after it was written)"
     return None
 
 

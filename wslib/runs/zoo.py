@@ -14,8 +14,9 @@ data code) and of the training data's content, so an edit of that code or
 regenerated data trains anew. The first request trains
 the model and writes ``<root>/<hash>.pt``; later
 requests load it with ``torch.load(weights_only=True)``. A checkpoint that
-cannot be read, or whose stored config or tensors do not match the request, is
-never used: it is retrained with a warning that names the file.
+cannot be read, whose stored config or tensors do not match the request, or
+whose weights fail the content checksum stored with them, is never used: it is
+retrained with a warning that names the file.
 """
 
 from __future__ import annotations
@@ -176,6 +177,12 @@ class Zoo:
                 f"checkpoint {path} does not fit the model ({first}); retraining"
             )
             return None
+        if tensor_digest(ckpt["state_dict"]) != ckpt.get("digest"):
+            warnings.warn(
+                f"checkpoint {path} fails its checksum (its weights changed after it "
+                "was written); retraining"
+            )
+            return None
         return model
 
     def _train(self, config: dict[str, Any]) -> nn.Module:
@@ -191,9 +198,11 @@ class Zoo:
         recipe = Recipe.from_dict(config["recipe"])
         history = fit(model, x, y, recipe, config["seed"], self.device, self.progress)
         test_loss, test_acc = evaluate(model, ds.x_test, ds.y_test)
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
         ckpt = {
             "config": json.dumps(config, sort_keys=True),
-            "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+            "state_dict": state,
+            "digest": tensor_digest(state),  # checked on load
             "history": history,
             "test": {"loss": test_loss, "acc": test_acc},
         }
