@@ -945,7 +945,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--params",
         help="parameter file to estimate (default: notebooks/params/gpu.yaml)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.params is not None and not Path(args.params).is_file():
+        parser.error(
+            f"--params {args.params}: no such file; give a profile's parameter file, "
+            "such as notebooks/params/gpu.yaml"
+        )
+    return args
 
 
 def check_chapters(args: argparse.Namespace, device: torch.device) -> int:

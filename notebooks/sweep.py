@@ -69,6 +69,7 @@ SLURM_KEYS = {
     "mem_gb": int,
     "workdir": str,
 }
+CLUSTERS = ("slurm", "local", "debug")  # submitit's executors ("local": tests)
 
 
 class Handle(Protocol):
@@ -209,11 +210,30 @@ def read_cluster_config(path: Path) -> dict[str, Any]:
             f"error: no cluster config {path}; write one with the keys "
             f"{', '.join(SLURM_KEYS)} (see the README, 'Sweeps')"
         )
-    config = yaml.safe_load(path.read_text()) or {}
+    try:
+        config = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise SystemExit(f"error: {path} is not valid YAML: {error}") from None
+    if not isinstance(config, dict):
+        raise SystemExit(
+            f"error: {path} must map settings to values, got a list or text"
+        )
     unknown = sorted(set(config) - set(SLURM_KEYS))
     if unknown:
         raise SystemExit(
             f"error: {path} sets {', '.join(unknown)}; valid: {' '.join(SLURM_KEYS)}"
+        )
+    for key, value in config.items():
+        kind = SLURM_KEYS[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise SystemExit(
+                f"error: {path} sets {key} to {value!r}; give "
+                + ("a whole number" if kind is int else "text")
+            )
+    if config.get("cluster", "slurm") not in CLUSTERS:
+        raise SystemExit(
+            f"error: {path} sets cluster to {config['cluster']!r}; valid: "
+            f"{' '.join(CLUSTERS)}"
         )
     return config
 

@@ -59,6 +59,13 @@ def test_refuses_without_cuda():
     assert "ResNet-18 step" not in out.stdout  # nothing was timed
 
 
+def test_a_missing_parameter_file_is_named():
+    out = _run("--assumed", "--params", "notebooks/params/gpu.yml")
+    assert out.returncode == 2
+    assert "--params notebooks/params/gpu.yml: no such file" in out.stderr
+    assert "Traceback" not in out.stderr
+
+
 def test_quick_run_on_the_cpu_runs_a_chapter_and_prints_timings_and_the_table(check):
     out = _run("--allow-cpu", "--quick")
     assert out.returncode == 0, out.stderr

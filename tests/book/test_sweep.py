@@ -117,6 +117,23 @@ def test_an_unknown_cluster_setting_is_named(repo: Path) -> None:
     assert "sweep.yaml sets partiton; valid:" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("cluster: pbs\n", "sets cluster to 'pbs'; valid: slurm local debug"),
+        ("timeout_min: ten\n", "sets timeout_min to 'ten'; give a whole number"),
+        ("mem_gb: [32]\n", "sets mem_gb to [32]; give a whole number"),
+        ("- partition\n", "must map settings to values"),
+        ("partition: [gpu\n", "is not valid YAML"),
+    ],
+)
+def test_a_bad_cluster_setting_is_named(repo: Path, text: str, message: str) -> None:
+    (repo / "sweep.yaml").write_text(text)
+    done = sweep(repo, "--seeds", "1", "--executor", "slurm")
+    assert done.returncode != 0
+    assert message in done.stderr and "Traceback" not in done.stderr
+
+
 def test_the_seed_make_book_ran_is_not_run_again(repo: Path) -> None:
     book = subprocess.run(
         [sys.executable, "notebooks/run.py", "--profile", "cpu"],
