@@ -1,0 +1,93 @@
+"""Every command in the README's and CONTRIBUTING's code blocks, as written there.
+
+Each ``make`` command is expanded (``A|B`` alternatives, ``[optional]`` parts
+taken), run as ``make -n`` (the Makefile accepts its variables; nothing
+runs), and every script command it would start is parsed by that script's own
+argument parser, so a documented command that the Makefile or a script would
+refuse fails here. The pytest commands are collected (``--collect-only``).
+The chapters themselves run in the smoke profile in the book fixtures.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import ROOT, load_script
+
+DOCS = ("README.md", "CONTRIBUTING.md")
+SCRIPTS = {  # scripts with a parse_args of their own
+    "notebooks/run.py",
+    "notebooks/sweep.py",
+    "notebooks/gpu_check.py",
+}
+
+
+def documented_commands() -> list[str]:
+    """The command lines of the shell code blocks, comments dropped."""
+    commands = []
+    for doc in DOCS:
+        text = (ROOT / doc).read_text()
+        for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", text, re.S):
+            for line in block.splitlines():
+                command = line.split(" #")[0].strip()
+                if command:
+                    commands.append(command)
+    return commands
+
+
+def expansions(command: str) -> list[list[str]]:
+    """``command`` as argument lists: ``[opt]`` taken, each ``A|B`` alternative."""
+    words = shlex.split(command.replace("[", "").replace("]", ""))
+    choices = []
+    for word in words:
+        name, _, value = word.partition("=")
+        if "|" in value:
+            choices.append([f"{name}={v}" for v in value.split("|")])
+        else:
+            choices.append([word])
+    return [list(c) for c in itertools.product(*choices)]
+
+
+CASES = [(c, argv) for c in documented_commands() for argv in expansions(c)]
+
+
+def test_the_documents_show_commands() -> None:
+    makes = {argv[1] for _, argv in CASES if argv[0] == "make"}
+    assert {"book", "test", "sweep", "notebook", "publish", "data"} <= makes
+
+
+@pytest.mark.parametrize(
+    "argv", [argv for _, argv in CASES], ids=[" ".join(a) for _, a in CASES]
+)
+def test_a_documented_command_is_accepted(argv: list[str]) -> None:
+    if argv[0] == "make":
+        done = subprocess.run(
+            ["make", "-n", "-s", "-C", str(ROOT), *argv[1:]],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        for line in done.stdout.splitlines():
+            words = shlex.split(line.strip(" &\\"))
+            script = next((w for w in words if w in SCRIPTS), None)
+            if script:
+                args = words[words.index(script) + 1 :]
+                args = args[: args.index("&&")] if "&&" in args else args
+                load_script(script).parse_args(args)
+    else:
+        assert argv[:3] == [".venv/bin/python", "-m", "pytest"], argv
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "--collect-only", "-q", *argv[3:]],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 0, done.stdout[-2000:]
