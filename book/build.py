@@ -5,9 +5,11 @@ Usage::
     python book/build.py build/<profile>[/seed-<N>] [--edition full|student]
 
 Replaces ``book/chapters/`` with the executed notebooks of that folder, ends
-each with the claims it tests, writes the claims ledger (``book/ledger.py``,
-from every results file of the profile under ``results/``) and the course guide
-(``book/course.py``), then runs ``jupyter-book build`` strictly (every warning
+each with the claims it tests, links the ``wslib`` names of their text to
+the API reference (``book/apilinks.py``), points their setup cell's install
+at this commit (for Colab and downloaded chapters), writes the claims ledger
+(``book/ledger.py``, from every results file of the profile under
+``results/``) and the course guide (``book/course.py``), then runs ``jupyter-book build`` strictly (every warning
 is an error, all of them are listed) into ``book/_build/html``. The student
 edition (``--edition student``) removes every solution and goes to
 ``book/_student/_build/html``. Exit status: that of jupyter-book, or 2 when
@@ -17,6 +19,7 @@ the folder holds no executed notebook.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +27,7 @@ import tempfile
 from pathlib import Path
 
 import yaml
+from apilinks import link_api
 from course import strip_solutions, write_guide
 from ledger import append_claims, write_ledger
 
@@ -42,6 +46,25 @@ def copy_chapters(executed: Path) -> list[Path]:
     for notebook in notebooks:
         shutil.copy2(notebook, CHAPTERS / notebook.name)
     return notebooks
+
+
+# The default install source of a chapter's setup cell (see any notebook).
+INSTALL_SOURCE = re.compile(r"git\+https://github\.com/[\w.-]+/[\w.-]+@[\w.-]+")
+
+
+def install_source() -> str:
+    """``git+<repository.url>@<commit>``: the library as it is in this build."""
+    url = yaml.safe_load((BOOK / "_config.yml").read_text())["repository"]["url"]
+    commit = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    return f"git+{url}@{commit or 'main'}"
+
+
+def pin_install(notebook: Path, source: str) -> None:
+    """Point the setup cell of ``notebook`` at ``source`` (opened in Colab or downloaded)."""
+    text = notebook.read_text()
+    notebook.write_text(INSTALL_SOURCE.sub(source, text))
 
 
 def results_dir(executed: Path) -> Path:
@@ -102,10 +125,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no executed notebooks in {args.executed}", file=sys.stderr)
         return 2
     results = results_dir(args.executed)
-    rows = ledger(results, CLAIMS)  # every results file read once for the whole book
+    try:
+        rows = ledger(
+            results, CLAIMS
+        )  # every results file read once for the whole book
+    except ValueError as error:  # a results file that is not one
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     chapters = sorted(CHAPTERS.glob("*.ipynb"))
+    source = install_source()
     for chapter in chapters:
         append_claims(chapter, rows)
+        pin_install(chapter, source)
+        try:
+            link_api(chapter)
+        except LookupError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
         if args.edition == "student":
             strip_solutions(chapter)
     write_ledger(rows, results, BOOK)

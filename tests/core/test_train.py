@@ -127,3 +127,18 @@ def test_the_run_seed_reaches_the_shuffling_and_the_augmentation() -> None:
     torch.manual_seed(123)  # the global stream must not matter: the run's seed decides
     recipe = Recipe(epochs=1, batch_size=16, lr=0.1, augment=True)
     assert fit(model, x, y, recipe, 1, progress=False)["loss"] == results[1, True]
+
+
+def test_stop_at_ends_after_the_first_epoch_that_reaches_it() -> None:
+    x, y = _data()
+    recipe = Recipe(epochs=12, batch_size=32, lr=0.1)
+    seed_everything(0)
+    full = fit(build_model(MLP), x, y, recipe, seed=0, progress=False)
+    hit = next(i for i, a in enumerate(full["acc"]) if a >= 0.8)
+    assert hit + 1 < recipe.epochs, "the threshold must be reached early to test"
+    seed_everything(0)
+    short = fit(build_model(MLP), x, y, recipe, seed=0, progress=False, stop_at=0.8)
+    assert short["acc"] == full["acc"][: hit + 1]  # same run, cut after the hit
+    seed_everything(0)
+    never = fit(build_model(MLP), x, y, recipe, seed=0, progress=False, stop_at=1.1)
+    assert never == full

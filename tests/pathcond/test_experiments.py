@@ -360,3 +360,20 @@ def test_rescale_costs_names_each_model():
     assert [r["model"] for r in rows] == ["a", "b"]
     assert rows[0]["n_params"] == 12 * 8 + 8 + 8 * 3 + 3
     assert all(r["rescale_over_epoch"] > 0 for r in rows)
+
+
+def test_the_rate_search_stops_each_run_at_the_threshold_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    grid, seen = RunGrid(BASE, None, RECIPE, CONFIGS), []
+
+    def train(jobs, desc="runs"):
+        seen.extend(jobs)
+        return [{"acc": [0.5, 0.99]} for _ in jobs]
+
+    monkeypatch.setattr(grid, "train", train)
+    pair = (next(iter(CONFIGS)), "baseline")
+    experiments.tune_rates(grid, [pair], [0.1, 0.01], [2.0], seed=5, epochs=9)
+    assert seen and {j.stop_at for j in seen} == {0.99}
+    assert {j.epochs for j in seen} == {9}
+    assert grid.job(*pair, 0).stop_at is None  # evaluation runs go the full length

@@ -176,7 +176,7 @@ def test_sweep_rows_and_best_rate_texts(search):
         ("pathcond", 1.0, 3),
         ("pathcond", 0.3, 2),
     ]
-    assert rows[1]["final train acc."] == 0.8
+    assert rows[1]["last train acc."] == 0.8
     assert (
         best_rate_text(search, ("low", "pathcond")) == "pathcond at lr 0.3 (2 epochs)"
     )

@@ -168,8 +168,14 @@ def fit(
     on_epoch: Callable[[int, nn.Module], None] | None = None,
     on_step: Callable[[nn.Module], None] | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    stop_at: float | None = None,
 ) -> dict[str, list[float]]:
     """Train ``model`` in place; return per-epoch mean loss and accuracy.
+
+    With ``stop_at``, training ends after the first epoch whose running
+    accuracy reaches it (a learning-rate search that counts epochs to a
+    threshold needs nothing later); the lists are then shorter than
+    ``recipe.epochs``.
 
     The loss is cross-entropy unless ``loss_fn(outputs, targets)`` is given (then
     the accuracy is NaN, e.g. for a regression or autoencoder target).
@@ -229,6 +235,8 @@ def fit(
         )
         if on_epoch is not None:
             on_epoch(epoch, model)
+        if stop_at is not None and history["acc"][-1] >= stop_at:
+            break
     model.eval()
     return history
 

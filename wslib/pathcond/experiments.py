@@ -295,6 +295,7 @@ class Job(NamedTuple):
     seed: int
     epochs: int
     output_bias: bool = True
+    stop_at: float | None = None  # end the run once its accuracy reaches this
 
 
 def mlp_config(
@@ -358,6 +359,7 @@ class RunGrid:
         epochs: int | None = None,
         widths: Sequence[int] | None = None,
         activation: str = "relu",
+        stop_at: float | None = None,
     ) -> Job:
         """The run of ``config`` by ``method`` on ``seed``; recipe and widths by default."""
         cfg = self.configs[config]
@@ -371,6 +373,7 @@ class RunGrid:
             seed,
             self.recipe["epochs"] if epochs is None else epochs,
             has_output_bias(self.base, cfg),
+            stop_at,
         )
 
     def arguments(self, job: Job) -> dict[str, Any]:
@@ -386,6 +389,7 @@ class RunGrid:
             "seed": job.seed,
             "init_scale": job.init_scale,
             "cache_dir": self.cache_dir,
+            "stop_at": job.stop_at,
         }
 
     def train(self, jobs: Sequence[Job], desc: str = "runs") -> list[Run]:
@@ -533,13 +537,17 @@ def tune_rates(
     """Each (configuration, method)'s best learning rate on the tuning ``seed``.
 
     The protocol of :func:`wslib.runs.stats.search_rates`: every pair trains
-    for ``epochs`` at every rate of ``lr_grid``, then at its best rate times
-    each of ``factors``; the best rate reaches ``threshold`` in the fewest
-    epochs (ties: the higher final accuracy).
+    for up to ``epochs`` at every rate of ``lr_grid``, then at its best rate
+    times each of ``factors``; the best rate reaches ``threshold`` in the
+    fewest epochs (ties: the higher accuracy at that epoch). A run stops at
+    the epoch it reaches ``threshold``: nothing later enters the choice.
     """
 
     def train(items: list[tuple[Pair, float]]) -> list[Run]:
-        jobs = [grid.job(c, m, seed, lr=lr, epochs=epochs) for (c, m), lr in items]
+        jobs = [
+            grid.job(c, m, seed, lr=lr, epochs=epochs, stop_at=threshold)
+            for (c, m), lr in items
+        ]
         return grid.train(jobs, "lr sweep")
 
     return search_rates(train, pairs, lr_grid, factors, threshold)

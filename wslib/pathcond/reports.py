@@ -224,7 +224,8 @@ def epochs_rows(
 
 
 def sweep_rows(search: RateSearch[Pair]) -> list[dict[str, Any]]:
-    """Table rows of a learning-rate search: every rate tried, its epochs and final accuracy."""
+    """Table rows of a learning-rate search: every rate tried, its epochs and
+    its last accuracy (at the threshold, where the run stopped there)."""
     rows = []
     for (name, method), rates in search.tried.items():
         for lr in rates:
@@ -235,7 +236,7 @@ def sweep_rows(search: RateSearch[Pair]) -> list[dict[str, Any]]:
                     "method": method,
                     "lr": lr,
                     f"epochs to {percent(search.threshold)}": hit or "never",
-                    "final train acc.": search.final_acc((name, method), lr),
+                    "last train acc.": search.final_acc((name, method), lr),
                 }
             )
     return rows

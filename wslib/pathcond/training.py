@@ -135,8 +135,12 @@ def train_run(
     task: str = "classify",
     progress: bool = False,
     cache_dir: str | Path | None = None,
+    stop_at: float | None = None,
 ) -> dict[str, Any]:
     """Prepare a model by ``method`` and train it with ``recipe`` (ENorm: after every step).
+
+    With ``stop_at``, the run ends after the first epoch whose running training
+    accuracy reaches it (see :func:`wslib.core.train.fit`).
 
     With ``cache_dir``, the result is stored there (see :mod:`wslib.runs.cache`)
     under the run's full description (data set and its content, model, method,
@@ -165,9 +169,20 @@ def train_run(
         "seed": seed,
         "init_scale": init_scale,
         "task": task,
+        "stop_at": stop_at,
     }
     run = functools.partial(
-        _train_run, config, method, ds, recipe, seed, init_scale, device, task, progress
+        _train_run,
+        config,
+        method,
+        ds,
+        recipe,
+        seed,
+        init_scale,
+        device,
+        task,
+        progress,
+        stop_at,
     )
     return cached_run(cache_dir, key, run, code=CODE)
 
@@ -182,6 +197,7 @@ def _train_run(
     device: str | torch.device | None,
     task: str,
     progress: bool,
+    stop_at: float | None,
 ) -> dict[str, Any]:
     model, rescale_seconds, solver = prepare_model(
         config, method, init_scale, seed, device=device
@@ -200,8 +216,9 @@ def _train_run(
         progress,
         on_step=on_step,
         loss_fn=F.mse_loss if auto else None,
+        stop_at=stop_at,
     )
-    epoch_seconds = (time.perf_counter() - start) / max(recipe.epochs, 1)
+    epoch_seconds = (time.perf_counter() - start) / max(len(hist["loss"]), 1)
     if auto:
         out = predict(model, ds.x_test)
         test_loss, test_acc = float(F.mse_loss(out, ds.x_test.flatten(1))), float("nan")
