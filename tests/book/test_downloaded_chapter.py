@@ -64,7 +64,9 @@ def test_downloaded_chapter_installs_wslib_and_runs(
     (wheel,) = wheels.glob("wslib-*.whl")
     python = environment_without_wslib(tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    missing = subprocess.run([str(python), "-c", "import wslib"], env=env, check=False)
+    missing = subprocess.run(
+        [str(python), "-c", "import wslib"], cwd=tmp_path, env=env, check=False
+    )
     assert missing.returncode != 0, "the test environment must start without wslib"
 
     folder = tmp_path / "downloaded"
@@ -90,7 +92,7 @@ def test_downloaded_chapter_installs_wslib_and_runs(
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((folder / params["results_path"]).read_text())
-    assert results["notebook"] == CHAPTER and results["profile"] == SMOKE
     assert results["metrics"], "the chapter wrote no metric"
+    assert results["env"]["commit"] == "unknown"  # it ran outside any checkout
     installed = site_packages(python) / "wslib"
     assert installed.is_dir(), "the setup cell did not install wslib"

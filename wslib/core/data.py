@@ -34,6 +34,7 @@ from wslib.core.files import atomic_write, stable_hash
 SYNTHETIC_MARK = (
     "SYNTHETIC"  # a file the synthetic stand-in writer leaves in each folder
 )
+#: The data sets :func:`load_dataset` knows.
 DATASETS = ("mnist1d", "digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
 
 Labels = np.ndarray | torch.Tensor
@@ -90,9 +91,9 @@ def load_dataset(name: str, root: str | Path = "data", **options) -> Dataset:
         Data folder; data set ``name`` lives in ``root/name/``.
     **options
         ``"mnist1d"``: ``num_samples`` (package default 5000: 4000 train, 1000 test)
-        and ``seed`` of the generator (package default 42), see :func:`_load_mnist1d`.
+        and ``seed`` of the generator (package default 42), see ``_load_mnist1d``.
         ``"digits"``: ``test_fraction`` (default 0.2) and ``seed`` of the
-        stratified split (default 0), see :func:`_load_digits`.
+        stratified split (default 0), see ``_load_digits``.
         The torchvision data sets take none.
 
     Returns

@@ -1,7 +1,7 @@
 """Neuron-centric model fusion: Hungarian Fusion (HF), K-means Fusion (KF) and baselines.
 
 - :mod:`~wslib.fusion.levels`: levels of a chain net, grouping, targets, retrofitting;
-- :mod:`~wslib.fusion.hfkf`: :func:`fuse`, HF / KF for every architecture;
+- :mod:`~wslib.fusion.hfkf`: :func:`~wslib.fusion.hfkf.fuse`, HF / KF for every architecture;
 - :mod:`~wslib.fusion.residual`: ResNets and transformers, one residual stream at a time;
 - :mod:`~wslib.fusion.importance`: Conductance / DeepLIFT neuron importance;
 - :mod:`~wslib.fusion.baselines`: averaging, ensembles, distillation, OTFusion, Git Re-Basin;

@@ -389,6 +389,7 @@ def _standardised(m: torch.Tensor) -> torch.Tensor:
 
 # --- one entry point for the chapters ---------------------------------------------------------
 
+#: Every fusion method of chapters 10-12, baselines and HF / KF variants.
 METHODS = (
     "averaging",
     "ensemble",
@@ -402,6 +403,7 @@ METHODS = (
     "kf_gradient",
 )
 HF_KF = ("hf_linear", "hf_gradient", "kf_linear", "kf_gradient")
+#: The methods that take neuron importance scores.
 USES_IMPORTANCE = (*HF_KF, "otfusion", "rebasin_wm", "rebasin_am")
 
 

@@ -15,7 +15,7 @@ Bottom-up, for every hidden level:
    of the previous levels, is fitted to reproduce ``T_k``: closed-form ridge
    least squares (``"linear"``) or full-batch gradient steps on the mean
    squared error from the current weights (``"gradient"``, L-BFGS by default,
-   never worse than its start; :class:`GradientConfig`).
+   never worse than its start; :class:`~wslib.fusion.levels.GradientConfig`).
 
 The head is fitted the same way to the average of the base models' logits,
 optionally weighted per class by each model's share of that class's data.
@@ -28,7 +28,7 @@ The *representation cost* of a level is ``sum_i w_i ||a_i - F_{c(i)}||^2``
 ``F_{c(i)}`` of its group). Theorem 1 splits it exactly into the clustering
 error ``sum_i w_i ||a_i - T_{c(i)}||^2`` and the approximation error
 ``sum_k W_k ||T_k - F_k||^2`` with ``W_k`` the total weight of group ``k``
-(:func:`cost_decomposition`).
+(:func:`~wslib.fusion.levels.cost_decomposition`).
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def fuse(
     Parameters
     ----------
     models
-        Base models of one architecture: a chain (see :func:`chain_levels`), or
+        Base models of one architecture: a chain (see :func:`~wslib.fusion.levels.chain_levels`), or
         a ResNet or transformer (see :mod:`wslib.fusion.residual`).
     x, y
         The fusion set; it must contain every class.
@@ -154,7 +154,7 @@ def fuse(
         ``"kf"`` (any widths).
     retrofit
         ``"linear"`` (ridge least squares) or ``"gradient"`` (see
-        :class:`GradientConfig`).
+        :class:`~wslib.fusion.levels.GradientConfig`).
     importance
         ``"uniform"``, ``"conductance"`` or ``"deeplift"`` neuron weights.
     fused

@@ -48,7 +48,7 @@ Layers without a linear-in-weights role are set as follows, and stated:
   embedding (one offset per token and feature).
 
 **Device.** Everything runs on the device of the fused model (that of the
-base models' first, as :func:`wslib.fusion.fuse` places it): the taps, the
+base models' first, as :func:`wslib.fusion.hfkf.fuse` places it): the taps, the
 targets, the least-squares systems (float64 where the device supports it,
 :func:`~wslib.fusion.levels.solve_dtype`), the gradient fits and the
 BatchNorm statistics. The grouping and the representation costs run there
@@ -544,7 +544,7 @@ def fuse_residual(
 ) -> FusionResult:
     """HF/KF fusion of ResNets or transformers into ``fused`` (in place); see the module docstring.
 
-    Called by :func:`wslib.fusion.fuse`, which checks the inputs; ``head_weights``
+    Called by :func:`wslib.fusion.hfkf.fuse`, which checks the inputs; ``head_weights``
     are the normalised per-class weights of each model's logits. Computes on
     ``fused``'s device (see the module docstring); the base models' modes are
     left as they were.

@@ -1,6 +1,6 @@
 """Low-Loss Path Finding (LLPF) and the path finders it is compared with.
 
-- :mod:`~wslib.llpf.path`: :class:`LLPFPath`, the result of every path finder;
+- :mod:`~wslib.llpf.path`: :class:`~wslib.llpf.path.LLPFPath`, the result of every path finder;
 - :mod:`~wslib.llpf.layerwise`: M2M, M2O and the hybrid (the paper's algorithms);
 - :mod:`~wslib.llpf.curves`: Bezier / PolyChain curves (Garipov et al.);
 - :mod:`~wslib.llpf.autoneb`: AutoNEB (Draxler et al.);

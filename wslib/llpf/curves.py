@@ -14,7 +14,7 @@ schedule (``schedule="garipov"``: constant for the first half of the steps,
 then linearly down to 1% of it at 90%, then constant). BatchNorm layers use batch statistics during training; when the curve
 is evaluated, :mod:`wslib.llpf.evaluation` recomputes the running statistics on the
 training set at every evaluated ``t``. The result is an
-:class:`wslib.llpf.LLPFPath` of the curve sampled at ``n_eval`` values of
+:class:`wslib.llpf.path.LLPFPath` of the curve sampled at ``n_eval`` values of
 ``t``, with its gradient steps and wall time, so curves and LLPF paths are
 evaluated the same way.
 

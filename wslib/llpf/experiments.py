@@ -132,7 +132,7 @@ def layerwise_lines(
     """The straight line from ``a`` to ``b`` for the whole model and for each stage alone.
 
     A stage's line moves only that stage's tensors (from
-    :func:`wslib.llpf.data_flow_stages`), every other tensor stays at ``a``.
+    :func:`wslib.llpf.layerwise.data_flow_stages`), every other tensor stays at ``a``.
     Returns the whole model's :func:`~wslib.core.interpolation.linear_path`
     (training set) and one per stage name.
     """

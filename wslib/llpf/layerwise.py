@@ -251,7 +251,7 @@ def refine_point(
     The batch losses stay on the model's device (in float64: the arithmetic
     of a sum of Python floats); the host reads one number per step, and only
     from step ``r_min`` on: whether to stop. ``x`` and ``y`` are best already
-    on that device (:func:`_run_loop` places them once).
+    on that device (``_run_loop`` places them once).
     """
     model.train()
     dev = model_device(model)

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 # The modules whose source determines the result of a run of this module: the
 # ones it imports (directly or not), and the models' code, which defines the
 # networks whose paths are searched. tests/llpf checks it against the imports.
+#: The modules whose source keys the chapters' cached paths and runs.
 CODE = (
     "wslib.core.files",
     "wslib.core.interpolation",

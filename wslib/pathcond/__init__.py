@@ -1,7 +1,7 @@
 """Path-conditioned rescaling (PathCond) of ReLU networks at initialisation.
 
 - :mod:`~wslib.pathcond.rescaling`: diag G in one backward pass, the objective
-  and its block coordinate descent, :func:`pathcond_rescale`;
+  and its block coordinate descent, :func:`~wslib.pathcond.rescaling.pathcond_rescale`;
 - :mod:`~wslib.pathcond.lifting`: the explicit path-lifting of tiny networks
   (the brute-force reference);
 - :mod:`~wslib.pathcond.enorm`: ENorm, the baseline rescaling;

@@ -57,8 +57,8 @@ from wslib.runs.workers import run_jobs
 Run = dict[str, Any]
 
 COST_BATCH = 128  # batch size of the epoch that :func:`rescale_cost` times
-RUNS_DIR = "data/runs"  # the chapters' run cache, relative to the repository root
-SWEPT_METHODS = ("baseline", "pathcond")  # the methods of chapter 7's rate search
+RUNS_DIR = "data/runs"  #: the chapters' run cache, relative to the repository root
+SWEPT_METHODS = ("baseline", "pathcond")  #: the methods of chapter 7's rate search
 
 
 def rescale_cost(
@@ -129,7 +129,7 @@ def tiny_lifting(config: dict[str, Any], spread: float, seed: int = 0) -> TinyLi
 
     The random positive scales (log-spread ``spread``) make a badly scaled
     network with the function of the initialised one; PathCond then rescales
-    a copy. Both are lifted explicitly (:func:`explicit_path_lifting`).
+    a copy. Both are lifted explicitly (:func:`~wslib.pathcond.lifting.explicit_path_lifting`).
     """
     seed_everything(seed)
     net = build_model(config).double()
@@ -330,7 +330,7 @@ class RunGrid:
     ``base`` holds the model's name, input shape and classes (and
     ``output_bias``); ``configs`` maps a configuration's name to its
     ``widths``, ``init_scale`` and ``methods`` (and optionally ``output_bias``);
-    ``recipe`` is the default recipe (a dict of :class:`Recipe` fields). Runs
+    ``recipe`` is the default recipe (a dict of :class:`~wslib.core.train.Recipe` fields). Runs
     are stored in ``runs`` by :class:`Job` and in ``cache_dir`` on disk. A
     grid without a data set (``ds=None``) lists jobs but cannot train them.
     A :class:`~wslib.core.data.DataKey` as ``ds`` is what the jobs carry to
@@ -377,7 +377,7 @@ class RunGrid:
         )
 
     def arguments(self, job: Job) -> dict[str, Any]:
-        """The keyword arguments of :func:`train_run` for ``job``."""
+        """The keyword arguments of :func:`~wslib.pathcond.training.train_run` for ``job``."""
         recipe = Recipe(**{**self.recipe, "lr": job.lr, "epochs": job.epochs})
         return {
             "config": mlp_config(
@@ -393,7 +393,7 @@ class RunGrid:
         }
 
     def train(self, jobs: Sequence[Job], desc: str = "runs") -> list[Run]:
-        """Train the ``jobs`` not trained yet (one :func:`run_jobs` call); return all runs."""
+        """Train the ``jobs`` not trained yet (one :func:`~wslib.runs.workers.run_jobs` call); return all runs."""
         todo = [job for job in dict.fromkeys(jobs) if job not in self.runs]
         if todo and self.ds is None:
             raise ValueError(
@@ -484,7 +484,7 @@ def mlp_grid(
 ) -> RunGrid:
     """Chapter 7's :class:`RunGrid`, cached in :data:`RUNS_DIR`, on the data set ``data``.
 
-    ``data`` holds the arguments of :func:`load_dataset`; with ``load=False``
+    ``data`` holds the arguments of :func:`~wslib.core.data.load_dataset`; with ``load=False``
     nothing is loaded and the grid only lists jobs (training raises).
     """
     key = DataKey.of(data, load_dataset(**data)) if load else None
@@ -632,8 +632,8 @@ def solver_comparison(
 
     On ``cfg``'s MLP (default initialisation times its ``init_scale``, ``seed``),
     one ``g``: the block solver run to convergence, the block solver stopped
-    after :data:`PAPER_SWEEPS` sweeps (the paper's setting) and
-    :data:`PAPER_SWEEPS` sweeps of per-neuron coordinate descent (the
+    after :data:`~wslib.pathcond.rescaling.PAPER_SWEEPS` sweeps (the paper's setting) and
+    :data:`~wslib.pathcond.rescaling.PAPER_SWEEPS` sweeps of per-neuron coordinate descent (the
     authors' scheme, this library's implementation). Each is timed
     ``repeats`` times on one thread (medians). Also the median relative
     difference between the 10-sweep and the converged neuron scales.
@@ -702,7 +702,7 @@ def train_archs(
     """One run per (architecture, method, seed), one after the other, keyed so.
 
     An architecture is ``{"model", "recipe", "task"}`` and may name its own
-    ``data`` (arguments of :func:`load_dataset`); otherwise it trains on ``ds``.
+    ``data`` (arguments of :func:`~wslib.core.data.load_dataset`); otherwise it trains on ``ds``.
     """
     data = {
         a: load_dataset(**spec["data"]) if "data" in spec else ds

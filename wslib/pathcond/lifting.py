@@ -6,7 +6,7 @@ its edges; ``Phi(theta)`` is the vector of these products. This module builds
 ``Phi`` path by path for tiny MLPs, 1-D conv nets (average pooling, flatten or
 global-average head, BatchNorm) and single-stage 1-D ResNets, differentiates
 it with ``torch.func`` and forms the path kernel ``P = J J^T`` and
-``G = J^T J``. It is the brute-force reference for :func:`wslib.pathcond.diag_g`.
+``G = J^T J``. It is the brute-force reference for :func:`wslib.pathcond.rescaling.diag_g`.
 
 Each layer is a :class:`Factor`: a dense ``(out, in)`` matrix whose entries
 are single parameters or constants (conv layers are unrolled over positions,

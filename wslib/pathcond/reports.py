@@ -171,7 +171,7 @@ def methods_list(configs: dict[str, dict[str, Any]]) -> str:
 
 
 def reached_text(epochs: dict[str, Any]) -> str:
-    """How many runs of a :func:`summarise_epochs` result reached the threshold: ``"2/3"``."""
+    """How many runs of a :func:`~wslib.runs.stats.summarise_epochs` result reached the threshold: ``"2/3"``."""
     return f"{epochs['n_reached']}/{epochs['n_runs']}"
 
 
@@ -184,7 +184,7 @@ def rate_range_text(rates: Sequence[float]) -> str:
 
 
 def summarise_runs(runs: Sequence[Run], threshold: float = 0.99) -> dict[str, Any]:
-    """Runs over seeds: ``epochs`` to ``threshold`` (:func:`summarise_epochs`), mean
+    """Runs over seeds: ``epochs`` to ``threshold`` (:func:`~wslib.runs.stats.summarise_epochs`), mean
     and std of ``test_acc``, mean final training accuracy ``final_acc``."""
     test_acc, test_acc_std = mean_std([r["test_acc"] for r in runs])
     return {
@@ -318,7 +318,7 @@ def long_rows(
 
 
 def speedup_verdict(s: dict[str, Any] | None) -> str:
-    """Whether a :func:`speedup` says PathCond is ``"faster"``, ``"slower"``, ``"tied"``
+    """Whether a :func:`~wslib.runs.stats.speedup` says PathCond is ``"faster"``, ``"slower"``, ``"tied"``
     (the same mean epochs, no run censored) or ``"undecided"``.
 
     Censoring decides only in the direction it bounds: a lower bound above 1
@@ -487,7 +487,7 @@ def ablation_text(summaries: dict[Pair, dict[str, Any]], pairs: dict[str, str]) 
 
 
 def pair_speedup(summaries: dict[Pair, dict[str, Any]], name: str) -> dict[str, Any]:
-    """PathCond's :func:`speedup` over the baseline on configuration ``name``."""
+    """PathCond's :func:`~wslib.runs.stats.speedup` over the baseline on configuration ``name``."""
     return speedup(
         summaries[(name, "baseline")]["epochs"], summaries[(name, "pathcond")]["epochs"]
     )

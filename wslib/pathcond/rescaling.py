@@ -67,7 +67,7 @@ from wslib.core.norms import is_batchnorm
 from wslib.core.train import model_device
 
 METHODS = ("block", "neuron")
-PAPER_SWEEPS = 10  # the authors stop their solver after 10 sweeps
+PAPER_SWEEPS = 10  #: the authors stop their solver after 10 sweeps
 _HOMOGENEOUS = (nn.ReLU, nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d)
 _APPROXIMATE = (nn.GELU, nn.SiLU)
 _LINEAR = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.BatchNorm1d, nn.BatchNorm2d)

@@ -28,6 +28,7 @@ from wslib.pathcond.rescaling import PAPER_SWEEPS, PathCondResult, pathcond_resc
 from wslib.runs.cache import cached_run
 
 # The modules whose source determines a run's result (its run-cache key).
+#: The modules whose source keys a cached training run.
 CODE = (
     "wslib.core.models",
     "wslib.core.neurons",

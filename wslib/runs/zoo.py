@@ -50,6 +50,7 @@ SPLITS = {  # split kind -> required keys
     "shards": ("n_parts", "part"),
 }
 CONFIG_KEYS = ("data", "split", "model", "recipe", "seed")
+#: The modules whose source keys a trained model.
 TRAINING_CODE = (
     "wslib.core.data",
     "wslib.core.models",

@@ -211,7 +211,7 @@ def pair_study(
 
     ``settings``: ``ts`` (straight-line points), ``llpf`` (ticks, record_every,
     lr, r_max, r_min, batch_size, margin), ``finetune`` (a training recipe),
-    ``gradient`` (:class:`~wslib.fusion.GradientConfig` fields), ``bezier``
+    ``gradient`` (:class:`~wslib.fusion.levels.GradientConfig` fields), ``bezier``
     (steps, lr). Returns ``fused_parent[variant]`` (barrier and LLPF peak
     excess to each parent aligned to the fused model by weight matching,
     averaged over the two parents; accuracies),
@@ -390,7 +390,7 @@ def gauge_fusion(
     """Question 4: ``result[regime][method]{with, without, verdict}`` over seeds.
 
     ``regimes[regime]`` lists one group of base models per seed. Each method
-    (HF / KF names of :func:`~wslib.fusion.fuse_by`) fuses the base models as
+    (HF / KF names of :func:`~wslib.fusion.baselines.fuse_by`) fuses the base models as
     trained (``without``) and in their PathCond gauge (``with``); values are
     test accuracies, the verdict compares with and without (:func:`compare`).
     """
