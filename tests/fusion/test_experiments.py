@@ -553,6 +553,24 @@ def test_accuracy_table_cells_order_and_gaps() -> None:
     assert table.loc[("hf_linear", "conductance"), ("full", 4)] == "n/a"
 
 
+def test_the_page_table_marks_the_best_fused_model_of_each_column() -> None:
+    summary = fx.summarise_runs(_runs())
+    args = (summary, ["sharded", "full"], [2, 4], METHODS_10, IMPORTANCES)
+    styled = fx.styled_accuracy_table(*args)
+    assert styled.data.equals(fx.accuracy_table(*args))
+    styles = styled._compute().ctx  # (row, column) -> CSS of the cell
+    means = summary.set_index(["method", "importance", "regime", "n"])["mean"]
+    for j, (regime, n) in enumerate(styled.data.columns):
+        bold = [
+            styled.data.index[i]
+            for (i, c), css in styles.items()
+            if c == j and ("font-weight", "bold") in css
+        ]
+        column = means.xs((regime, n), level=("regime", "n"))
+        fused = column.drop(list(fx.NOT_FUSED), level="method", errors="ignore")
+        assert set(bold) == set(fused[fused == fused.max()].index), (regime, n)
+
+
 def test_nested_accuracies_for_the_results_file() -> None:
     summary = fx.summarise_runs(_runs())
     acc = fx.nested_accuracies(summary, ["full", "sharded"], [2, 4, 6])

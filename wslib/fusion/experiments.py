@@ -6,9 +6,10 @@
   :func:`kf_target_map` and :func:`fused_accuracies`.
 - Chapter 10, the main table: :class:`RegimeStudy` (base models per data
   regime, every method in every setting, each setting stored in the run cache
-  under :data:`FUSION_CODE`), :func:`summarise_runs`, :func:`accuracy_table`,
-  :func:`nested_accuracies`, :func:`importance_gains`,
-  :func:`headline_numbers`, :func:`head_rules` and :func:`self_fusion`.
+  under :data:`FUSION_CODE`), :func:`summarise_runs`, :func:`accuracy_table`
+  (:func:`styled_accuracy_table` on a page), :func:`nested_accuracies`,
+  :func:`importance_gains`, :func:`headline_numbers`, :func:`head_rules` and
+  :func:`self_fusion`.
 - Chapter 11, beyond the table: :func:`finetune_curves`,
   :func:`epochs_within`, :func:`width_fusions`, :func:`compression`,
   :func:`depth_compression`, :func:`kf_versus_distillation`,
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
+from pandas.io.formats.style import Styler
 from sklearn.decomposition import PCA
 from torch import nn
 from tqdm.auto import tqdm
@@ -639,6 +641,35 @@ def accuracy_table(
         sorted(table.index, key=lambda k: (order.index(k[0]), importances.index(k[1])))
     )
     return table.fillna("n/a")
+
+
+NOT_FUSED = ("individual", "ensemble")  # rows that are no single fused model
+
+
+def styled_accuracy_table(
+    summary: pd.DataFrame,
+    regimes: Sequence[str],
+    n_models: Sequence[int],
+    methods: Sequence[str],
+    importances: Sequence[str],
+) -> Styler:
+    """:func:`accuracy_table` for a page: each cell on one line, and in each
+    column the best fused model in bold (the mean individual model and the
+    ensemble, which costs several models at inference, are not candidates;
+    tied cells are all in bold)."""
+    table = accuracy_table(summary, regimes, n_models, methods, importances)
+    means = summary.pivot_table(
+        index=["method", "importance"], columns=["regime", "n"], values="mean"
+    ).reindex(index=table.index, columns=table.columns)
+    fused = ~means.index.get_level_values("method").isin(NOT_FUSED)
+    candidates = means[fused]
+    best = candidates.eq(candidates.max()).reindex(means.index, fill_value=False)
+
+    def bold(column: pd.Series) -> list[str]:
+        return ["font-weight: bold" if b else "" for b in best[column.name]]
+
+    cells = {"selector": "td, th", "props": "white-space: nowrap; padding: 1px 6px;"}
+    return table.style.apply(bold, axis=0).set_table_styles([cells])
 
 
 def nested_accuracies(
