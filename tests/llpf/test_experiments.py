@@ -15,6 +15,7 @@ from wslib.core.models import build_model
 from wslib.core.train import evaluate
 from wslib.llpf import experiments
 from wslib.llpf.experiments import (
+    ablation_comparison,
     ablation_seed_table,
     ablation_table,
     ablation_verdict,
@@ -35,6 +36,7 @@ from wslib.llpf.experiments import (
     m2m_metrics,
     m2m_summary,
     m2o_table,
+    method_comparison,
     method_prefix,
     paper_table,
     profile_folder,
@@ -47,6 +49,7 @@ from wslib.llpf.experiments import (
 )
 from wslib.llpf.layerwise import data_flow_stage_names, data_flow_stages
 from wslib.llpf.protocols import CODE, PathSetup
+from wslib.runs.verdicts import Verdict
 
 IN = [1, 8]
 MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
@@ -335,6 +338,9 @@ def test_comparison_table_metrics_and_best_method() -> None:
     assert best_method(compare, "m") == "polychain"
     assert best_method(compare, "n") == "AutoNEB"
     assert method_prefix("Bezier (authors' recipe)") == "bezier_authors_recipe"
+    first, runner_up, c = method_comparison(compare, "m")
+    assert (first, runner_up, c.verdict) == ("polychain", "LLPF", Verdict.ABOVE)
+    assert c.difference == pytest.approx(1.0)
     verdict = comparison_verdict(compare, "m")
     assert verdict.startswith("on the m, polychain had the lowest mean peak excess")
     assert "1.000 below LLPF" in verdict and "more than" in verdict
@@ -346,9 +352,10 @@ def test_comparison_table_metrics_and_best_method() -> None:
             "peak excess std": [0.06, 0.05],
         }
     )
+    assert method_comparison(close, "k")[2].verdict is Verdict.WITHIN
     assert comparison_verdict(close, "k").startswith("on the k, Y had")
     assert "0.100 below X" in comparison_verdict(close, "k")
-    assert "not more than their seed" in comparison_verdict(close, "k")
+    assert "within the spread between seeds" in comparison_verdict(close, "k")
     metrics = comparison_metrics(compare)
     assert metrics["m"]["polychain_peak_excess"] == 0.5
     assert metrics["m"]["autoneb_worst_peak_loss"] == 4.0
@@ -399,12 +406,18 @@ def test_ablation_over_seeds_pairs_the_runs_of_each_seed() -> None:
     assert row["difference mean"] == pytest.approx(0.25)  # all at once - FDF
     assert row["difference std"] == pytest.approx(0.75)  # of (1.0, -0.5)
     assert (row["seeds FDF lower"], row["seeds"]) == (1, 2)
+    assert ablation_comparison(table, "m").verdict is Verdict.WITHIN
     verdict = ablation_verdict(table, "m")
-    assert verdict.startswith("m: FDF lower by 0.250 on average")
-    assert "not larger than the seed standard deviation" in verdict
-    assert "(0.750); FDF lower in 1 of 2 seeds" in verdict
+    assert verdict.startswith("m: FDF and all at once within the spread")
+    assert "(all at once - FDF +0.250 on average" in verdict
+    assert "FDF lower in 1 of 2 seeds" in verdict
     table.loc["m", "difference std"] = 0.1
-    assert ", larger than the seed" in ablation_verdict(table, "m")
+    assert ablation_comparison(table, "m").verdict is Verdict.ABOVE
+    assert ablation_verdict(table, "m").startswith("m: FDF lower than all at once")
+    table.loc["m", "difference mean"] = -0.25
+    assert ablation_comparison(table, "m").verdict is Verdict.BELOW
+    one = ablation_seed_table({"m": fdf["m"][:1]}, {"m": once["m"][:1]})
+    assert ablation_comparison(one, "m").verdict is Verdict.UNKNOWN
     with pytest.raises(ValueError, match="FDF runs"):
         ablation_seed_table({"m": fdf["m"][:1]}, once)
 

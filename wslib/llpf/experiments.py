@@ -33,6 +33,8 @@ from wslib.llpf.protocols import (
 )
 from wslib.runs.cache import cached_run
 from wslib.runs.published import LLPF, beside_paper, run_setting
+from wslib.runs.verdicts import Comparison
+from wslib.runs.verdicts import compare as compare_values
 from wslib.runs.zoo import Zoo
 
 if TYPE_CHECKING:
@@ -344,17 +346,29 @@ def ablation_seed_table(
     return pd.DataFrame(rows).T
 
 
-def ablation_verdict(table: pd.DataFrame, name: str) -> str:
-    """One phrase on ``name``'s row of :func:`ablation_seed_table`: which order was lower,
-    and whether the mean difference exceeds its seed standard deviation."""
+def ablation_comparison(table: pd.DataFrame, name: str) -> Comparison:
+    """The one verdict rule (:func:`~wslib.runs.verdicts.compare`) on ``name``'s row
+    of :func:`ablation_seed_table`: the mean difference (all at once - FDF, ABOVE:
+    FDF lower) against its standard deviation over the paired path seeds."""
     row = table.loc[name]
-    diff, std = float(row["difference mean"]), float(row["difference std"])
-    lower = "FDF" if diff > 0 else "all at once"
-    clear = "larger" if abs(diff) > std else "not larger"
+    std = float(row["difference std"])
+    return compare_values(
+        float(row["difference mean"]), std if row["seeds"] > 1 else None
+    )
+
+
+def ablation_verdict(table: pd.DataFrame, name: str) -> str:
+    """:func:`ablation_comparison` in one phrase, with the numbers it rests on."""
+    row, c = table.loc[name], ablation_comparison(table, name)
+    words = c.word(
+        above="FDF lower than all at once",
+        below="all at once lower than FDF",
+        within="FDF and all at once within the spread between path seeds",
+    )
     return (
-        f"{name}: {lower} lower by {abs(diff):.3f} on average, {clear} than the "
-        f"seed standard deviation of the difference ({std:.3f}); FDF lower in "
-        f"{int(row['seeds FDF lower'])} of {int(row['seeds'])} seeds"
+        f"{name}: {words} (all at once - FDF {c.difference:+.3f} on average, "
+        f"standard deviation {float(row['difference std']):.3f} over path seeds); "
+        f"FDF lower in {int(row['seeds FDF lower'])} of {int(row['seeds'])} seeds"
     )
 
 
@@ -651,22 +665,34 @@ def best_method(compare: pd.DataFrame, model: str) -> str:
     return str(rows.loc[rows["peak excess mean"].idxmin(), "method"])
 
 
-def comparison_verdict(compare: pd.DataFrame, model: str) -> str:
-    """One sentence on ``model``: the lowest mean peak excess, and whether it is
-    ahead of the runner-up by more than the two seed standard deviations together."""
+def method_comparison(compare: pd.DataFrame, model: str) -> tuple[str, str, Comparison]:
+    """The lowest mean peak excess on ``model``, the runner-up, and the one verdict
+    rule (:func:`~wslib.runs.verdicts.compare`) on their gap (ABOVE: the best is
+    lower by more than the spread, the two seed standard deviations together)."""
     rows = compare[compare.model == model].sort_values("peak excess mean")
     if len(rows) < 2:
         raise ValueError(f"need at least two methods on {model!r} to compare them")
     best, second = rows.iloc[0], rows.iloc[1]
     gap = second["peak excess mean"] - best["peak excess mean"]
     spread = best["peak excess std"] + second["peak excess std"]
-    how = "more" if gap > spread else "not more"
+    return best["method"], second["method"], compare_values(gap, float(spread))
+
+
+def comparison_verdict(compare: pd.DataFrame, model: str) -> str:
+    """:func:`method_comparison` in one sentence, with the numbers it rests on."""
+    first, runner_up, c = method_comparison(compare, model)
+    rows = compare[compare.model == model].set_index("method")
+    a, b = rows.loc[first], rows.loc[runner_up]
+    how = c.word(
+        above="more than their seed standard deviations together",
+        below="",  # the runner-up is never lower
+        within="within the spread between seeds (their standard deviations together)",
+    )
     return (
-        f"on the {model}, {best['method']} had the lowest mean peak excess "
-        f"({best['peak excess mean']:.3f} ± {best['peak excess std']:.3f}), "
-        f"{gap:.3f} below {second['method']} "
-        f"({second['peak excess mean']:.3f} ± {second['peak excess std']:.3f}), "
-        f"{how} than their seed standard deviations together"
+        f"on the {model}, {first} had the lowest mean peak excess "
+        f"({a['peak excess mean']:.3f} ± {a['peak excess std']:.3f}), "
+        f"{c.difference:.3f} below {runner_up} "
+        f"({b['peak excess mean']:.3f} ± {b['peak excess std']:.3f}), {how}"
     )
 
 

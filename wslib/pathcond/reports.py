@@ -30,6 +30,7 @@ from wslib.runs.stats import (
     speedup,
     summarise_epochs,
 )
+from wslib.runs.verdicts import Verdict, compare
 
 Run = dict[str, Any]
 PAIR_METHODS = ("baseline", "pathcond")  # the two methods every comparison holds
@@ -412,19 +413,17 @@ def _epochs_detail(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
 
 def _tuned_verdict(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
     """:func:`speedup_verdict` of ``name``; "slower" when only the baseline reached,
-    "spread" when the means differ by less than the larger standard deviation."""
+    "spread" when the one verdict rule (:func:`~wslib.runs.verdicts.compare`) finds
+    the means' difference within the larger standard deviation over seeds."""
     s = pair_speedup(long_summary, name)
     base, pc = (long_summary[(name, m)]["epochs"] for m in PAIR_METHODS)
     if s["value"] is None and not base["censored"]:
         return "slower"
     verdict = speedup_verdict(s)
-    if (
-        verdict in ("faster", "slower")
-        and pc["mean"] is not None
-        and base["mean"] is not None
-        and abs(pc["mean"] - base["mean"]) < max(pc["std"], base["std"])
-    ):
-        return "spread"
+    if verdict in ("faster", "slower") and None not in (pc["mean"], base["mean"]):
+        spread = max(pc["std"], base["std"])  # the larger seed standard deviation
+        if compare(pc["mean"] - base["mean"], spread).verdict is Verdict.WITHIN:
+            return "spread"
     return verdict
 
 
