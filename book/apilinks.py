@@ -19,29 +19,42 @@ from typing import Any
 NAME = re.compile(r"(?<![\w{}])`(wslib(?:\.\w+)+)`")
 
 
+_MISSING = object()
+
+
 def resolve(name: str) -> Any:
     """The object a dotted ``wslib`` name stands for (a module, or an attribute path in one)."""
     parts = name.split(".")
     split = len(parts)
     while True:  # the longest importable prefix ("wslib" always is)
+        module = ".".join(parts[:split])
         try:
-            obj: Any = importlib.import_module(".".join(parts[:split]))
+            obj: Any = importlib.import_module(module)
             break
-        except ModuleNotFoundError:
+        except ModuleNotFoundError as error:
+            missing = error.name or ""
+            if not f"{module}.".startswith(f"{missing}."):  # a dependency is missing
+                raise
             split -= 1
     for attr in parts[split:]:
-        obj = getattr(obj, attr, None)
-        if obj is None:
+        obj = getattr(obj, attr, _MISSING)
+        if obj is _MISSING:
             raise LookupError(f"{name}: {attr!r} is not in wslib")
     return obj
 
 
 def reference(name: str) -> str:
-    """The MyST role that links ``name`` to its API entry (plain code for data)."""
+    """The MyST role that links ``name`` to its API entry (plain code for data).
+
+    A private or undocumented function or class has no entry to link to: a
+    LookupError, like a name that does not exist.
+    """
     obj = resolve(name)
     if inspect.ismodule(obj):
         return f"{{py:mod}}`{name}`"
     if inspect.isclass(obj) or inspect.isroutine(obj):
+        if obj.__name__.startswith("_") or not inspect.getdoc(obj):
+            raise LookupError(f"{name}: it has no entry in the API reference")
         target = f"{obj.__module__}.{obj.__qualname__}"
         return f"{{py:obj}}`{name} <{target}>`"
     return f"`{name}`"  # a constant: documented with its module, not linked

@@ -53,12 +53,34 @@ INSTALL_SOURCE = re.compile(r"git\+https://github\.com/[\w.-]+/[\w.-]+@[\w.-]+")
 
 
 def install_source() -> str:
-    """``git+<repository.url>@<commit>``: the library as it is in this build."""
-    url = yaml.safe_load((BOOK / "_config.yml").read_text())["repository"]["url"]
-    commit = subprocess.run(
-        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    """``git+<repository.url>@<commit>``: the library as it is in this build.
+
+    Outside git, or with uncommitted changes to the library (which that
+    commit does not hold), a warning says what the chapters will install.
+    """
+    config = yaml.safe_load((BOOK / "_config.yml").read_text())
+    url = (config.get("repository") or {}).get("url")
+    if not url:
+        raise SystemExit("error: book/_config.yml has no repository: url: (see README)")
+    git = ["git", "-C", str(ROOT)]
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode != 0:
+        print(
+            "warning: not a git checkout; Colab installs wslib from main",
+            file=sys.stderr,
+        )
+        return f"git+{url}@main"
+    changed = subprocess.run(
+        [*git, "status", "--porcelain", "--", "wslib", "pyproject.toml"],
+        capture_output=True,
+        text=True,
     ).stdout.strip()
-    return f"git+{url}@{commit or 'main'}"
+    if changed:
+        print(
+            "warning: wslib has uncommitted changes; Colab installs the last commit",
+            file=sys.stderr,
+        )
+    return f"git+{url}@{head.stdout.strip()}"
 
 
 def pin_install(notebook: Path, source: str) -> None:

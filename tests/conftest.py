@@ -39,7 +39,12 @@ def load_script(path: str) -> ModuleType:
 READER_FOLDERS = ("build", "results", "book/_build", "book/_student", "data")
 """The reader's folders: no test writes there (``test_isolation`` checks)."""
 WORK = Path(tempfile.mkdtemp(prefix="wslib-tests-"))
-"""The tests' copy of the checkout: the smoke book runs and is built there."""
+"""The tests' copy of the checkout: the smoke book runs and is built there
+(removed when the session ends: a copy and its smoke book take about 150 MB)."""
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    shutil.rmtree(WORK, ignore_errors=True)
 
 
 def snapshot(root: Path, folders: tuple[str, ...] = READER_FOLDERS) -> dict[str, tuple]:

@@ -1,8 +1,10 @@
 """A chapter downloaded from the book (or opened in Colab) runs outside a checkout.
 
-Its setup cell installs ``wslib`` (here from a wheel of the tests' checkout
-copy, through ``WSLIB_SOURCE``: no network) into a Python that does not have
-it, and the chapter writes its results in the folder it runs in.
+Its setup cell installs ``wslib[notebook]`` (here from a wheel of the tests'
+checkout copy, through ``WSLIB_SOURCE``) into a Python that has neither
+``wslib`` nor what the chapter imports besides it (``myst_nb``, which pip
+then takes from the package index), and the chapter writes its results in the
+folder it runs in.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from pathlib import Path
 from tests.conftest import SMOKE, load_script
 
 CHAPTER = "06_pathlifting"  # a short chapter in the smoke profile
+HIDDEN = ("wslib", "myst_nb")  # installed by the setup cell, not seen before
 
 
 def site_packages(python: Path) -> Path:
@@ -35,10 +38,10 @@ def site_packages(python: Path) -> Path:
 
 
 def environment_without_wslib(folder: Path) -> Path:
-    """A virtual environment that sees this one's packages but not ``wslib``; its python.
+    """A virtual environment that sees this one's packages but not :data:`HIDDEN`; its python.
 
     A ``.pth`` file adds a folder of links to every package of the running
-    environment except ``wslib`` (its files, its metadata, its editable hook).
+    environment except those (their files, metadata, editable hooks).
     """
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", str(folder)], check=True)
@@ -46,7 +49,8 @@ def environment_without_wslib(folder: Path) -> Path:
     shared = folder / "shared"
     shared.mkdir()
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if "wslib" not in entry.name.lower() and entry.suffix != ".pth":
+        hidden = any(name in entry.name.lower() for name in HIDDEN)
+        if not hidden and entry.suffix != ".pth":
             (shared / entry.name).symlink_to(entry)
     (site_packages(python) / "shared.pth").write_text(f"{shared}\n")
     return python
@@ -64,10 +68,11 @@ def test_downloaded_chapter_installs_wslib_and_runs(
     (wheel,) = wheels.glob("wslib-*.whl")
     python = environment_without_wslib(tmp_path / "venv")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    missing = subprocess.run(
-        [str(python), "-c", "import wslib"], cwd=tmp_path, env=env, check=False
-    )
-    assert missing.returncode != 0, "the test environment must start without wslib"
+    for name in HIDDEN:
+        missing = subprocess.run(
+            [str(python), "-c", f"import {name}"], cwd=tmp_path, env=env, check=False
+        )
+        assert missing.returncode != 0, f"the test environment must lack {name}"
 
     folder = tmp_path / "downloaded"
     folder.mkdir()
@@ -85,7 +90,7 @@ def test_downloaded_chapter_installs_wslib_and_runs(
     done = subprocess.run(
         [str(python), "-c", script],
         cwd=folder,
-        env={**env, "WSLIB_SOURCE": str(wheel)},
+        env={**env, "WSLIB_SOURCE": wheel.as_uri()},
         capture_output=True,
         text=True,
         check=False,

@@ -484,6 +484,11 @@ def test_nan_weights_or_inputs_are_named():
     with pytest.raises(ValueError, match=r"model 1 has NaN .* 'linears.1.weight'"):
         fuse(models, x, y, "kf", progress=False)
     models[1] = _model(MLP, 1)
+    target = _model(MLP, 2)
+    with torch.no_grad():
+        target.linears[0].bias[0] = float("inf")
+    with pytest.raises(ValueError, match=r"the fused model has NaN or infinite"):
+        fuse(models, x, y, "kf", fused=target, progress=False)
     with pytest.raises(ValueError, match="fusion set's inputs hold NaN"):
         fuse(models, x.clone().fill_(float("inf")), y, "hf", progress=False)
 

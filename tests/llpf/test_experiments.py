@@ -350,12 +350,19 @@ def test_comparison_table_metrics_and_best_method() -> None:
             "method": ["X", "Y"],
             "peak excess mean": [0.2, 0.1],
             "peak excess std": [0.06, 0.05],
+            "seeds": [2, 2],
         }
     )
     assert method_comparison(close, "k")[2].verdict is Verdict.WITHIN
     assert comparison_verdict(close, "k").startswith("on the k, Y had")
     assert "0.100 below X" in comparison_verdict(close, "k")
     assert "within the spread between seeds" in comparison_verdict(close, "k")
+    single = close.assign(seeds=[1, 1])
+    assert method_comparison(single, "k")[2].verdict is Verdict.UNKNOWN
+    assert "with one path seed, no spread" in comparison_verdict(single, "k")
+    diverged = close.assign(**{"peak excess mean": [float("nan"), 0.1]})
+    assert method_comparison(diverged, "k")[1] == "none"
+    assert "fewer than two methods" in comparison_verdict(diverged, "k")
     metrics = comparison_metrics(compare)
     assert metrics["m"]["polychain_peak_excess"] == 0.5
     assert metrics["m"]["autoneb_worst_peak_loss"] == 4.0
@@ -404,7 +411,7 @@ def test_ablation_over_seeds_pairs_the_runs_of_each_seed() -> None:
     row = table.loc["m"]
     assert (row["FDF mean"], row["all at once mean"]) == (2.0, 2.25)
     assert row["difference mean"] == pytest.approx(0.25)  # all at once - FDF
-    assert row["difference std"] == pytest.approx(0.75)  # of (1.0, -0.5)
+    assert row["difference std"] == pytest.approx(0.75 * 2**0.5)  # of (1.0, -0.5)
     assert (row["seeds FDF lower"], row["seeds"]) == (1, 2)
     assert ablation_comparison(table, "m").verdict is Verdict.WITHIN
     verdict = ablation_verdict(table, "m")

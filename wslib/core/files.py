@@ -24,6 +24,7 @@ import hashlib
 import importlib
 import json
 import os
+import socket
 import time
 import uuid
 import warnings
@@ -118,12 +119,22 @@ LOCK_REPORT_S = 30.0
 
 
 def process_state(pid: int) -> str:
-    """``running``, ``stopped`` or ``ended`` for process ``pid`` (``running`` where unknown)."""
+    """``running``, ``stopped`` or ``ended`` for process ``pid`` of this machine.
+
+    Read from ``/proc`` where there is one (Linux: stopped processes are seen);
+    elsewhere a signal 0 tells only whether the process exists.
+    """
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return "ended"
     except OSError:
+        if Path("/proc/self").exists():
+            return "ended"
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return "ended"
+        except PermissionError:
+            return "running"
         return "running"
     state = stat.rsplit(")", 1)[1].split()[0]  # the field after the command name
     return {"T": "stopped", "t": "stopped", "Z": "ended", "X": "ended"}.get(
@@ -132,12 +143,14 @@ def process_state(pid: int) -> str:
 
 
 def _holder(handle: Any) -> str:
-    """Who holds the lock of ``handle``: the process id its holder wrote, and its state."""
+    """Who holds the lock of ``handle``: the ``host:pid`` its holder wrote, and its state."""
     handle.seek(0)
-    text = handle.read().strip()
-    if not text.isdigit():
+    host, _, pid_text = handle.read().strip().rpartition(":")
+    if not pid_text.isdigit():
         return "another process"
-    pid = int(text)
+    pid = int(pid_text)
+    if host != socket.gethostname():
+        return f"process {pid} on host {host} (a shared file system)"
     state = process_state(pid)
     if state == "stopped":
         return (
@@ -189,7 +202,7 @@ def entry_lock(
 
     Check for the entry inside the lock: a process that waited finds the file
     its neighbour wrote and loads it. The entry is noted (:func:`note_entry`).
-    The holder writes its process id in the lock file; a process that waits
+    The holder writes its host and process id in the lock file; a process that waits
     says every ``report_every`` seconds for which entry and for which process
     (stopped or ended holders named as such), and gives up with a
     ``TimeoutError`` after ``timeout`` seconds (default: never).
@@ -202,7 +215,7 @@ def entry_lock(
             _acquire(handle, path, report_every, timeout)
             handle.seek(0)
             handle.truncate()
-            handle.write(f"{os.getpid()}\n")
+            handle.write(f"{socket.gethostname()}:{os.getpid()}\n")
             handle.flush()
         try:
             yield

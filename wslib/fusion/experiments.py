@@ -654,9 +654,10 @@ def styled_accuracy_table(
     importances: Sequence[str],
 ) -> Styler:
     """:func:`accuracy_table` for a page: each cell on one line, and in each
-    column the best fused model in bold (the mean individual model and the
-    ensemble, which costs several models at inference, are not candidates;
-    tied cells are all in bold)."""
+    column the highest mean among the fused models in bold (the mean
+    individual model and the ensemble, which costs several models at
+    inference, are not candidates; equal means are all in bold). A mark for
+    the eye, not a verdict: the chapter's verdicts weigh the spread."""
     table = accuracy_table(summary, regimes, n_models, methods, importances)
     means = summary.pivot_table(
         index=["method", "importance"], columns=["regime", "n"], values="mean"

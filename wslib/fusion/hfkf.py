@@ -183,8 +183,8 @@ def fuse(
     if grouping == "hf" and len(models) < 2:
         raise ValueError(f"HF fuses two or more models, got {len(models)}")
     check_same_architecture(models, same_widths=grouping == "hf")
-    check_finite(models, x)
     device = next(models[0].parameters()).device
+    check_finite(models, x, fused)
     fused = copy.deepcopy(models[0] if fused is None else fused).to(device).eval()
     residual = isinstance(models[0], RESIDUAL_ARCHS)
     levels = [] if residual else chain_levels(models[0])

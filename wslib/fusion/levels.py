@@ -115,13 +115,18 @@ def check_same_architecture(
             )
 
 
-def check_finite(models: Sequence[nn.Module], x: torch.Tensor) -> None:
-    """Raise a ValueError naming the first NaN or infinite weight of a model, or input."""
-    for i, m in enumerate(models):
+def check_finite(
+    models: Sequence[nn.Module], x: torch.Tensor, fused: nn.Module | None = None
+) -> None:
+    """Raise a ValueError naming the first NaN or infinite weight of a model (or
+    of the caller's ``fused`` model), or the inputs."""
+    named = [(f"model {i}", m) for i, m in enumerate(models)]
+    named += [] if fused is None else [("the fused model", fused)]
+    for label, m in named:
         for name, t in m.state_dict().items():
             if t.is_floating_point() and not bool(torch.isfinite(t).all()):
                 raise ValueError(
-                    f"model {i} has NaN or infinite values in {name!r}; fuse trained "
+                    f"{label} has NaN or infinite values in {name!r}; fuse trained "
                     "models with finite weights (check the run that produced it)"
                 )
     if x.is_floating_point() and not bool(torch.isfinite(x).all()):

@@ -33,7 +33,7 @@ from wslib.llpf.protocols import (
 )
 from wslib.runs.cache import cached_run
 from wslib.runs.published import LLPF, beside_paper, run_setting
-from wslib.runs.verdicts import Comparison
+from wslib.runs.verdicts import Comparison, Verdict
 from wslib.runs.verdicts import compare as compare_values
 from wslib.runs.zoo import Zoo
 
@@ -322,8 +322,9 @@ def ablation_seed_table(
     fdf: Mapping[str, Sequence[Result]], all_at_once: Mapping[str, Sequence[Result]]
 ) -> pd.DataFrame:
     """Per model, over paired path seeds: peak excess of FDF and all at once (mean, std),
-    their difference (all at once - FDF, mean and std over seeds) and the seeds where FDF
-    was lower."""
+    their difference (all at once - FDF, mean and sample std over seeds, the spread
+    of :func:`~wslib.runs.verdicts.compare_paired`; NaN for one seed) and the seeds
+    where FDF was lower."""
     rows = {}
     for name, runs in all_at_once.items():
         a = np.array([r["peak_excess"] for r in fdf.get(name, [])[: len(runs)]])
@@ -339,7 +340,7 @@ def ablation_seed_table(
             "all at once mean": b.mean(),
             "all at once std": b.std(),
             "difference mean": (b - a).mean(),
-            "difference std": (b - a).std(),
+            "difference std": (b - a).std(ddof=1) if len(a) > 1 else np.nan,
             "seeds FDF lower": int((a < b).sum()),
             "seeds": len(a),
         }
@@ -650,6 +651,7 @@ def comparison_table(
                     "method": method,
                     "peak excess mean": np.mean(excess),
                     "peak excess std": np.std(excess),
+                    "seeds": len(excess),
                     "worst peak loss": max(r["peak_loss"] for r in res),
                     "min test acc": min(r["min_test_acc"] for r in res),
                     "gradient steps (mean)": np.mean([r["grad_steps"] for r in res]),
@@ -669,24 +671,40 @@ def method_comparison(compare: pd.DataFrame, model: str) -> tuple[str, str, Comp
     """The lowest mean peak excess on ``model``, the runner-up, and the one verdict
     rule (:func:`~wslib.runs.verdicts.compare`) on their gap (ABOVE: the best is
     lower by more than the spread, the two seed standard deviations together)."""
-    rows = compare[compare.model == model].sort_values("peak excess mean")
+    rows = compare[compare.model == model]
     if len(rows) < 2:
         raise ValueError(f"need at least two methods on {model!r} to compare them")
+    rows = rows.dropna(subset=["peak excess mean"]).sort_values("peak excess mean")
+    if len(rows) < 2:  # a diverged run: no gap to judge
+        first = rows.iloc[0]["method"] if len(rows) else "none"
+        return first, "none", Comparison(Verdict.UNKNOWN, float("nan"), None)
     best, second = rows.iloc[0], rows.iloc[1]
     gap = second["peak excess mean"] - best["peak excess mean"]
     spread = best["peak excess std"] + second["peak excess std"]
-    return best["method"], second["method"], compare_values(gap, float(spread))
+    one_seed = min(best["seeds"], second["seeds"]) < 2
+    return (
+        best["method"],
+        second["method"],
+        compare_values(gap, None if one_seed else float(spread)),
+    )
 
 
 def comparison_verdict(compare: pd.DataFrame, model: str) -> str:
     """:func:`method_comparison` in one sentence, with the numbers it rests on."""
     first, runner_up, c = method_comparison(compare, model)
+    if runner_up == "none":
+        return f"on the {model}, fewer than two methods had a finite peak excess"
     rows = compare[compare.model == model].set_index("method")
     a, b = rows.loc[first], rows.loc[runner_up]
-    how = c.word(
-        above="more than their seed standard deviations together",
-        below="",  # the runner-up is never lower
-        within="within the spread between seeds (their standard deviations together)",
+    how = (
+        "with one path seed, no spread to judge the gap by"
+        if c.verdict is Verdict.UNKNOWN
+        else c.word(
+            above="more than their seed standard deviations together",
+            below="",  # the runner-up is never lower
+            within="within the spread between seeds (their standard deviations "
+            "together)",
+        )
     )
     return (
         f"on the {model}, {first} had the lowest mean peak excess "

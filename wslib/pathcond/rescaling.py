@@ -242,6 +242,8 @@ def diag_g(model: nn.Module, in_shape: Sequence[int]) -> dict[str, torch.Tensor]
         ones = torch.ones(1, *in_shape, dtype=torch.float64)
         try:
             out = gm(ones.to(model_device(gm)))
+        except torch.cuda.OutOfMemoryError:
+            raise
         except RuntimeError as error:
             raise ValueError(
                 f"in_shape {list(in_shape)} does not fit the model "

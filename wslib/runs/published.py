@@ -65,7 +65,6 @@ def _fusion_table1() -> tuple[Published, ...]:
 FUSION = _fusion_table1()
 """The fusion paper's Table 1 (chapter 10)."""
 
-#: The PathCond paper's reported numbers and their settings.
 PATHCOND = _reported(
     "fully convolutional net",
     {"data": "cifar10", "model": "cifar_nv", "width": "1.0"},
@@ -74,7 +73,6 @@ PATHCOND = _reported(
 )
 """The PathCond paper's fully convolutional net on CIFAR-10 (chapter 8)."""
 
-#: The LLPF paper's reported numbers and their settings.
 LLPF = _reported(
     "AutoNEB comparison",
     {"data": "cifar10", "model": "resnet18", "width": "1.0"},

@@ -46,6 +46,11 @@ def seed_results(results_dir: Path, notebook: str) -> dict[int, dict[str, Any]]:
                 f"{path} is not a results file ({error}); delete it and run the "
                 "chapter again (make notebook NB=... SEED=...)"
             ) from None
+        if not isinstance(results, dict):
+            raise ValueError(
+                f"{path} is not a results file (a JSON {type(results).__name__}); "
+                "delete it and run the chapter again (make notebook NB=... SEED=...)"
+            )
         seed = results.get("params", {}).get("seed")
         if isinstance(seed, int):
             by_seed[seed] = results
