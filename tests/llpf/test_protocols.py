@@ -31,6 +31,7 @@ from wslib.llpf.protocols import (
     m2o_run,
     method_run,
     peak_anatomy,
+    threshold_loss,
     variance_along,
 )
 
@@ -110,7 +111,8 @@ def test_the_threshold_decides_how_long_the_refinement_runs() -> None:
     ds = dataset()
     settings = {"ticks": 3, "lr": 1e-6, "r_max": 9, "record_every": 1}
     easy = PathSetup(ds, batch_size=8, r_min=2, margin=100.0)
-    hard = PathSetup(ds, batch_size=8, r_min=2, margin=-100.0)
+    ends = threshold_loss([a, b], ds, 8)
+    hard = PathSetup(ds, batch_size=8, r_min=2, margin=-ends)  # threshold 0
     # a tick's refinement stops after r_min steps under an easy threshold and
     # runs to r_max under an unreachable one (the last tick lands on B, no steps)
     assert m2m_path(easy, [a, b], settings, seed=0).total_grad_steps == 2 * 2
