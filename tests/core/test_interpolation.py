@@ -96,3 +96,18 @@ def test_path_ends_match_model_evaluation() -> None:
     assert evaluate_states(ma, [ma.state_dict()], x, y, progress=False)[
         "train_acc"
     ].shape == (1,)
+
+
+def test_bn_statistics_come_from_the_training_data_only() -> None:
+    """Every evaluated point's BatchNorm statistics are the training set's, the
+    test set's metrics included (a test set of another distribution shows it)."""
+    x, y = _data()
+    xt, yt = 3.0 + 2.0 * x[:48], y[:48]
+    torch.manual_seed(0)
+    model = build_model(RESNET)
+    res = evaluate_states(model, [model.state_dict()], x, y, xt, yt, progress=False)
+    ref = build_model(RESNET)
+    ref.load_state_dict(model.state_dict())
+    reset_bn_stats(ref, x)
+    assert res["train_loss"][0] == pytest.approx(evaluate(ref, x, y)[0], rel=1e-5)
+    assert res["test_loss"][0] == pytest.approx(evaluate(ref, xt, yt)[0], rel=1e-5)

@@ -21,6 +21,7 @@ from wslib.fusion.baselines import (
     permuted_importance_average,
     rebasin_activation_matching,
     rebasin_weight_matching,
+    soft_target_loss,
     transport,
 )
 from wslib.fusion.hfkf import attribution_share, depth_map, fuse, model_importance
@@ -533,6 +534,20 @@ def test_the_callers_models_keep_their_mode_and_device(method):
     assert all(m.training for m in models)
     assert not fused.training
     assert next(fused.parameters()).device == next(models[0].parameters()).device
+
+
+@pytest.mark.parametrize("temperature", [1.0, 2.0, 4.0])
+def test_the_distillation_loss_is_t_squared_kl_at_temperature_t(temperature):
+    g = torch.Generator().manual_seed(0)
+    student, teacher = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g)
+    soft = torch.softmax(teacher / temperature, 1)
+    q = torch.softmax(student / temperature, 1)
+    kl = (soft * (soft.log() - q.log())).sum(1).mean()
+    loss = soft_target_loss(student, soft, temperature)
+    assert float(loss) == pytest.approx(temperature**2 * float(kl), rel=1e-5)
+    assert float(soft_target_loss(teacher, soft, temperature)) == pytest.approx(
+        0.0, abs=1e-6
+    )  # the teacher itself is the optimum at every temperature
 
 
 def test_distillation_keeps_the_teachers_mode():

@@ -494,6 +494,16 @@ def distill(
     return student.eval()
 
 
+def soft_target_loss(
+    logits: torch.Tensor, soft: torch.Tensor, temperature: float
+) -> torch.Tensor:
+    """Hinton et al.'s distillation loss: ``T^2 KL(soft || softmax(logits / T))``,
+    averaged over the batch; ``soft`` is the teacher's softmax at temperature ``T``
+    (the ``T^2`` keeps the gradients' scale independent of ``T``)."""
+    logp = F.log_softmax(logits / temperature, 1)
+    return F.kl_div(logp, soft, reduction="batchmean") * temperature**2
+
+
 def _fit_soft_targets(
     module: nn.Module,
     inputs: torch.Tensor,
@@ -504,14 +514,13 @@ def _fit_soft_targets(
     batch_size: int,
     seed: int,
 ) -> None:
-    """Adam on the temperature-scaled KL divergence between ``module(inputs)`` and ``soft``."""
+    """Adam on :func:`soft_target_loss` between ``module(inputs)`` and ``soft``."""
     opt = torch.optim.Adam(module.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
         for idx in batches(len(inputs), batch_size, gen):
             idx = torch.as_tensor(idx, device=inputs.device)
-            logp = F.log_softmax(module(inputs[idx]) / temperature, 1)
-            loss = F.kl_div(logp, soft[idx], reduction="batchmean") * temperature**2
+            loss = soft_target_loss(module(inputs[idx]), soft[idx], temperature)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
