@@ -1,25 +1,29 @@
 """A chapter downloaded from the book (or opened in Colab) runs outside a checkout.
 
 Its setup cell installs ``wslib[notebook]`` (here from a wheel of the tests'
-checkout copy, through ``WSLIB_SOURCE``) into a Python that has neither
-``wslib`` nor what the chapter imports besides it (``myst_nb``, which pip
-then takes from the package index), and the chapter writes its results in the
-folder it runs in.
+checkout copy, through ``WSLIB_SOURCE``; offline) into a Python that does not
+have ``wslib``, and the chapter writes its results in the folder it runs in.
+What the chapters import besides ``wslib`` must be in wslib's dependencies or
+its ``notebook`` extra (checked from the notebooks' imports).
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
+import tomllib
 from pathlib import Path
 
-from tests.conftest import SMOKE, load_script
+from tests.conftest import NOTEBOOKS, ROOT, SMOKE, load_script
 
 CHAPTER = "06_pathlifting"  # a short chapter in the smoke profile
-HIDDEN = ("wslib", "myst_nb")  # installed by the setup cell, not seen before
+HIDDEN = ("wslib",)  # installed by the setup cell, not seen before
 
 
 def site_packages(python: Path) -> Path:
@@ -101,3 +105,31 @@ def test_downloaded_chapter_installs_wslib_and_runs(
     assert results["env"]["commit"] == "unknown"  # it ran outside any checkout
     installed = site_packages(python) / "wslib"
     assert installed.is_dir(), "the setup cell did not install wslib"
+
+
+def chapter_imports() -> set[str]:
+    """The top-level modules the chapters' code cells import (the standard library aside)."""
+    found = set()
+    for nb in NOTEBOOKS:
+        cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
+        for cell in cells:
+            if cell["cell_type"] == "code":
+                for node in ast.walk(ast.parse("".join(cell["source"]))):
+                    if isinstance(node, ast.Import):
+                        found |= {a.name.split(".")[0] for a in node.names}
+                    elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                        found.add(node.module.split(".")[0])
+    return found - set(sys.stdlib_module_names) - {"wslib"}
+
+
+def test_the_notebook_extra_declares_what_the_chapters_import() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    declared = project["dependencies"] + project["optional-dependencies"]["notebook"]
+    names = {re.split(r"[<>=\[ ;]", r)[0].lower() for r in declared}
+    providers = importlib.metadata.packages_distributions()
+    missing = {
+        module
+        for module in chapter_imports()
+        if not {d.lower() for d in providers.get(module, [])} & names
+    }
+    assert not missing, f"add the packages of {sorted(missing)} to the notebook extra"
