@@ -44,6 +44,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -162,7 +163,24 @@ def is_current(job: Job) -> bool:
     code = runner.code_fingerprint(job.nb)
     own = runner.ROOT / params["results_path"]
     default = runner.ROOT / "results" / job.profile / f"{job.nb}.json"
-    return same_run(own, params, code) or same_run(default, params, code)
+    if same_run(own, params, code):
+        return True
+    if same_run(default, params, code):
+        adopt(job, default, own)
+        return True
+    return False
+
+
+def adopt(job: Job, results: Path, own: Path) -> None:
+    """Copy ``make book``'s own run of ``job`` (its results file and executed
+    notebook) into the job's seed folders, which ``make book SEEDS=...`` builds
+    the book from."""
+    executed = runner.ROOT / "build" / job.profile / f"{job.nb}.ipynb"
+    if executed.exists():
+        job.folder(runner.ROOT).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(executed, job.folder(runner.ROOT) / executed.name)
+    own.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(results, own)
 
 
 def job_env() -> dict[str, str]:

@@ -146,6 +146,10 @@ def test_the_seed_make_book_ran_is_not_run_again(repo: Path) -> None:
     done = sweep(repo, "--seeds", "0", "1")
     assert done.returncode == 0, done.stderr
     assert "2 jobs, 1 already done" in done.stdout
-    assert not (repo / "results/cpu/seed-0").exists()
+    # make book's run is adopted as seed 0's: make book SEEDS=... builds from it
+    assert (repo / "build/cpu/seed-0/00_tiny.ipynb").is_file()
+    assert (repo / "results/cpu/seed-0/00_tiny.json").read_text() == (
+        repo / "results/cpu/00_tiny.json"
+    ).read_text()
     summary = json.loads((repo / "results/cpu/seeds/00_tiny.json").read_text())
     assert summary["metrics"]["value"]["values"] == {"0": 3.0, "1": 13.0}
