@@ -38,7 +38,9 @@ def lines(cell: nbformat.NotebookNode) -> int:
     return sum(1 for line in cell.source.splitlines() if line.strip())
 
 
-INSTALL = 'find_spec("wslib") is None'  # the cell that installs wslib outside a checkout
+INSTALL = (
+    'find_spec("wslib") is None'  # the cell that installs wslib outside a checkout
+)
 
 
 def steps(nb: str) -> list[nbformat.NotebookNode]:
