@@ -539,6 +539,8 @@ class Work:
     batch: int = 256
     record_every: int = 0
     eval_examples: int = 0
+    runs: int = 1  # ``train``: runs stacked into one model, every step shared
+    autocast: bool = True  # whether the bf16 column counts it at bf16 rates
 
 
 def _steps(n: int, recipe: dict[str, Any]) -> tuple[float, int]:
@@ -567,6 +569,27 @@ class Counter:
     def steps(self, model: dict, steps: float, batch: int) -> None:
         self.items.append(Work("train", model, steps, batch))
 
+    def mlp_runs(self, base: dict, runs: list[tuple], n: int, batch: int) -> None:
+        """One ``RunGrid.train`` call: ``(shape, count, epochs, method)`` runs on ``n`` examples.
+
+        Runs of one shape and number of epochs stack (one step at ``batch``
+        for all); ENorm's run apart, each step followed by an ENorm cycle.
+        """
+        batches = math.ceil(n / batch)
+        stacks: dict[tuple, int] = {}
+        for (widths, bias, act), count, epochs, method in runs:
+            model = {**base, "widths": list(widths), "output_bias": bias}
+            model["activation"] = act
+            steps = epochs * batches
+            if method == "enorm":
+                self.items.append(Work("train", model, count * steps, batch))
+                self.items.append(Work("floor", None, ENORM_COST * count * steps))
+            else:
+                key = (json.dumps(model, sort_keys=True), steps)
+                stacks[key] = stacks.get(key, 0) + count
+        for (model, steps), count in stacks.items():
+            self.items.append(Work("train", json.loads(model), steps, batch, runs=count))
+
     def cpu(self, what: str, count: float) -> None:
         """``count`` times the CPU-side work ``what`` (a key of :data:`CPU_SECONDS`)."""
         self.items.append(Work("cpu", None, count * CPU_SECONDS[what]))
@@ -574,11 +597,15 @@ class Counter:
     def evaluate(self, model: dict, examples: float) -> None:
         self.items.append(Work("eval", model, examples))
 
-    def path(self, model: dict, settings: dict, batch: int, data: dict) -> None:
+    def path(
+        self, model: dict, settings: dict, batch: int, data: dict, autocast: bool = True
+    ) -> None:
+        """A path of ``settings["ticks"]`` ticks (``autocast=False``: a baseline's, always fp32)."""
         n_train, n_test = DATA_SIZES[data["name"]]
         every = int(settings.get("record_every", 5))
+        ticks, examples = settings["ticks"], n_train + n_test
         self.items.append(
-            Work("ticks", model, settings["ticks"], batch, every, n_train + n_test)
+            Work("ticks", model, ticks, batch, every, examples, autocast=autocast)
         )
 
 
@@ -606,8 +633,12 @@ def _llpf_chapter(p: dict, c: Counter, nb: str) -> None:
             paths += p["path_seeds"] * (name in p["ablation_archs"])
             paths += name == next(iter(p["models"]))  # the peak anatomy run
         else:  # 04: every method at LLPF's step budget, on each seed and in tuning
-            n_methods = 1 + len(p["baselines"])
-            paths = p["n_seeds"] * n_methods + sum(len(v) for v in p["tuning"].values())
+            tuning = {k: len(v) for k, v in p["tuning"].items()}
+            baselines = p["n_seeds"] * len(p["baselines"]) + sum(tuning.values())
+            baselines -= tuning.get("LLPF", 0)
+            for _ in range(baselines):  # Bezier and AutoNEB do not autocast
+                c.path(model, p["llpf"][name], batch, data, autocast=False)
+            paths = p["n_seeds"] + tuning.get("LLPF", 0)
         for _ in range(paths):
             c.path(model, p["llpf"][name], batch, data)
 
@@ -650,34 +681,50 @@ def _pathcond_chapter(p: dict, c: Counter, nb: str) -> None:
             if model["name"] != "mlp":
                 c.cpu("pathcond solver, conv net", 1)
         return
+    _mlp_chapter(p, c)
+
+
+def _mlp_chapter(p: dict, c: Counter) -> None:
+    """Chapter 7: its four calls of ``RunGrid.train``, each run counted as stacked or not.
+
+    A call's runs of one MLP (widths, output bias, activation) and one number
+    of epochs train as one stacked model on a GPU
+    (:func:`wslib.pathcond.training.train_runs`); ENorm's runs train apart.
+    """
     n, _ = DATA_SIZES[p["data"]["name"]]
-    recipe, seeds = p["recipe"], p["n_seeds"]
-    runs = []  # (widths, runs, epochs, method), every method counted apart
-    for cfg in p["configs"].values():
-        for method in cfg["methods"]:
-            runs.append((cfg["widths"], seeds, recipe["epochs"], method))
-    for widths in p["size_sweep"]["widths"]:
-        runs += [(widths, seeds, recipe["epochs"], m) for m in ("baseline", "pathcond")]
-    act = p["configs"][p["activation_config"]]["widths"]
-    runs += [
-        (act, p["n_activation_seeds"], recipe["epochs"], m)
-        for _ in p["activations"]
-        for m in ("baseline", "pathcond")
+    epochs, seeds, long = p["recipe"]["epochs"], p["n_seeds"], p["long_epochs"]
+    configs, swept = p["configs"], ("baseline", "pathcond")
+
+    def shape(name: str, widths: list | None = None, act: str = "relu") -> tuple:
+        cfg = configs[name]
+        bias = cfg.get("output_bias", p["mlp"].get("output_bias", True))
+        return (tuple(cfg["widths"] if widths is None else widths), bias, act)
+
+    main = [
+        (shape(name), seeds, epochs, method)
+        for name, cfg in configs.items()
+        for method in cfg["methods"]
     ]
-    n_rates = len(p["lr_grid"]) + len(p["lr_refine"])
-    for name in p["lr_sweep_configs"]:
-        widths = p["configs"][name]["widths"]
-        for m in ("baseline", "pathcond"):
-            runs += [
-                (widths, n_rates, p["long_epochs"], m),
-                (widths, seeds, p["long_epochs"], m),
-            ]
-    batch = recipe["batch_size"]
-    for widths, count, epochs, method in runs:
-        steps = count * epochs * math.ceil(n / batch)
-        c.steps({**p["mlp"], "widths": widths}, steps, batch)
-        if method == "enorm":
-            c.items.append(Work("floor", None, ENORM_COST * steps))
+    sizes = p["size_sweep"]
+    main += [
+        (shape(sizes["config"], w), seeds, epochs, m)
+        for w in sizes["widths"]
+        for m in swept
+    ]
+    act = p["activation_config"]
+    main += [
+        (shape(act, act=a), p["n_activation_seeds"], epochs, m)
+        for a in p["activations"]
+        for m in swept
+    ]
+    pairs = [(name, m) for name in p["lr_sweep_configs"] for m in swept]
+    rounds = [
+        [(shape(name), len(p[rates]), long, m) for name, m in pairs]
+        for rates in ("lr_grid", "lr_refine")
+    ]
+    long_runs = [(shape(name), seeds, long, m) for name, m in pairs]
+    for call in (main, *rounds, long_runs):
+        c.mlp_runs(p["mlp"], call, n, p["recipe"]["batch_size"])
 
 
 def _fusion_chapter(p: dict, c: Counter, nb: str) -> None:
@@ -876,16 +923,17 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
     but never less than the small-model floor; an evaluated example takes
     ``rates.eval_s`` scaled by FLOPs (floored per batch of :data:`EVAL_BATCH`);
     a tick takes ``rates.tick_steps`` refinement steps, each
-    ``rates.refine_step_s`` scaled like a training step and in fp32 (LLPF's
-    refinement does not autocast); saves scale with the number of parameters.
+    ``rates.refine_step_s`` scaled like a training step (with ``bf16``, by
+    the bf16/fp32 ratio of training steps, for LLPF's refinement: Bezier and
+    AutoNEB do not autocast); saves scale with the number of parameters.
     """
     ref_flops = flops(RESNET)
     ref = ref_flops * rates.batch
     ref_params = model_info(RESNET)[1]
     step_ref = rates.bf16_step_s if bf16 else rates.step_s
 
-    def step(model: dict, batch: int, per: float = step_ref) -> float:
-        return max(rates.floor_s, per * flops(model) * batch / ref)
+    def step(model: dict, batch: int, per: float = step_ref, runs: int = 1) -> float:
+        return max(rates.floor_s, runs * per * flops(model) * batch / ref)
 
     def evaluation(model: dict, examples: float) -> float:
         per_batch = rates.eval_s * EVAL_BATCH * flops(model) / ref_flops
@@ -894,7 +942,7 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
     total = 0.0
     for w in items:
         if w.kind == "train":
-            total += w.amount * step(w.model, w.batch)
+            total += w.amount * step(w.model, w.batch, runs=w.runs)
         elif w.kind == "eval":
             total += evaluation(w.model, w.amount)
         elif w.kind == "floor":
@@ -904,7 +952,10 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
         elif w.kind == "cpu":
             total += w.amount
         elif w.kind == "ticks":
-            refine = rates.tick_steps * step(w.model, w.batch, rates.refine_step_s)
+            per = rates.refine_step_s
+            if bf16 and w.autocast:
+                per *= rates.bf16_step_s / rates.step_s
+            refine = rates.tick_steps * step(w.model, w.batch, per)
             records = w.amount / max(w.record_every, 1)
             evals = evaluation(w.model, records * w.eval_examples)
             saves = records * rates.save_s * model_info(w.model)[1] / ref_params

@@ -123,7 +123,14 @@ class DeviceDiscipline(TorchFunctionMode):
 
 
 def _storage(t: Tensor) -> Any:
-    """The storage object of ``t``: one per storage, alive while any view is."""
+    """The storage object of ``t``: one per storage, alive while any view is.
+
+    Inside ``torch.vmap`` a tensor is a wrapper around the batched tensor
+    it stands for: that tensor's storage decides.
+    """
+    functorch = torch._C._functorch
+    while functorch.is_functorch_wrapped_tensor(t):
+        t = functorch.get_unwrapped(t)
     return t.untyped_storage()
 
 

@@ -105,8 +105,33 @@ def test_chapter_7_counts_every_run(check):
     sweeps = len(p["lr_sweep_configs"]) * 2 * (n_rates + p["n_seeds"])
     expected = (main + sizes + acts + sweeps * p["long_epochs"]) * steps
     items = check.chapter_work()["07_pathcond_mlp"]
-    assert sum(w.amount for w in items if w.kind == "train") == expected
-    assert {w.batch for w in items if w.kind == "train"} == {p["recipe"]["batch_size"]}
+    train = [w for w in items if w.kind == "train"]
+    assert sum(w.amount * w.runs for w in train) == expected
+    assert {w.batch for w in train} == {p["recipe"]["batch_size"]}
+    # runs of MLP 500x3 without output bias share one stack per call: the
+    # main call's methods on each seed, the rate grid's two methods at each rate
+    plain = {
+        name: [m for m in c["methods"] if m != "enorm"]
+        for name, c in p["configs"].items()
+        if c["widths"] == [500] * 3 and not c.get("output_bias", False)
+    }
+    main = sum(map(len, plain.values())) * p["n_seeds"]
+    grid = 2 * len(p["lr_grid"]) * len(set(plain) & set(p["lr_sweep_configs"]))
+    assert {main, grid} <= {w.runs for w in train}
+    assert max(w.runs for w in train) == max(main, grid)
+    enorm = [w for w in train if w.runs == 1 and w.model["widths"] == [500] * 3]
+    assert enorm, "ENorm's runs are counted apart"
+
+
+def test_stacked_runs_share_their_steps(check):
+    rates = check.ASSUMED
+    mlp = {"name": "mlp", "in_shape": [3, 32, 32], "n_classes": 10, "widths": [500]}
+    one = check.Work("train", mlp, 100, 128)
+    many = check.Work("train", mlp, 100, 128, runs=8)
+    assert check.seconds([one], rates) == pytest.approx(100 * rates.floor_s)
+    assert check.seconds([many], rates) == check.seconds([one], rates)  # the floor
+    big = check.Work("train", check.RESNET, 100, rates.batch, runs=3)
+    assert check.seconds([big], rates) == pytest.approx(3 * 100 * rates.step_s)
 
 
 def test_a_model_in_the_zoo_is_trained_once(check, tmp_path):
@@ -204,10 +229,27 @@ def test_chapter_10_counts_its_cpu_side_grouping_and_matching(check):
     assert sum(w.amount for w in items if w.kind == "cpu") == pytest.approx(expected)
 
 
-def test_llpf_ticks_are_counted_in_fp32_and_by_the_pilot_rates(check):
+def test_llpf_ticks_are_counted_by_the_pilot_rates_baselines_in_fp32(check):
     rates = check.ASSUMED
     tick = check.Work("ticks", check.RESNET, 10, rates.batch, record_every=0)
     # each tick a record (record_every 0 counts as 1), so a save each
     expected = 10 * rates.tick_steps * rates.refine_step_s + 10 * rates.save_s
     assert check.seconds([tick], rates) == pytest.approx(expected)
-    assert check.seconds([tick], rates, bf16=True) == check.seconds([tick], rates)
+    bf16 = expected - 10 * rates.tick_steps * rates.refine_step_s * (
+        1 - rates.bf16_step_s / rates.step_s
+    )
+    assert check.seconds([tick], rates, bf16=True) == pytest.approx(bf16)
+    baseline = check.Work("ticks", check.RESNET, 10, rates.batch, autocast=False)
+    assert check.seconds([baseline], rates, bf16=True) == check.seconds(
+        [baseline], rates
+    )
+    p = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())[
+        "04_llpf_baselines"
+    ]
+    items = [w for w in check.chapter_work()["04_llpf_baselines"] if w.kind == "ticks"]
+    tuned = {k: len(v) for k, v in p["tuning"].items()}
+    llpf = (p["n_seeds"] + tuned["LLPF"]) * len(p["models"])
+    assert sum(w.autocast for w in items) == llpf
+    assert len(items) == llpf + len(p["models"]) * (
+        p["n_seeds"] * len(p["baselines"]) + sum(tuned.values()) - tuned["LLPF"]
+    )

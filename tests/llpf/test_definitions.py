@@ -512,3 +512,21 @@ def test_refine_refuses_values_that_would_run_silently_wrong(bad: dict) -> None:
     name = next(iter(bad))
     with pytest.raises(ValueError, match=f"{name} must be"):
         Refine(**bad)
+
+
+@pytest.mark.parametrize("precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+def test_refinement_runs_its_forward_pass_in_its_precision(precision, dtype) -> None:
+    model, _, _ = pair()
+    x, y = data()
+    seen = []
+    model.linears[-1].register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    refine = Refine(lr=0.1, batch_size=8, r_min=2, r_max=2, precision=precision)
+    opt = torch.optim.SGD(model.parameters(), lr=refine.lr)
+    refine_point(model, opt, x, y, refine, torch.Generator().manual_seed(0))
+    assert seen == [dtype, dtype]
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+
+
+def test_refine_names_an_unknown_precision() -> None:
+    with pytest.raises(ValueError, match="unknown precision 'fp16'"):
+        Refine(precision="fp16")

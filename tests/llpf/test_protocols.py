@@ -23,6 +23,7 @@ from wslib.llpf.path import LLPFPath
 from wslib.llpf.protocols import (
     CODE,
     PathSetup,
+    batch_mode_loss,
     compare_at_equal_steps,
     endpoint_loss,
     hybrid_run,
@@ -289,3 +290,15 @@ def test_on_refined_sees_the_point_before_its_projection() -> None:
     for t in before:
         assert after[t] == pytest.approx(start_var, rel=1e-4)
         assert before[t] != pytest.approx(start_var, rel=1e-4)
+
+
+def test_a_bf16_refinement_measures_its_threshold_in_bf16() -> None:
+    s = setup()
+    a, b = pair()
+    settings = {"lr": 0.3, "r_max": 7, "ticks": 1, "precision": "bf16"}
+    refine = s.refine([a, b], settings)
+    bf16 = max(batch_mode_loss(m, s.ds, 8, "bf16") for m in (a, b))
+    assert refine.precision == "bf16" and refine.threshold == bf16 + 0.25
+    assert threshold_loss([a, b], s.ds, 8, "bf16") == bf16
+    assert bf16 != pytest.approx(endpoint_loss([a, b], s.ds), rel=1e-6)
+    assert bf16 == pytest.approx(endpoint_loss([a, b], s.ds), rel=0.05)

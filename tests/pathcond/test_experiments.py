@@ -11,7 +11,7 @@ import torch
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.core.train import Recipe
-from wslib.pathcond import experiments
+from wslib.pathcond import experiments, training
 from wslib.pathcond.experiments import (
     PAPER_SWEEPS,
     Job,
@@ -157,14 +157,14 @@ def grid():
 
 @pytest.fixture
 def fake_jobs(monkeypatch):
-    """Replace run_jobs by a recorder returning the job's arguments as its run."""
+    """Replace train_runs by a recorder returning the job's arguments as its run."""
     calls: list[list[dict]] = []
 
-    def run_jobs(fn, jobs, workers=None, desc="runs"):
+    def train_runs(jobs, workers=None, desc="runs", stack=None):
         calls.append(list(jobs))
         return [{**job, "acc": [job["recipe"].lr]} for job in jobs]
 
-    monkeypatch.setattr(experiments, "run_jobs", run_jobs)
+    monkeypatch.setattr(experiments, "train_runs", train_runs)
     return calls
 
 
@@ -377,3 +377,33 @@ def test_the_rate_search_stops_each_run_at_the_threshold_and_nothing_else(
     assert seen and {j.stop_at for j in seen} == {0.99}
     assert {j.epochs for j in seen} == {9}
     assert grid.job(*pair, 0).stop_at is None  # evaluation runs go the full length
+
+
+def test_stacked_runs_equal_their_runs_apart_and_are_cached_apart(tmp_path, monkeypatch):
+    """On a GPU chapter 7's runs train stacked: the same runs, each stored on its own."""
+    grid = RunGrid(BASE, toy_data(), RECIPE, CONFIGS, cache_dir=tmp_path, workers=1)
+    jobs = [
+        grid.job("const", "baseline", 0),
+        grid.job("low", "pathcond", 1, lr=0.05),
+        grid.job("const", "baseline", 2, epochs=3),  # another recipe: its own stack
+        grid.job("low", "pathcond", 3, stop_at=0.5),  # another stop: its own stack
+    ]
+    grid.configs = {**CONFIGS, "en": {**CONFIGS["const"], "methods": ["enorm"]}}
+    jobs.append(grid.job("en", "enorm", 4))  # ENorm acts after each step: apart
+    arguments = [grid.arguments(j) for j in jobs]
+    stacked = training.train_runs(arguments, workers=1, stack=True)
+    apart = training.train_runs(arguments, workers=1, stack=False)
+    for a, b in zip(stacked, apart, strict=True):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
+        assert a["test_acc"] == pytest.approx(b["test_acc"], abs=1 / 24)
+        assert a["rescale_converged"] == b["rescale_converged"]
+    assert len(list(tmp_path.glob("*.json"))) == 2 * len(jobs) - 1  # ENorm's once
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a stored stacked run was trained again")
+
+    monkeypatch.setattr(training, "fit_stacked", refuse)
+    again = training.train_runs(arguments, workers=1, stack=True)
+    assert [r["loss"] for r in again] == [r["loss"] for r in stacked]
+    assert not training.stackable(arguments[-1])
+    assert all(training.stackable(a) for a in arguments[:-1])

@@ -46,7 +46,7 @@ def no_work(monkeypatch):
 
     for module in (experiments, units):
         monkeypatch.setattr(module, "load_dataset", refuse)
-    monkeypatch.setattr(experiments, "run_jobs", refuse)
+    monkeypatch.setattr(experiments, "train_runs", refuse)
     monkeypatch.setattr(experiments, "train_run", refuse)
 
 
@@ -149,7 +149,7 @@ def recorded(monkeypatch, toy) -> list[tuple]:
     """Fake training: each run's accuracy is its rate; returns the runs trained."""
     calls: list[tuple] = []
 
-    def run_jobs(fn, jobs, workers=None, desc="runs"):
+    def train_runs(jobs, workers=None, desc="runs", stack=None):
         out = []
         for job in jobs:
             recipe = job["recipe"]
@@ -159,7 +159,7 @@ def recorded(monkeypatch, toy) -> list[tuple]:
             out.append({"acc": [recipe.lr] * recipe.epochs})
         return out
 
-    monkeypatch.setattr(experiments, "run_jobs", run_jobs)
+    monkeypatch.setattr(experiments, "train_runs", train_runs)
     return calls
 
 

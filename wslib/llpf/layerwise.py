@@ -72,7 +72,7 @@ from tqdm.auto import tqdm
 from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import norm_parameter_names
-from wslib.core.train import model_device
+from wslib.core.train import PRECISIONS, model_device
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.units import refuse_compute
 
@@ -101,7 +101,11 @@ class Refine:
     """Refinement by plain SGD (no momentum, no weight decay) after each move.
 
     At least ``r_min`` steps; stop once the mean of the last ``r_min`` batch
-    losses is ``<= threshold``; at most ``r_max`` steps.
+    losses is ``<= threshold``; at most ``r_max`` steps. With ``precision``
+    ``"bf16"`` the forward pass and loss run under bfloat16 autocast (the
+    weights, moves and projections stay in float32); the threshold should
+    then be measured the same way
+    (:func:`wslib.llpf.protocols.threshold_loss`).
     """
 
     lr: float = 0.01
@@ -109,8 +113,13 @@ class Refine:
     r_min: int = 5
     r_max: int = 100
     threshold: float = 0.05
+    precision: str = "fp32"
 
     def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(
+                f"unknown precision {self.precision!r}; valid: {PRECISIONS}"
+            )
         if not 1 <= self.r_min <= self.r_max:
             raise ValueError(
                 f"need 1 <= r_min <= r_max, got r_min={self.r_min}, r_max={self.r_max}"
@@ -258,9 +267,11 @@ def refine_point(
     x, y = x.to(dev), y.to(dev)
     window: list[torch.Tensor] = []
     steps = 0
+    autocast = torch.autocast(dev.type, torch.bfloat16, refine.precision == "bf16")
     while steps < refine.r_max:
         idx = torch.randint(len(x), (refine.batch_size,), generator=gen).to(dev)
-        loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+        with autocast:
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

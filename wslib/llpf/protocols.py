@@ -81,12 +81,15 @@ def endpoint_loss(models: Sequence[nn.Module], ds: Dataset) -> float:
 
 
 @torch.no_grad()
-def batch_mode_loss(model: nn.Module, ds: Dataset, batch_size: int) -> float:
+def batch_mode_loss(
+    model: nn.Module, ds: Dataset, batch_size: int, precision: str = "fp32"
+) -> float:
     """Mean training loss of ``model`` in training mode over batches of ``batch_size``.
 
     What the refinement's stop rule sees: BatchNorm normalises with the
-    statistics of each batch. The training set is split once, in a fixed
-    shuffled order, into full batches (a smaller set is one batch); the
+    statistics of each batch, and with ``precision`` ``"bf16"`` the forward
+    pass runs under bfloat16 autocast. The training set is split once, in a
+    fixed shuffled order, into full batches (a smaller set is one batch); the
     model runs on a copy, so its running statistics stay as they are.
     """
     probe = copy.deepcopy(model).train()
@@ -95,14 +98,19 @@ def batch_mode_loss(model: nn.Module, ds: Dataset, batch_size: int) -> float:
     order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
     size = min(batch_size, n)
     total = torch.zeros((), dtype=torch.float64, device=dev)
+    autocast = torch.autocast(dev.type, torch.bfloat16, precision == "bf16")
     for start in range(0, n - size + 1, size):
         idx = order[start : start + size]
-        out = probe(ds.x_train[idx].to(dev))
-        total += nn.functional.cross_entropy(out, ds.y_train[idx].to(dev)).double()
+        with autocast:
+            out = probe(ds.x_train[idx].to(dev))
+            loss = nn.functional.cross_entropy(out, ds.y_train[idx].to(dev))
+        total += loss.double()
     return float(total) / (n // size)
 
 
-def threshold_loss(models: Sequence[nn.Module], ds: Dataset, batch_size: int) -> float:
+def threshold_loss(
+    models: Sequence[nn.Module], ds: Dataset, batch_size: int, precision: str = "fp32"
+) -> float:
     """The larger endpoint loss, measured as the refinement's stop rule measures it.
 
     The stop rule averages training-mode batch losses; the threshold must be
@@ -114,11 +122,12 @@ def threshold_loss(models: Sequence[nn.Module], ds: Dataset, batch_size: int) ->
     forward pass per step and running statistics that refinement keeps
     changing. Without BatchNorm the two modes agree, and the full-set
     eval-mode loss (:func:`endpoint_loss`, what the evaluation reports) is
-    used unchanged.
+    used unchanged, unless the refinement runs in ``precision`` ``"bf16"``:
+    then the threshold too is a bfloat16 batch loss.
     """
-    if not any(has_batchnorm(m) for m in models):
+    if precision == "fp32" and not any(has_batchnorm(m) for m in models):
         return endpoint_loss(models, ds)
-    return max(batch_mode_loss(m, ds, batch_size) for m in models)
+    return max(batch_mode_loss(m, ds, batch_size, precision) for m in models)
 
 
 @dataclass(frozen=True)
@@ -149,15 +158,19 @@ class PathSetup:
         ``models`` are the endpoints (one model for M2O); ``settings`` give
         the SGD learning rate ``lr`` and the step limit ``r_max`` (the cap on
         each tick's refinement: a path whose ticks stop there above the
-        threshold warns). The endpoint loss is measured as the stop rule
-        measures its batches (:func:`threshold_loss`).
+        threshold warns), and optionally its ``precision`` (``"fp32"``, the
+        default, or ``"bf16"``). The endpoint loss is measured as the stop
+        rule measures its batches (:func:`threshold_loss`).
         """
+        precision = settings.get("precision", "fp32")
+        threshold = threshold_loss(models, self.ds, self.batch_size, precision)
         return Refine(
             lr=settings["lr"],
             batch_size=self.batch_size,
             r_min=self.r_min,
             r_max=settings["r_max"],
-            threshold=threshold_loss(models, self.ds, self.batch_size) + self.margin,
+            threshold=threshold + self.margin,
+            precision=precision,
         )
 
     def checkpoint(

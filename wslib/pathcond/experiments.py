@@ -50,9 +50,8 @@ from wslib.pathcond.rescaling import (
     pathcond_rescale,
     rescalable_structure,
 )
-from wslib.pathcond.training import prepare_model, train_run
+from wslib.pathcond.training import prepare_model, train_run, train_runs
 from wslib.runs.stats import RateSearch, search_rates
-from wslib.runs.workers import run_jobs
 
 Run = dict[str, Any]
 
@@ -343,6 +342,7 @@ class RunGrid:
     configs: dict[str, dict[str, Any]]
     cache_dir: str | Path | None = None
     workers: int | None = None
+    stack: bool | None = None  # train stackable runs together (default: on CUDA)
     runs: dict[Job, Run] = field(default_factory=dict, repr=False)
 
     @property
@@ -393,15 +393,15 @@ class RunGrid:
         }
 
     def train(self, jobs: Sequence[Job], desc: str = "runs") -> list[Run]:
-        """Train the ``jobs`` not trained yet (one :func:`~wslib.runs.workers.run_jobs` call); return all runs."""
+        """Train the ``jobs`` not trained yet (one :func:`~wslib.pathcond.training.train_runs` call); return all runs."""
         todo = [job for job in dict.fromkeys(jobs) if job not in self.runs]
         if todo and self.ds is None:
             raise ValueError(
                 "this RunGrid has no data set (built with load=False): it lists "
                 "jobs but cannot train them; build it with load=True to train"
             )
-        done = run_jobs(
-            train_run, [self.arguments(j) for j in todo], self.workers, desc
+        done = train_runs(
+            [self.arguments(j) for j in todo], self.workers, desc, self.stack
         )
         self.runs.update(zip(todo, done, strict=True))
         return [self.runs[job] for job in jobs]

@@ -3,18 +3,22 @@
 from __future__ import annotations
 
 import functools
+import json
 import time
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from tqdm.auto import tqdm
 
 from wslib.core.data import DataKey, Dataset
 from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
+from wslib.core.stacked import fit_stacked, stack_signature
 from wslib.core.train import (
     Recipe,
     evaluate,
@@ -25,13 +29,16 @@ from wslib.core.train import (
 )
 from wslib.pathcond.enorm import enorm_callback
 from wslib.pathcond.rescaling import PAPER_SWEEPS, PathCondResult, pathcond_rescale
-from wslib.runs.cache import cached_run
+from wslib.runs.cache import cached_run, stored_run
+from wslib.runs.units import refuse_compute
+from wslib.runs.workers import run_jobs
 
 # The modules whose source determines a run's result (its run-cache key).
 #: The modules whose source keys a cached training run.
 CODE = (
     "wslib.core.models",
     "wslib.core.neurons",
+    "wslib.core.stacked",
     "wslib.core.train",
     "wslib.pathcond.enorm",
     "wslib.pathcond.rescaling",
@@ -159,19 +166,7 @@ def train_run(
         raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
     if isinstance(ds, DataKey):
         ds = ds.load()
-    key = {
-        "data": {
-            "name": ds.name,
-            "content": tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test),
-        },
-        "model": config,
-        "method": method,
-        "recipe": recipe.to_dict(),
-        "seed": seed,
-        "init_scale": init_scale,
-        "task": task,
-        "stop_at": stop_at,
-    }
+    key = run_key(config, method, ds, recipe, seed, init_scale, task, stop_at)
     run = functools.partial(
         _train_run,
         config,
@@ -186,6 +181,32 @@ def train_run(
         stop_at,
     )
     return cached_run(cache_dir, key, run, code=CODE)
+
+
+def run_key(
+    config: dict[str, Any],
+    method: str,
+    ds: Dataset,
+    recipe: Recipe,
+    seed: int,
+    init_scale: float,
+    task: str,
+    stop_at: float | None,
+) -> dict[str, Any]:
+    """A training run's full description: its key in the run cache."""
+    return {
+        "data": {
+            "name": ds.name,
+            "content": tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test),
+        },
+        "model": config,
+        "method": method,
+        "recipe": recipe.to_dict(),
+        "seed": seed,
+        "init_scale": init_scale,
+        "task": task,
+        "stop_at": stop_at,
+    }
 
 
 def _train_run(
@@ -234,3 +255,128 @@ def _train_run(
         "epoch_seconds": epoch_seconds,
         **solver_report(solver),
     }
+
+
+# --- many runs: stacked on a GPU, in worker processes on a CPU ----------------------
+
+
+def stackable(job: dict[str, Any]) -> bool:
+    """Whether :func:`train_run`'s arguments ``job`` can train in a stacked group.
+
+    Stacked runs share every step (:mod:`wslib.core.stacked`): an MLP
+    classifier trained by SGD without augmentation, initialised by any method
+    but ENorm (which rescales after each step of its own run).
+    """
+    recipe = job["recipe"]
+    return (
+        job["config"].get("name") == "mlp"
+        and job["method"] != "enorm"
+        and job.get("task", "classify") == "classify"
+        and recipe.optimizer == "sgd"
+        and not recipe.augment
+    )
+
+
+def train_runs(
+    jobs: Sequence[dict[str, Any]],
+    workers: int | None = None,
+    desc: str = "runs",
+    stack: bool | None = None,
+) -> list[dict[str, Any]]:
+    """``[train_run(**job) for job in jobs]``, stacked where that pays.
+
+    With ``stack`` (default: on CUDA), the :func:`stackable` runs of one model
+    shape and one recipe but for the learning rate train as one stacked model;
+    each is cached on its own, under its key marked ``stacked`` (a batched
+    kernel rounds differently from a solo one). The other runs, and every run
+    when ``stack`` is off, go to :func:`~wslib.runs.workers.run_jobs`.
+    """
+    if stack is None:
+        stack = pick_device().type == "cuda"
+    together = [i for i, job in enumerate(jobs) if stack and stackable(job)]
+    apart = [i for i in range(len(jobs)) if i not in set(together)]
+    results = dict(
+        zip(apart, run_jobs(train_run, [jobs[i] for i in apart], workers, desc))
+    )
+    groups: dict[str, list[int]] = {}
+    for i in together:
+        job = jobs[i]
+        shape = [job["config"], stack_signature(job["recipe"]), job.get("stop_at")]
+        groups.setdefault(json.dumps(shape, sort_keys=True), []).append(i)
+    for ids in tqdm(groups.values(), desc=f"{desc}, stacked", disable=not groups):
+        results.update(zip(ids, _train_group([jobs[i] for i in ids])))
+    return [results[i] for i in range(len(jobs))]
+
+
+def _train_group(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One stacked group: the runs the cache lacks trained together, each then stored."""
+    data = jobs[0]["ds"]
+    ds = data.load() if isinstance(data, DataKey) else data
+    root = jobs[0].get("cache_dir")
+    keys = [
+        {
+            **run_key(
+                j["config"],
+                j["method"],
+                ds,
+                j["recipe"],
+                j["seed"],
+                j["init_scale"],
+                "classify",
+                j.get("stop_at"),
+            ),
+            "stacked": True,
+        }
+        for j in jobs
+    ]
+    stored = [stored_run(root, key, CODE) for key in keys]
+    missing = [i for i, result in enumerate(stored) if result is None]
+    if missing:
+        refuse_compute(f"{len(missing)} stacked runs")
+    fresh = dict(zip(missing, _fit_group([jobs[i] for i in missing], ds)))
+    return [
+        result
+        if result is not None
+        else cached_run(root, keys[i], functools.partial(dict, fresh[i]), CODE)
+        for i, result in enumerate(stored)
+    ]
+
+
+def _fit_group(jobs: list[dict[str, Any]], ds: Dataset) -> list[dict[str, Any]]:
+    """Prepare each run's model by its method, train them stacked, evaluate each."""
+    if not jobs:
+        return []
+    device = jobs[0].get("device")
+    prepared = [
+        prepare_model(j["config"], j["method"], j["init_scale"], j["seed"], device=device)
+        for j in jobs
+    ]
+    models = [p.model for p in prepared]
+    start = time.perf_counter()
+    histories = fit_stacked(
+        models,
+        ds.x_train,
+        ds.y_train,
+        [j["recipe"] for j in jobs],
+        [j["seed"] for j in jobs],
+        device,
+        progress=False,
+        stop_at=jobs[0].get("stop_at"),
+    )
+    epochs = max(len(h["loss"]) for h in histories)
+    share = (time.perf_counter() - start) / len(jobs) / max(epochs, 1)
+    results = []
+    for p, hist in zip(prepared, histories, strict=True):
+        test_loss, test_acc = evaluate(p.model, ds.x_test, ds.y_test)
+        results.append(
+            {
+                "loss": hist["loss"],
+                "acc": hist["acc"],
+                "test_loss": test_loss,
+                "test_acc": test_acc,
+                "rescale_seconds": p.seconds,
+                "epoch_seconds": share,  # its share of a stacked epoch
+                **solver_report(p.solver),
+            }
+        )
+    return results

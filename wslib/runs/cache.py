@@ -38,8 +38,7 @@ def cached_run(
     if root is None:
         refuse_compute("a run without a cache folder")
         return compute()
-    key = to_jsonable({**key, "code": code_version(*code)})
-    path = Path(root) / f"{stable_hash(key)}.json"
+    path, key = _entry(root, key, code)
     with entry_lock(path):  # a neighbour computing the same run: wait, then read it
         stored = _read(path)
         if stored is not None:
@@ -54,6 +53,35 @@ def cached_run(
         text = json.dumps({"key": key, "result": result})
         atomic_write(path, lambda tmp: tmp.write_text(text))
     return result
+
+
+def stored_run(
+    root: str | Path | None, key: dict[str, Any], code: Sequence[str] = ("wslib",)
+) -> dict[str, Any] | None:
+    """The result :func:`cached_run` would load for ``key``, or None (it would compute).
+
+    Reads without waiting for a lock: a caller that finds None computes, then
+    stores through :func:`cached_run`, which checks again under the lock.
+    """
+    if root is None:
+        return None
+    path, key = _entry(root, key, code)
+    try:
+        stored = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    if not isinstance(stored, dict) or stored.get("key") != key:
+        return None
+    result = stored.get("result")
+    return result if isinstance(result, dict) else None
+
+
+def _entry(
+    root: str | Path, key: dict[str, Any], code: Sequence[str]
+) -> tuple[Path, dict[str, Any]]:
+    """The file of ``key`` under ``root`` and the full key stored in it."""
+    key = to_jsonable({**key, "code": code_version(*code)})
+    return Path(root) / f"{stable_hash(key)}.json", key
 
 
 def _read(path: Path) -> dict[str, Any] | None:
