@@ -540,7 +540,6 @@ class Work:
     record_every: int = 0
     eval_examples: int = 0
     runs: int = 1  # ``train``: runs stacked into one model, every step shared
-    autocast: bool = True  # whether the bf16 column counts it at bf16 rates
 
 
 def _steps(n: int, recipe: dict[str, Any]) -> tuple[float, int]:
@@ -588,7 +587,9 @@ class Counter:
                 key = (json.dumps(model, sort_keys=True), steps)
                 stacks[key] = stacks.get(key, 0) + count
         for (model, steps), count in stacks.items():
-            self.items.append(Work("train", json.loads(model), steps, batch, runs=count))
+            self.items.append(
+                Work("train", json.loads(model), steps, batch, runs=count)
+            )
 
     def cpu(self, what: str, count: float) -> None:
         """``count`` times the CPU-side work ``what`` (a key of :data:`CPU_SECONDS`)."""
@@ -597,15 +598,11 @@ class Counter:
     def evaluate(self, model: dict, examples: float) -> None:
         self.items.append(Work("eval", model, examples))
 
-    def path(
-        self, model: dict, settings: dict, batch: int, data: dict, autocast: bool = True
-    ) -> None:
-        """A path of ``settings["ticks"]`` ticks (``autocast=False``: a baseline's, always fp32)."""
+    def path(self, model: dict, settings: dict, batch: int, data: dict) -> None:
         n_train, n_test = DATA_SIZES[data["name"]]
         every = int(settings.get("record_every", 5))
-        ticks, examples = settings["ticks"], n_train + n_test
         self.items.append(
-            Work("ticks", model, ticks, batch, every, examples, autocast=autocast)
+            Work("ticks", model, settings["ticks"], batch, every, n_train + n_test)
         )
 
 
@@ -633,12 +630,8 @@ def _llpf_chapter(p: dict, c: Counter, nb: str) -> None:
             paths += p["path_seeds"] * (name in p["ablation_archs"])
             paths += name == next(iter(p["models"]))  # the peak anatomy run
         else:  # 04: every method at LLPF's step budget, on each seed and in tuning
-            tuning = {k: len(v) for k, v in p["tuning"].items()}
-            baselines = p["n_seeds"] * len(p["baselines"]) + sum(tuning.values())
-            baselines -= tuning.get("LLPF", 0)
-            for _ in range(baselines):  # Bezier and AutoNEB do not autocast
-                c.path(model, p["llpf"][name], batch, data, autocast=False)
-            paths = p["n_seeds"] + tuning.get("LLPF", 0)
+            n_methods = 1 + len(p["baselines"])
+            paths = p["n_seeds"] * n_methods + sum(len(v) for v in p["tuning"].values())
         for _ in range(paths):
             c.path(model, p["llpf"][name], batch, data)
 
@@ -923,9 +916,9 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
     but never less than the small-model floor; an evaluated example takes
     ``rates.eval_s`` scaled by FLOPs (floored per batch of :data:`EVAL_BATCH`);
     a tick takes ``rates.tick_steps`` refinement steps, each
-    ``rates.refine_step_s`` scaled like a training step (with ``bf16``, by
-    the bf16/fp32 ratio of training steps, for LLPF's refinement: Bezier and
-    AutoNEB do not autocast); saves scale with the number of parameters.
+    ``rates.refine_step_s`` scaled like a training step (with ``bf16``, also
+    by the bf16/fp32 ratio of training steps: LLPF's refinement, Bezier and
+    AutoNEB take a ``precision``); saves scale with the number of parameters.
     """
     ref_flops = flops(RESNET)
     ref = ref_flops * rates.batch
@@ -953,7 +946,7 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
             total += w.amount
         elif w.kind == "ticks":
             per = rates.refine_step_s
-            if bf16 and w.autocast:
+            if bf16:
                 per *= rates.bf16_step_s / rates.step_s
             refine = rates.tick_steps * step(w.model, w.batch, per)
             records = w.amount / max(w.record_every, 1)

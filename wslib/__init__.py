@@ -4,7 +4,7 @@ The package is layered; a package imports only those listed before it::
 
     wslib.core       what every chapter builds on: neurons (the neuron structure,
                      permutations, rescalings), models, data and splits, train,
-                     norms (BatchNorm / LayerNorm helpers), interpolation,
+                     stacked (same-shaped runs trained as one model), norms (BatchNorm / LayerNorm helpers), interpolation,
                      matching (Git Re-Basin), files (hashes, atomic writes),
                      seeds (every random choice from a chapter's seed),
                      connectivity (modes and the line between them, chapters
@@ -26,7 +26,8 @@ The package is layered; a package imports only those listed before it::
                      experiments (their tables and metrics), figures,
                      units (chapters 3-5 as independent cached pieces)
     wslib.pathcond   PathCond: rescaling (diag G, the solver), lifting (explicit
-                     path-lifting), enorm, training (one cached run);
+                     path-lifting), enorm, training (cached runs, stacked
+                     on a GPU);
                      experiments (the chapters' protocols), reports (tables,
                      text, verdicts), figures, units (chapters 7-8 as
                      independent cached pieces)

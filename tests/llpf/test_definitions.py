@@ -8,6 +8,7 @@ way, so a wrong algorithm gives a different number.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 
 import numpy as np
@@ -514,7 +515,9 @@ def test_refine_refuses_values_that_would_run_silently_wrong(bad: dict) -> None:
         Refine(**bad)
 
 
-@pytest.mark.parametrize("precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)])
+@pytest.mark.parametrize(
+    "precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)]
+)
 def test_refinement_runs_its_forward_pass_in_its_precision(precision, dtype) -> None:
     model, _, _ = pair()
     x, y = data()
@@ -530,3 +533,25 @@ def test_refinement_runs_its_forward_pass_in_its_precision(precision, dtype) -> 
 def test_refine_names_an_unknown_precision() -> None:
     with pytest.raises(ValueError, match="unknown precision 'fp16'"):
         Refine(precision="fp16")
+
+
+@pytest.mark.parametrize("method", ["curve", "autoneb"])
+def test_baselines_train_in_their_precision(method: str) -> None:
+    model, a, b = pair()
+    x, y = data()
+    seen: list[torch.dtype] = []
+    model.linears[-1].register_forward_hook(lambda m, i, out: seen.append(out.dtype))
+    common = {"batch_size": 16, "progress": False}
+    if method == "curve":
+        run = functools.partial(fit_curve, steps=2, n_eval=3, **common)
+    else:
+        run = functools.partial(
+            autoneb, n_init=1, cycles=1, lrs=[0.1], total_steps=2, **common
+        )
+    run(model, a, b, x, y, precision="bf16")
+    assert torch.bfloat16 in seen
+    seen.clear()
+    run(model, a, b, x, y)
+    assert torch.bfloat16 not in seen and seen
+    with pytest.raises(ValueError, match="unknown precision 'fp16'"):
+        run(model, a, b, x, y, precision="fp16")

@@ -379,7 +379,9 @@ def test_the_rate_search_stops_each_run_at_the_threshold_and_nothing_else(
     assert grid.job(*pair, 0).stop_at is None  # evaluation runs go the full length
 
 
-def test_stacked_runs_equal_their_runs_apart_and_are_cached_apart(tmp_path, monkeypatch):
+def test_stacked_runs_equal_their_runs_apart_and_are_cached_apart(
+    tmp_path, monkeypatch
+):
     """On a GPU chapter 7's runs train stacked: the same runs, each stored on its own."""
     grid = RunGrid(BASE, toy_data(), RECIPE, CONFIGS, cache_dir=tmp_path, workers=1)
     jobs = [

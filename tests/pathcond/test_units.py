@@ -99,6 +99,7 @@ def mlp_params(seed: int = 7) -> dict[str, Any]:
         "recipe": RECIPE,
         "configs": CONFIGS,
         "workers": 1,
+        "stack": None,
         "size_sweep": {"config": "const", "widths": [[4], [8, 8]]},
         "activation_config": "low",
         "activations": ["gelu"],

@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 
 from wslib.core.files import code_version
 from wslib.core.neurons import StateDict
-from wslib.core.train import model_device
+from wslib.core.train import PRECISIONS, model_device
 from wslib.llpf.curves import checkpoint_key, load_checkpoint, save_checkpoint
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.units import refuse_compute
@@ -108,8 +108,12 @@ def autoneb(
     total_steps: int | None = None,
     checkpoint: str | Path | None = None,
     on_cycle: Callable[[int], None] | None = None,
+    precision: str = "fp32",
 ) -> LLPFPath:
     """Relax an AutoNEB chain from ``a`` to ``b``; return its pivots as a path.
+
+    With ``precision`` ``"bf16"`` the gradients' forward passes run under
+    bfloat16 autocast (the pivots and the insertion checks stay in float32).
 
     ``steps_per_cycle`` iterations per cycle, or, with ``total_steps``,
     exactly ``total_steps`` gradient steps in all (``round(total_steps * c /
@@ -131,6 +135,8 @@ def autoneb(
             f"total_steps needs n_init >= 1 and total_steps >= 0, got n_init={n_init}, "
             f"total_steps={total_steps}"
         )
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; valid: {PRECISIONS}")
     probe = copy.deepcopy(model).train()
     dev = model_device(probe)
     flat = _Flat(probe)
@@ -155,6 +161,7 @@ def autoneb(
             max_pivots=int(max_pivots),
             seed=int(seed),
             total_steps=None if total_steps is None else int(total_steps),
+            precision=precision,
             code=code_version(*CODE),
         )
         saved = load_checkpoint(ckpt, key, FIELDS, "AutoNEB")
@@ -176,6 +183,7 @@ def autoneb(
         seconds = float(saved["seconds"])
     if first < cycles:
         refuse_compute(f"AutoNEB {ckpt or ''}".rstrip())
+    autocast = torch.autocast(dev.type, torch.bfloat16, precision == "bf16")
     t0 = time.perf_counter()
     bar = tqdm(desc="AutoNEB", disable=not progress, leave=False)
     for c in range(first, cycles):
@@ -195,7 +203,9 @@ def autoneb(
             grads = []
             for i in range(1, todo + 1):
                 p = chain[i].detach().requires_grad_(True)
-                (grad,) = torch.autograd.grad(_loss(probe, flat, buffers, p, xb, yb), p)
+                with autocast:
+                    loss = _loss(probe, flat, buffers, p, xb, yb)
+                (grad,) = torch.autograd.grad(loss, p)
                 grads.append(grad)
             chain = neb_step(chain, grads, lr, spring)
             steps += todo

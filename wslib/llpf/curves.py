@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 
 from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
-from wslib.core.train import model_device
+from wslib.core.train import PRECISIONS, model_device
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.units import refuse_compute
 
@@ -178,11 +178,13 @@ def fit_curve(
     checkpoint: str | Path | None = None,
     checkpoint_every: int = 500,
     on_step: StepCallback | None = None,
+    precision: str = "fp32",
 ) -> LLPFPath:
     """Train the bend of a curve from ``a`` to ``b`` for ``steps`` SGD steps.
 
     ``weight_decay`` and ``schedule`` (see :func:`lr_factor`) give the
-    authors' recipe. With ``checkpoint`` (a file) the run is saved every
+    authors' recipe; with ``precision`` ``"bf16"`` the forward pass and loss
+    run under bfloat16 autocast (the bend stays in float32). With ``checkpoint`` (a file) the run is saved every
     ``checkpoint_every`` steps and at the end, and resumes from it (see the
     module docstring); ``on_step(k)`` is called after step ``k`` (and its
     save).
@@ -201,6 +203,8 @@ def fit_curve(
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; valid: {PRECISIONS}")
     check_same_architecture(model, a, b)
     probe = copy.deepcopy(model)
     dev = model_device(probe)
@@ -222,6 +226,7 @@ def fit_curve(
             seed=int(seed),
             weight_decay=float(weight_decay),
             schedule=schedule,
+            precision=precision,
             code=code_version(*CODE),
         )
         fields = ("step", "bend", "optimizer", "generator", "buffers", "seconds")
@@ -266,6 +271,7 @@ def fit_curve(
         disable=not progress,
         leave=False,
     )
+    autocast = torch.autocast(dev.type, torch.bfloat16, precision == "bf16")
     t0 = time.perf_counter()
     for k in range(start, steps):
         for group in opt.param_groups:
@@ -273,8 +279,9 @@ def fit_curve(
         t = float(torch.rand((), generator=gen))
         idx = torch.randint(len(x), (batch_size,), generator=gen).to(dev)
         point = curve_point(pa, bend, pb, t, kind)
-        out = functional_call(probe, {**point, **buffers}, x[idx])
-        loss = nn.functional.cross_entropy(out, y[idx])
+        with autocast:
+            out = functional_call(probe, {**point, **buffers}, x[idx])
+            loss = nn.functional.cross_entropy(out, y[idx])
         if weight_decay > 0:
             loss = loss + 0.5 * weight_decay * sum((w**2).sum() for w in point.values())
         opt.zero_grad(set_to_none=True)

@@ -481,14 +481,16 @@ def mlp_grid(
     configs: dict[str, dict[str, Any]],
     workers: int | None = None,
     load: bool = True,
+    stack: bool | None = None,
 ) -> RunGrid:
     """Chapter 7's :class:`RunGrid`, cached in :data:`RUNS_DIR`, on the data set ``data``.
 
     ``data`` holds the arguments of :func:`~wslib.core.data.load_dataset`; with ``load=False``
     nothing is loaded and the grid only lists jobs (training raises).
+    ``stack``: see :func:`~wslib.pathcond.training.train_runs`.
     """
     key = DataKey.of(data, load_dataset(**data)) if load else None
-    return RunGrid(mlp, key, recipe, configs, RUNS_DIR, workers)
+    return RunGrid(mlp, key, recipe, configs, RUNS_DIR, workers, stack)
 
 
 def default_jobs(

@@ -348,7 +348,9 @@ def _fit_group(jobs: list[dict[str, Any]], ds: Dataset) -> list[dict[str, Any]]:
         return []
     device = jobs[0].get("device")
     prepared = [
-        prepare_model(j["config"], j["method"], j["init_scale"], j["seed"], device=device)
+        prepare_model(
+            j["config"], j["method"], j["init_scale"], j["seed"], device=device
+        )
         for j in jobs
     ]
     models = [p.model for p in prepared]

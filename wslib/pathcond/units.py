@@ -83,7 +83,7 @@ def mlp_units(params: Params) -> list[Unit]:
 
     @functools.cache
     def grid() -> RunGrid:  # loaded on the first unit run, shared by the others
-        return mlp_grid(*grid_args)
+        return mlp_grid(*grid_args, stack=p["stack"])
 
     listed = mlp_grid(*grid_args, load=False)
     jobs = default_jobs(
