@@ -14,11 +14,26 @@ Bottom-up, for every hidden level:
 2. **Retrofitting.** The fused level, fed with the fused model's *own* outputs
    of the previous levels, is fitted to reproduce ``T_k``: closed-form ridge
    least squares (``"linear"``) or full-batch gradient steps on the mean
-   squared error from the current weights (``"gradient"``, L-BFGS by default,
-   never worse than its start; :class:`~wslib.fusion.levels.GradientConfig`).
+   squared error (``"gradient"``, L-BFGS by default, never worse than its
+   start; :class:`~wslib.fusion.levels.GradientConfig`).
 
 The head is fitted the same way to the average of the base models' logits,
 optionally weighted per class by each model's share of that class's data.
+
+**The prior.** The ridge term pulls a level toward the *aligned parents'
+weights* ``W0`` (:func:`aligned_prior`), not toward zero: fused neuron ``k``
+gets the importance-weighted average, over the members of its group, of
+their weights summed over the base inputs grouped into each fused input (the
+head: the class-weighted average of the heads). A model fused with an exact
+copy of itself then has ``W0`` equal to its own weights, which reproduce the
+targets exactly, so it comes back whatever the fusion set, even with neurons
+that never fire on it (whose outgoing weights the data do not identify).
+The gradient variant starts at ``W0`` too: on chapter 10's models a far
+lower error than model 0's weights, and L-BFGS ends as low or lower. A level
+without an alignment keeps the zero prior and the gradient variant's start
+at the fused model's current weights: in a shallower fused chain (KF across
+depths), a level whose input is not its base level's input; a fused layer of
+another kernel or input size than the base layer.
 
 ResNets and transformers, whose residual streams are written by several
 layers, are fused by :mod:`wslib.fusion.residual` (:func:`fuse` dispatches).
@@ -36,6 +51,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -65,10 +81,121 @@ from wslib.fusion.levels import (
     normalised_scores,
     retrofit_gradient,
     retrofit_linear,
+    set_affine,
     solve_dtype,
     weighted_centroids,
 )
 from wslib.fusion.residual import fuse_residual, residual_importance
+
+# --- the prior: the parents' weights, aligned --------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """Where the base neurons of one level went: ``labels`` of every model's
+    neurons (model 0 first, ``sizes[i]`` of model ``i``) among ``k`` fused neurons."""
+
+    labels: np.ndarray
+    sizes: Sequence[int]
+    k: int
+
+    def of_model(self, i: int) -> np.ndarray:
+        """The labels of model ``i``'s neurons."""
+        start = sum(self.sizes[:i])
+        return self.labels[start : start + self.sizes[i]]
+
+
+def head_grouping(n_models: int, n_classes: int) -> Grouping:
+    """Every model's class ``c`` into fused class ``c``."""
+    labels = np.tile(np.arange(n_classes), n_models)
+    return Grouping(labels, [n_classes] * n_models, n_classes)
+
+
+def aligned_rows(
+    module: nn.Module, inputs: np.ndarray | None, k_in: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """One base model's affine layer over the fused inputs, ``(out, fan_in [+ 1])``.
+
+    Column block ``j`` sums the weights from the base inputs labelled ``j`` in
+    ``inputs`` (kernel positions and flattened positions kept, in the layer's
+    ``(input, *rest)`` order); ``inputs`` None: the data, as they are. The bias
+    is the last column.
+    """
+    w = module.weight.detach().to(dtype)
+    if inputs is not None:
+        dev = w.device
+        onehot = torch.zeros(len(inputs), k_in, dtype=dtype, device=dev)
+        onehot[
+            torch.arange(len(inputs), device=dev), torch.as_tensor(inputs, device=dev)
+        ] = 1
+        w = torch.einsum("oir,ij->ojr", w.reshape(len(w), len(inputs), -1), onehot)
+    rows = w.reshape(len(w), -1)
+    if module.bias is None:
+        return rows
+    return torch.cat([rows, module.bias.detach().to(dtype)[:, None]], 1)
+
+
+def aligned_prior(
+    modules: Sequence[nn.Module],
+    out: Grouping,
+    weights: np.ndarray,
+    inputs: Grouping | None,
+) -> torch.Tensor:
+    """The aligned parents' weights ``W0`` of a level, ``(fan_in [+ 1], k)``.
+
+    ``modules`` are the base models' layers of the level (model 0 first),
+    ``out`` the grouping of their neurons and ``weights`` the neurons'
+    importance (the head: each model's per-class weight); ``inputs`` the
+    grouping of the previous level (None: the data). Row ``k`` of ``W0.T``
+    is the ``weights``-weighted average over the members of fused neuron
+    ``k`` of their :func:`aligned_rows` (bias included), so ``W0`` is in
+    :func:`~wslib.fusion.levels.ridge_solve`'s layout, on the layers' device
+    in :func:`~wslib.fusion.levels.solve_dtype`.
+    """
+    dtype = solve_dtype(modules[0].weight.device)
+    rows = [
+        aligned_rows(
+            m,
+            None if inputs is None else inputs.of_model(i),
+            0 if inputs is None else inputs.k,
+            dtype,
+        )
+        for i, m in enumerate(modules)
+    ]
+    return weighted_centroids(torch.cat(rows), weights, out.labels, out.k).T
+
+
+def has_alignment(
+    levels: Sequence[str],
+    fused_levels: Sequence[str],
+    level_map: dict[str, str],
+    li: int,
+) -> bool:
+    """Whether fused level ``li`` reads what its base level reads, grouped.
+
+    True when the previous fused level reproduces the base level just before
+    (at the first level: the base level reads the data); a shallower KF chain
+    that skips base levels has levels without this alignment.
+    """
+    base = levels.index(level_map[fused_levels[li]])
+    previous = -1 if li == 0 else levels.index(level_map[fused_levels[li - 1]])
+    return base == previous + 1
+
+
+def level_prior(
+    models: Sequence[nn.Module],
+    name: str,
+    module: nn.Module,
+    out: Grouping,
+    weights: np.ndarray,
+    inputs: Grouping | None,
+) -> torch.Tensor | None:
+    """:func:`aligned_prior` of base level ``name`` for the fused ``module``; None
+    (the zero prior) when its shape is not the fused layer's (another kernel or input size)."""
+    prior = aligned_prior([m.get_submodule(name) for m in models], out, weights, inputs)
+    fan_in = module.weight[0].numel() + (module.bias is not None)
+    return prior if prior.shape == (fan_in, module.weight.shape[0]) else None
+
 
 # --- the fusion -------------------------------------------------------------------------------
 
@@ -168,7 +295,9 @@ def fuse(
         :func:`attribution_share`); every class needs a positive total;
         default equal weights.
     ridge, gradient
-        Settings of the two retrofitting variants.
+        Settings of the two retrofitting variants; for chains the ridge term
+        pulls toward the aligned parents' weights and the gradient variant
+        starts there (see the module docstring), for residual nets toward zero.
     scores
         Precomputed importance per model (:func:`model_importance` with the
         same ``importance``); computed when None.
@@ -217,6 +346,7 @@ def fuse(
         )
     outs = [layer_io(m, levels, x) for m in models]
     result = FusionResult(fused, fused_levels)
+    previous: Grouping | None = None  # the first level reads the data
     bar = tqdm(fused_levels, desc=grouping, disable=not progress, leave=False)
     for li, fused_name in enumerate(bar):
         name = level_map[fused_name]  # the base models' level it reproduces
@@ -229,6 +359,7 @@ def fuse(
             k = module.weight.shape[0]
             labels = group_labels(points, sizes, w, k, grouping, seed)
             targets = weighted_centroids(points, w, labels, k)
+            grouped, member_w = Grouping(labels, sizes, k), w
         else:
             logits = torch.stack(
                 [o[name].double() for o in outs]
@@ -237,10 +368,19 @@ def fuse(
                 (torch.from_numpy(weights)[:, None, :] * logits).sum(0)
             )
             points = labels = w = None
+            grouped, member_w = head_grouping(*weights.shape), weights.ravel()
+        prior = (
+            level_prior(models, name, module, grouped, member_w, previous)
+            if has_alignment(levels, fused_levels, level_map, li)
+            else None
+        )
+        previous = grouped
         inputs = layer_io(fused, [fused_name], x, "input")[fused_name]
         if retrofit == "linear":
-            retrofit_linear(module, inputs, targets, ridge)
+            retrofit_linear(module, inputs, targets, ridge, prior)
         else:
+            if prior is not None:
+                set_affine(module, prior)  # start at the aligned parents
             with torch.enable_grad():
                 like = outs[0][name]
                 retrofit_gradient(

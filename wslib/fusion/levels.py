@@ -546,17 +546,51 @@ def ridge_solve(
     return torch.linalg.solve(gram + lam * eye, rhs)
 
 
+def set_affine(module: nn.Module, sol: torch.Tensor) -> None:
+    """Write a solution in :func:`ridge_solve`'s layout, ``(fan_in [+ 1], k)``, into an affine layer.
+
+    The last row is the bias when the layer has one.
+    """
+    bias = module.bias is not None
+    with torch.no_grad():
+        w = sol[: len(sol) - bias].T.reshape(module.weight.shape)
+        module.weight.copy_(w.to(module.weight))
+        if bias:
+            module.bias.copy_(sol[-1].to(module.bias))
+
+
+@torch.no_grad()
+def affine_outputs(
+    module: nn.Module, inputs: torch.Tensor, batch_size: int = 512
+) -> torch.Tensor:
+    """The layer's outputs on ``inputs`` as :func:`neuron_matrix` rows, on its device.
+
+    Computed by the layer itself, in its dtype and in the batches of
+    :func:`layer_io`, so they are the values a model holding this layer gives.
+    """
+    dev = module.weight.device
+    out = [module(inputs[idx].to(dev)) for idx in batches(len(inputs), batch_size)]
+    return neuron_matrix(torch.cat(out))
+
+
 def retrofit_linear(
     module: nn.Module,
     inputs: torch.Tensor,
     targets: torch.Tensor,
     ridge: float = 1e-8,
+    prior: torch.Tensor | None = None,
 ) -> None:
     """Closed-form ridge least squares of an affine layer to ``targets`` (``(k, samples)``).
 
     The bias, if the layer has one, is fitted through a ones column (see
-    :func:`ridge_solve`). The system is solved on the layer's device, in
-    float64 where the device supports it (:func:`solve_dtype`).
+    :func:`ridge_solve`). With a ``prior`` ``W0`` (``ridge_solve``'s layout,
+    bias last) the ridge term pulls toward it instead of zero,
+    ``min ||A W - T||^2 + lam ||W - W0||^2``: the layer is set to ``W0`` and
+    the step ``W - W0`` is fitted to what its outputs leave of the targets.
+    Those outputs come from the layer itself (:func:`affine_outputs`), so a
+    prior that reproduces float32 targets leaves exactly zero, and stays.
+    The system is solved on the layer's device, in float64 where the device
+    supports it (:func:`solve_dtype`).
     """
 
     bias = module.bias is not None
@@ -569,12 +603,11 @@ def retrofit_linear(
             return a
         return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype, device=dev)], 1)
 
-    sol = ridge_solve(rows, targets, len(inputs), ridge)
-    w = sol[: len(sol) - bias].T.reshape(module.weight.shape)
-    with torch.no_grad():
-        module.weight.copy_(w.to(module.weight))
-        if bias:
-            module.bias.copy_(sol[-1].to(module.bias))
+    if prior is not None:
+        set_affine(module, prior)
+        targets = targets.to(dev, dtype) - affine_outputs(module, inputs).to(dtype)
+    step = ridge_solve(rows, targets, len(inputs), ridge)
+    set_affine(module, step if prior is None else prior.to(step) + step)
 
 
 OPTIMIZERS = ("lbfgs", "adam")

@@ -46,6 +46,19 @@ Layers without a linear-in-weights role are set as follows, and stated:
   output projection is fitted to the stream targets.
 - The transformer's position embedding is fitted together with the patch
   embedding (one offset per token and feature).
+- **The ridge term pulls toward zero**, not toward the aligned parents'
+  weights as for chains (:func:`wslib.fusion.hfkf.aligned_prior`). Such a
+  prior would need, per fitted piece, the grouping of its *source* (a stream,
+  a block's inner neurons, the data) besides that of its output, each base
+  model's BatchNorm folded into its convs and its LayerNorm affine into the
+  next layer (the fused LayerNorms are reset to the identity), and a rule for
+  the attention steps, whose ``qkv`` targets and ``proj`` inputs are model
+  0's ungrouped features; and because the fused BatchNorms get the
+  statistics of the fused convs' outputs (below), even an exact prior would
+  return a model fused with its copy only up to float32 rounding, not by
+  construction. A model fused with its copy is returned where the fusion set
+  identifies every weight (tested to 1e-4); a neuron that never fires on the
+  fusion set loses its outgoing weights, as chains did.
 
 **Device.** Everything runs on the device of the fused model (that of the
 base models' first, as :func:`wslib.fusion.hfkf.fuse` places it): the taps, the
