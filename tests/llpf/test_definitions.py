@@ -555,3 +555,19 @@ def test_baselines_train_in_their_precision(method: str) -> None:
     assert torch.bfloat16 not in seen and seen
     with pytest.raises(ValueError, match="unknown precision 'fp16'"):
         run(model, a, b, x, y, precision="fp16")
+
+
+def test_autoneb_draws_from_its_seed() -> None:
+    model, a, b = pair()
+    x, y = data()
+
+    def middle(seed: int) -> dict[str, torch.Tensor]:
+        path = autoneb(
+            model, a, b, x, y, n_init=1, cycles=1, lrs=[0.1], batch_size=8,
+            total_steps=3, seed=seed, progress=False,
+        )  # fmt: skip
+        return path.states[1]
+
+    first, again, other = middle(1), middle(1), middle(2)
+    assert all(torch.equal(first[k], again[k]) for k in first)
+    assert not all(torch.equal(first[k], other[k]) for k in first)

@@ -302,3 +302,16 @@ def test_a_bf16_refinement_measures_its_threshold_in_bf16() -> None:
     assert threshold_loss([a, b], s.ds, 8, "bf16") == bf16
     assert bf16 != pytest.approx(endpoint_loss([a, b], s.ds), rel=1e-6)
     assert bf16 == pytest.approx(endpoint_loss([a, b], s.ds), rel=0.05)
+
+
+def test_a_path_s_test_metrics_are_read_on_the_test_split() -> None:
+    s = setup()
+    a, b = pair()
+    res = s.evaluate(a, m2m_path(s, [a, b], FAST, seed=0))
+    for i, model in ((0, a), (-1, b)):
+        assert res["test_loss"][i] == pytest.approx(
+            evaluate(model, s.ds.x_test, s.ds.y_test)[0], rel=1e-5
+        )
+        assert res["train_loss"][i] == pytest.approx(
+            evaluate(model, s.ds.x_train, s.ds.y_train)[0], rel=1e-5
+        )

@@ -10,7 +10,8 @@ import torch
 
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
-from wslib.core.train import Recipe
+from wslib.core.neurons import random_scales, rescale_state
+from wslib.core.train import Recipe, seed_everything
 from wslib.pathcond import experiments, training
 from wslib.pathcond.experiments import (
     PAPER_SWEEPS,
@@ -33,7 +34,7 @@ from wslib.pathcond.experiments import (
     trajectories,
     tune_rates,
 )
-from wslib.pathcond.lifting import mlp_path_labels
+from wslib.pathcond.lifting import explicit_path_lifting, mlp_path_labels
 from wslib.pathcond.rescaling import am_over_gm
 
 TINY = {"name": "mlp", "in_shape": [1, 3], "n_classes": 2, "widths": [4, 2]}
@@ -409,3 +410,15 @@ def test_stacked_runs_equal_their_runs_apart_and_are_cached_apart(
     assert [r["loss"] for r in again] == [r["loss"] for r in stacked]
     assert not training.stackable(arguments[-1])
     assert all(training.stackable(a) for a in arguments[:-1])
+
+
+def test_tiny_lifting_scales_its_seed_s_model_by_its_seed_s_scales():
+    for seed in (1, 2):
+        got = tiny_lifting(TINY, spread=1.0, seed=seed)
+        seed_everything(seed)
+        net = build_model(TINY).double()
+        structure = net.neuron_structure()
+        scales = random_scales(structure, 1.0, torch.Generator().manual_seed(seed))
+        net.load_state_dict(rescale_state(net.state_dict(), structure, scales))
+        ref = explicit_path_lifting(net, TINY["in_shape"])
+        torch.testing.assert_close(got.before.jacobian, ref.jacobian)
