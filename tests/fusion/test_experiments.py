@@ -17,8 +17,14 @@ from wslib.core.models import build_model
 from wslib.core.seeds import derive_seed, derive_seeds
 from wslib.core.train import evaluate, predict
 from wslib.fusion import experiments as fx
-from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, fuse_by
-from wslib.fusion.hfkf import class_share
+from wslib.fusion.baselines import (
+    HF_KF,
+    USES_IMPORTANCE,
+    distill,
+    fuse_by,
+    last_layer_kd,
+)
+from wslib.fusion.hfkf import augment_fusion_set, class_share
 from wslib.fusion.levels import GradientConfig, chain_levels
 from wslib.runs.cache import cached_run
 
@@ -932,3 +938,40 @@ def test_block_fit_study_runs_the_residual_nets_on_the_zero_shot_models():
     ]
     rows = fx.residual_gradient_variants(models, x, y, ds, QUICK, 1)
     assert [r["test acc"] for r in out["r"]] == [r["test acc"] for r in rows]
+
+
+# --- unlisted behaviours: seeds and splits ------------------------------------------------------
+
+
+def test_fusion_examples_are_training_examples_of_their_seed() -> None:
+    ds = _dataset(n_test=100)
+    x, y = fx.fusion_examples(ds, 3, seed=4)
+    rows = {tuple(r.flatten().tolist()): int(c) for r, c in zip(ds.x_train, ds.y_train)}
+    assert all(rows.get(tuple(r.flatten().tolist())) == int(c) for r, c in zip(x, y))
+    other, _ = fx.fusion_examples(ds, 3, seed=5)
+    assert torch.equal(x, fx.fusion_examples(ds, 3, seed=4)[0])
+    assert not torch.equal(x, other)
+
+
+def test_augmented_copies_follow_their_seed() -> None:
+    x, y = _fusion_set(_dataset())
+    first, again, other = (augment_fusion_set(x, y, 2, seed=s)[0] for s in (1, 1, 2))
+    assert torch.equal(first, again) and not torch.equal(first, other)
+
+
+@pytest.mark.parametrize("method", ["distill", "last_layer_kd"])
+def test_distillation_draws_its_batches_from_its_seed(method: str) -> None:
+    x, _ = _fusion_set(_dataset(per_class=30), 20)  # 200 examples: two batches
+    teachers = _models(2)
+
+    def student(seed: int) -> torch.Tensor:
+        if method == "distill":
+            out = distill(
+                _models(1)[0], teachers[0], x, epochs=2, batch_size=8, seed=seed
+            )
+        else:
+            out = last_layer_kd(teachers, x, epochs=2, seed=seed)
+        return torch.cat([p.detach().flatten() for p in out.parameters()])
+
+    assert torch.equal(student(1), student(1))
+    assert not torch.equal(student(1), student(2))
