@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grimp
@@ -116,3 +117,13 @@ def test_package_map_names_every_module() -> None:
         if module.stem != "__init__" and not re.search(rf"\b{module.stem}\b", doc)
     ]
     assert not missing, f"not in the map of wslib/__init__.py: {missing}"
+
+
+def test_contributing_draws_the_contract_s_layers() -> None:
+    """CONTRIBUTING's layer diagram is the contract of pyproject.toml, top to bottom."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    (contract,) = config["tool"]["importlinter"]["contracts"]
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    block = text.split("## The layering rule", 1)[1].split("```")[1]
+    drawn = [re.split(r"\s{2,}", line)[0] for line in block.strip().splitlines()]
+    assert drawn == contract["layers"]

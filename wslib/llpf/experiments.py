@@ -282,23 +282,6 @@ def seed_table(seed_runs: Mapping[str, Sequence[Result]]) -> pd.DataFrame:
     ).T
 
 
-def ablation_table(
-    paths: Mapping[str, Result], ablation: Mapping[str, Result]
-) -> pd.DataFrame:
-    """Per ablated model: peak excess and gradient steps, data-flow order vs all at once."""
-    return pd.DataFrame(
-        {
-            name: {
-                "FDF peak excess": paths[name]["peak_excess"],
-                "all-at-once peak excess": res["peak_excess"],
-                "FDF gradient steps": paths[name]["grad_steps"],
-                "all-at-once gradient steps": res["grad_steps"],
-            }
-            for name, res in ablation.items()
-        }
-    ).T
-
-
 def cached_peak_anatomy(
     setup: PathSetup,
     model: Mapping[str, Any],
@@ -659,12 +642,6 @@ def comparison_table(
                 }
             )
     return pd.DataFrame(rows)
-
-
-def best_method(compare: pd.DataFrame, model: str) -> str:
-    """The method with the lowest mean peak excess on ``model``."""
-    rows = compare[compare.model == model]
-    return str(rows.loc[rows["peak excess mean"].idxmin(), "method"])
 
 
 def method_comparison(compare: pd.DataFrame, model: str) -> tuple[str, str, Comparison]:
