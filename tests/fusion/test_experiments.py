@@ -12,6 +12,7 @@ import torch
 
 import wslib.runs.cache
 from wslib.core.data import Dataset, balanced_subset, class_counts, shard_split
+from wslib.core.describe import in_words
 from wslib.core.files import code_version
 from wslib.core.models import build_model
 from wslib.core.seeds import derive_seed, derive_seeds
@@ -147,9 +148,9 @@ def test_regime_models_full_regime_uses_all_data() -> None:
 
 
 def test_in_words_and_describe_model() -> None:
-    assert fx.in_words([2]) == "2"
-    assert fx.in_words([2, 4, 6], "or") == "2, 4 or 6"
-    assert fx.in_words(["a", "b"]) == "a and b"
+    assert in_words([2]) == "2" and in_words([]) == ""
+    assert in_words([2, 4, 6], "or") == "2, 4 or 6"
+    assert in_words(["a", "b"]) == "a and b"
     assert fx.describe_model(MLP) == "mlp (widths [8, 6])"
     assert fx.describe_model(RESNET) == "resnet1d (widths [4, 8], blocks per stage 1)"
     assert fx.describe_model({"name": "resnet18", "n_classes": 10}) == "resnet18"

@@ -6,7 +6,7 @@ parameters, so that the prose stays true in every profile.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from wslib.core.data import Dataset
@@ -38,12 +38,19 @@ def describe_model(config: Mapping[str, Any]) -> str:
     return label if widths is None else f"{label} {'-'.join(map(str, widths))}"
 
 
+def in_words(items: Iterable[Any], last: str = "and") -> str:
+    """``a, b and c`` (``last`` joins the final pair); one item as is, none empty."""
+    words = [str(i) for i in items]
+    if len(words) < 2:
+        return "".join(words)
+    return f"{', '.join(words[:-1])} {last} {words[-1]}"
+
+
 def describe_models(models: Mapping[str, Mapping[str, Any]]) -> str:
     """The models of a chapter as one English list: ``"MLP 32-32 (mlp) and ViT (vit)"``."""
-    parts = [f"{describe_model(config)} ({key})" for key, config in models.items()]
-    if len(parts) < 2:
-        return "".join(parts)
-    return ", ".join(parts[:-1]) + " and " + parts[-1]
+    return in_words(
+        f"{describe_model(config)} ({key})" for key, config in models.items()
+    )
 
 
 def describe_data(ds: Dataset) -> str:

@@ -171,14 +171,6 @@ def regime_models(
     return models, np.array(counts)
 
 
-def in_words(items: Iterable[Any], last: str = "and") -> str:
-    """``a, b and c`` (``last`` joins the final pair); one item as is."""
-    words = [str(i) for i in items]
-    return (
-        words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
-    )
-
-
 def describe_model(config: Mapping[str, Any]) -> str:
     """A model config in words, e.g. ``cnn1d (channels [16, 16])``."""
     details = [

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from wslib.core.data import Dataset
+from wslib.core.describe import DATA_LABELS
 from wslib.core.models import build_model
 from wslib.pathcond.experiments import Pair, RunGrid, has_output_bias, mlp_config
 from wslib.pathcond.rescaling import PAPER_SWEEPS
@@ -35,16 +36,6 @@ from wslib.runs.verdicts import Verdict, compare
 Run = dict[str, Any]
 PAIR_METHODS = ("baseline", "pathcond")  # the two methods every comparison holds
 
-DATASET_NAMES = {
-    "mnist1d": "MNIST-1D",
-    "digits": "scikit-learn digits",
-    "mnist": "MNIST",
-    "fashion_mnist": "Fashion-MNIST",
-    "cifar10": "CIFAR-10",
-    "cifar100": "CIFAR-100",
-}
-
-
 # --- descriptions -----------------------------------------------------------------
 
 
@@ -55,7 +46,7 @@ def percent(threshold: float) -> str:
 
 def dataset_name(name: str) -> str:
     """The name of a data set of :data:`wslib.core.data.DATASETS` as written in text."""
-    return DATASET_NAMES.get(name, name)
+    return DATA_LABELS.get(name, name)
 
 
 def data_text(ds: Dataset) -> str:
