@@ -23,7 +23,7 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 from tqdm.auto import tqdm
 
-from wslib.core.train import Recipe, batches, pick_device
+from wslib.core.train import Recipe, batches, pick_device, precision_autocast
 
 
 def stack_signature(recipe: Recipe) -> tuple:
@@ -103,7 +103,7 @@ def fit_stacked(
         torch.Generator(device=dev if dev.type == "cuda" else "cpu").manual_seed(s)
         for s in seeds
     ]
-    autocast = torch.autocast(dev.type, torch.bfloat16, recipe.precision == "bf16")
+    autocast = precision_autocast(dev, recipe.precision)
     momenta: dict[str, torch.Tensor] = {}
     active = torch.ones(n, dtype=torch.bool, device=dev)
     histories: list[dict[str, list[float]]] = [{"loss": [], "acc": []} for _ in models]

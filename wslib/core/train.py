@@ -54,6 +54,18 @@ def full_precision() -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
+def check_precision(precision: str) -> None:
+    """Refuse a precision other than :data:`PRECISIONS`, naming the valid ones."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; valid: {PRECISIONS}")
+
+
+def precision_autocast(device: torch.device, precision: str) -> torch.autocast:
+    """bfloat16 autocast on ``device`` for ``"bf16"``; a disabled one for ``"fp32"``."""
+    check_precision(precision)
+    return torch.autocast(device.type, torch.bfloat16, precision == "bf16")
+
+
 def pick_device(device: str | torch.device | None = None) -> torch.device:
     """``device`` if given, else CUDA when available, else the CPU."""
     if device is not None:
@@ -92,10 +104,7 @@ class Recipe:
             )
         if self.schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.schedule!r}; valid: {SCHEDULES}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(
-                f"unknown precision {self.precision!r}; valid: {PRECISIONS}"
-            )
+        check_precision(self.precision)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Recipe:
@@ -189,7 +198,7 @@ def fit(
     layout = torch.channels_last if images else torch.contiguous_format
     model.to(dev, memory_format=layout)
     x, y = x.to(dev, memory_format=layout), y.to(dev)
-    autocast = torch.autocast(dev.type, torch.bfloat16, recipe.precision == "bf16")
+    autocast = precision_autocast(dev, recipe.precision)
     # the shuffling generator sits on the device (on a CPU: the CPU's stream)
     gen = torch.Generator(device=dev if dev.type == "cuda" else "cpu").manual_seed(seed)
     opt = make_optimizer(model, recipe)

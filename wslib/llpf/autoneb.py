@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 
 from wslib.core.files import code_version
 from wslib.core.neurons import StateDict
-from wslib.core.train import PRECISIONS, model_device
+from wslib.core.train import check_precision, model_device, precision_autocast
 from wslib.llpf.curves import checkpoint_key, load_checkpoint, save_checkpoint
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.units import refuse_compute
@@ -135,8 +135,7 @@ def autoneb(
             f"total_steps needs n_init >= 1 and total_steps >= 0, got n_init={n_init}, "
             f"total_steps={total_steps}"
         )
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; valid: {PRECISIONS}")
+    check_precision(precision)
     probe = copy.deepcopy(model).train()
     dev = model_device(probe)
     flat = _Flat(probe)
@@ -183,7 +182,7 @@ def autoneb(
         seconds = float(saved["seconds"])
     if first < cycles:
         refuse_compute(f"AutoNEB {ckpt or ''}".rstrip())
-    autocast = torch.autocast(dev.type, torch.bfloat16, precision == "bf16")
+    autocast = precision_autocast(dev, precision)
     t0 = time.perf_counter()
     bar = tqdm(desc="AutoNEB", disable=not progress, leave=False)
     for c in range(first, cycles):

@@ -48,7 +48,7 @@ from tqdm.auto import tqdm
 
 from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
-from wslib.core.train import PRECISIONS, model_device
+from wslib.core.train import check_precision, model_device, precision_autocast
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.units import refuse_compute
 
@@ -203,8 +203,7 @@ def fit_curve(
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
     if checkpoint_every < 1:
         raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; valid: {PRECISIONS}")
+    check_precision(precision)
     check_same_architecture(model, a, b)
     probe = copy.deepcopy(model)
     dev = model_device(probe)
@@ -271,7 +270,7 @@ def fit_curve(
         disable=not progress,
         leave=False,
     )
-    autocast = torch.autocast(dev.type, torch.bfloat16, precision == "bf16")
+    autocast = precision_autocast(dev, precision)
     t0 = time.perf_counter()
     for k in range(start, steps):
         for group in opt.param_groups:

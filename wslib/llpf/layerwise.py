@@ -72,7 +72,7 @@ from tqdm.auto import tqdm
 from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import norm_parameter_names
-from wslib.core.train import PRECISIONS, model_device
+from wslib.core.train import check_precision, model_device, precision_autocast
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.units import refuse_compute
 
@@ -116,10 +116,7 @@ class Refine:
     precision: str = "fp32"
 
     def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(
-                f"unknown precision {self.precision!r}; valid: {PRECISIONS}"
-            )
+        check_precision(self.precision)
         if not 1 <= self.r_min <= self.r_max:
             raise ValueError(
                 f"need 1 <= r_min <= r_max, got r_min={self.r_min}, r_max={self.r_max}"
@@ -267,7 +264,7 @@ def refine_point(
     x, y = x.to(dev), y.to(dev)
     window: list[torch.Tensor] = []
     steps = 0
-    autocast = torch.autocast(dev.type, torch.bfloat16, refine.precision == "bf16")
+    autocast = precision_autocast(dev, refine.precision)
     while steps < refine.r_max:
         idx = torch.randint(len(x), (refine.batch_size,), generator=gen).to(dev)
         with autocast:

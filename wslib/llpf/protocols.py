@@ -35,7 +35,7 @@ from torch import nn
 
 from wslib.core.files import note_entry, stable_hash, tensor_digest
 from wslib.core.norms import has_batchnorm
-from wslib.core.train import evaluate, model_device
+from wslib.core.train import evaluate, model_device, precision_autocast
 from wslib.llpf.autoneb import autoneb
 from wslib.llpf.curves import fit_curve
 from wslib.llpf.evaluation import evaluate_path
@@ -98,7 +98,7 @@ def batch_mode_loss(
     order = torch.randperm(n, generator=torch.Generator().manual_seed(0))
     size = min(batch_size, n)
     total = torch.zeros((), dtype=torch.float64, device=dev)
-    autocast = torch.autocast(dev.type, torch.bfloat16, precision == "bf16")
+    autocast = precision_autocast(dev, precision)
     for start in range(0, n - size + 1, size):
         idx = order[start : start + size]
         with autocast:

@@ -294,7 +294,7 @@ def train_runs(
     if stack is None:
         stack = pick_device().type == "cuda"
     together = [i for i, job in enumerate(jobs) if stack and stackable(job)]
-    apart = [i for i in range(len(jobs)) if i not in set(together)]
+    apart = sorted(set(range(len(jobs))) - set(together))
     results = dict(
         zip(apart, run_jobs(train_run, [jobs[i] for i in apart], workers, desc))
     )
