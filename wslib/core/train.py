@@ -55,7 +55,7 @@ def full_precision() -> Iterator[None]:
 
 
 def check_precision(precision: str) -> None:
-    """Refuse a precision other than :data:`PRECISIONS`, naming the valid ones."""
+    """Refuse a precision other than ``"fp32"`` and ``"bf16"``, naming the valid ones."""
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; valid: {PRECISIONS}")
 
