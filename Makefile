@@ -13,6 +13,9 @@
 #   make gpu-check  on a CUDA machine (<= 5 min): smoke notebooks on the GPU, step timings,
 #                   the gpu book's estimated time per chapter
 #   make test      lint (ruff format --check, ruff check, lint-imports), then pytest
+#   make test-fast lint, then the tests not marked slow (no notebook, book or browser)
+#   make mutants [LISTS="tests/llpf/planted_bugs.yaml ..."] [JOBS=J]   plant each listed
+#                  bug alone in a scratch copy and check that its tests fail (hours)
 #   make lint | make format | make clean | make clean-data
 PROFILE ?= cpu
 SEED ?=
@@ -24,6 +27,7 @@ SWEEP_SEEDS := $(or $(SEEDS),0 1 2)
 EDITION ?= full
 PUSH ?=
 SPLIT ?=
+LISTS ?=
 GHP_IMPORT ?= $(VENV)/bin/ghp-import
 EXECUTOR ?= local
 DATA ?= mnist fashion_mnist cifar10 cifar100
@@ -68,7 +72,7 @@ endif
 
 HTML := $(if $(filter student,$(EDITION)),book/_student/_build/html,book/_build/html)
 
-.PHONY: book notebook sweep publish data gpu-check lint format test clean clean-data
+.PHONY: book notebook sweep publish data gpu-check lint format test test-fast mutants clean clean-data
 
 book: $(STAMP)
 	@start=$$(date +%s) && \
@@ -110,6 +114,12 @@ format: $(STAMP)
 
 test: lint
 	$(PY) -m pytest
+
+test-fast: lint
+	$(PY) -m pytest -m "not slow"
+
+mutants: $(STAMP)
+	$(PY) tests/mutants.py $(LISTS) $(if $(JOBS),--jobs $(JOBS))
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
