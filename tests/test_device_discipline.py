@@ -162,7 +162,7 @@ def test_distillation_students_train_on_the_teachers_device(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Chapter 11's students (width and depth compression) are built where the teacher is."""
-    from wslib.fusion import experiments as fx
+    from wslib.fusion import ch11_beyond as fx
     from wslib.fusion.levels import GradientConfig
 
     ds = _data()

@@ -8,7 +8,7 @@ from torch import nn
 
 from wslib.core.connectivity import max_output_diff
 from wslib.core.train import full_precision
-from wslib.fusion import experiments
+from wslib.fusion import ch10_regimes
 
 
 class FlagSpy(nn.Module):
@@ -57,9 +57,9 @@ def test_self_fusion_runs_without_tf32(tf32_on, monkeypatch) -> None:
         )
         return pair[1]
 
-    monkeypatch.setattr(experiments, "fuse_by", fake_fuse)
+    monkeypatch.setattr(ch10_regimes, "fuse_by", fake_fuse)
     model = nn.Sequential(nn.Linear(3, 2))
-    out = experiments.self_fusion(
+    out = ch10_regimes.self_fusion(
         model, torch.randn(4, 3), None, torch.randn(5, 3), ["x"]
     )
     assert out == {"x": 0.0} and seen == [(False, False)]

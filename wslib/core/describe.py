@@ -38,6 +38,25 @@ def describe_model(config: Mapping[str, Any]) -> str:
     return label if widths is None else f"{label} {'-'.join(map(str, widths))}"
 
 
+def describe_settings(config: Mapping[str, Any]) -> str:
+    """A model config with each of its settings in words, e.g. ``cnn1d (channels [16, 16])``."""
+    details = [
+        f"{k.replace('_', ' ')} {v}"
+        for k, v in config.items()
+        if k not in ("name", "in_shape", "n_classes")
+    ]
+    name = str(config["name"])
+    return f"{name} ({', '.join(details)})" if details else name
+
+
+def describe_recipe(recipe: Mapping[str, Any]) -> str:
+    """A training recipe in words, e.g. ``100 epochs, lr 0.1, batch size 32``."""
+    return ", ".join(
+        f"{v} epoch{'s' * (v != 1)}" if k == "epochs" else f"{k.replace('_', ' ')} {v}"
+        for k, v in recipe.items()
+    )
+
+
 def in_words(items: Iterable[Any], last: str = "and") -> str:
     """``a, b and c`` (``last`` joins the final pair); one item as is, none empty."""
     words = [str(i) for i in items]

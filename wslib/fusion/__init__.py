@@ -5,7 +5,9 @@
 - :mod:`~wslib.fusion.residual`: ResNets and transformers, one residual stream at a time;
 - :mod:`~wslib.fusion.importance`: Conductance / DeepLIFT neuron importance;
 - :mod:`~wslib.fusion.baselines`: averaging, ensembles, distillation, OTFusion, Git Re-Basin;
-- :mod:`~wslib.fusion.experiments`: the protocols of the fusion chapters and their tables.
+- :mod:`~wslib.fusion.protocols`: what the fusion chapters share (base models, fusion sets);
+- :mod:`~wslib.fusion.ch09_cost`, :mod:`~wslib.fusion.ch10_regimes`,
+  :mod:`~wslib.fusion.ch11_beyond`: the protocol of each fusion chapter and its tables.
 """
 
 from wslib.fusion.baselines import USES_IMPORTANCE, Ensemble, distill, fuse_by

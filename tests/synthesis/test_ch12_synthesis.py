@@ -14,7 +14,7 @@ from wslib.core.models import build_model
 from wslib.core.neurons import permute_state, random_permutations
 from wslib.core.seeds import derive_seeds
 from wslib.core.train import Recipe, evaluate, fit
-from wslib.synthesis import experiments as ex
+from wslib.synthesis import ch12_synthesis as ex
 from wslib.synthesis.alignment import STEPS, pathcond_gauge, with_state
 
 IN = [1, 10]

@@ -1,0 +1,581 @@
+"""Chapter 10, the main table: every method in every data regime and setting
+(:class:`RegimeStudy`, cached under :data:`~wslib.fusion.protocols.FUSION_CODE`), its summaries,
+the importance gains, the headline numbers and self-fusion.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import time
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from pandas.io.formats.style import Styler
+from torch import nn
+from tqdm.auto import tqdm
+
+from wslib.core.data import Dataset, balanced_subset
+from wslib.core.seeds import derive_seed
+from wslib.core.train import (
+    evaluate,
+    full_precision,
+    predict,
+)
+from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, fuse_by
+from wslib.fusion.hfkf import (
+    attribution_share,
+    class_share,
+    model_importance,
+)
+from wslib.fusion.levels import (
+    GradientConfig,
+)
+from wslib.fusion.protocols import (
+    FUSION_CODE,
+    accuracy,
+    beats,
+    data_digest,
+    regime_models,
+)
+from wslib.runs.cache import cached_run
+from wslib.runs.verdicts import compare
+from wslib.runs.zoo import Zoo
+
+GRADIENT_TIE = 0.5
+"""Linear and Gradient variants within this many points (mean over cells) count as a match."""
+
+
+SELF_FUSION_METHODS = ("averaging", "otfusion", "rebasin_wm", "hf_linear", "kf_linear")
+"""Methods that must return a model fused with an exact copy of itself unchanged."""
+
+
+@dataclass
+class RegimeStudy:
+    """Chapter 10's protocol: every method fused from base models of every data regime.
+
+    A *setting* is a regime name, a number of models ``n`` and a seed ``s``.
+    Its base models come from :func:`regime_models`; its fusion set holds
+    ``fusion_per_class`` examples of every class drawn with seed ``s`` from the
+    whole training set. :meth:`cached_setting` stores a setting's accuracies
+    and fusion times in ``run_cache`` under :meth:`setting_key` and the source
+    of :data:`FUSION_CODE`, so an edit of the fusion package recomputes them.
+    """
+
+    zoo: Zoo
+    data: dict[str, Any]
+    arch: dict[str, Any]
+    recipe: dict[str, Any]
+    regimes: dict[str, dict[str, Any]]
+    fusion_per_class: int
+    methods: list[str]
+    importances: list[str]
+    ridge: float
+    gradient: dict[str, Any]
+    run_cache: str | Path | None = None
+    val_per_class: int = 20
+
+    @property
+    def ds(self) -> Dataset:
+        """The data set of the study."""
+        return self.zoo.dataset(self.data)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """:func:`data_digest` of the study's data set (computed once)."""
+        return data_digest(self.ds)
+
+    def settings(
+        self, n_models: Iterable[int], seeds: Iterable[int]
+    ) -> list[tuple[str, int, int]]:
+        """Every (regime, n, seed), regimes outermost."""
+        return [(r, n, s) for r in self.regimes for n in n_models for s in seeds]
+
+    def base_models(
+        self, regime: str, n: int, s: int
+    ) -> tuple[list[nn.Module], np.ndarray]:
+        """The base models of a setting and their per-class training counts."""
+        return regime_models(
+            self.zoo, self.data, self.arch, self.recipe, self.regimes[regime], n, s
+        )
+
+    def fusion_set(self, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The class-balanced fusion set of seed ``s``."""
+        idx = balanced_subset(self.ds.y_train, self.fusion_per_class, s)
+        return self.ds.x_train[idx], self.ds.y_train[idx]
+
+    def validation_set(self, s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``val_per_class`` training examples per class outside the fusion set of seed ``s``.
+
+        Used to choose among fusion variants (never the test set); the base
+        models may have trained on these examples.
+        """
+        fusion = balanced_subset(self.ds.y_train, self.fusion_per_class, s)
+        rest = np.setdiff1d(np.arange(len(self.ds.y_train)), fusion)
+        idx = balanced_subset(
+            self.ds.y_train, self.val_per_class, derive_seed(s, "subset"), rest
+        )
+        return self.ds.x_train[idx], self.ds.y_train[idx]
+
+    def train(
+        self, settings: Iterable[tuple[str, int, int]], progress: bool = True
+    ) -> None:
+        """Train (or load) the base models of every setting."""
+        for r, n, s in tqdm(list(settings), desc="base models", disable=not progress):
+            self.base_models(r, n, s)
+
+    def fuse_setting(
+        self, regime: str, n: int, s: int
+    ) -> dict[str, list[dict[str, Any]]]:
+        """Test accuracy of every method (and importance) in one setting, and its fusion times.
+
+        ``rows``: the mean individual model, then each method with each
+        importance it uses, with test accuracy ``acc`` and accuracy ``val``
+        on :meth:`validation_set`; ``times``: seconds per fusion. Importance
+        scores are computed once per base model.
+        """
+        ds = self.ds
+        models, counts = self.base_models(regime, n, s)
+        share = class_share(counts)
+        xf, yf = self.fusion_set(s)
+        xv, yv = self.validation_set(s)
+
+        def val(model: nn.Module) -> float:
+            return float(evaluate(model, xv, yv)[1])
+
+        rows = [
+            {
+                "method": "individual",
+                "importance": "uniform",
+                "acc": float(np.mean([accuracy(m, ds) for m in models])),
+                "val": float(np.mean([val(m) for m in models])),
+            }
+        ]
+        times = []
+        scores = {
+            imp: [model_importance(m, xf, yf, imp, progress=False) for m in models]
+            for imp in self.importances
+        }
+        grad_config = GradientConfig(**self.gradient)
+        for method in self.methods:
+            for imp in self.importances if method in USES_IMPORTANCE else ["uniform"]:
+                t0 = time.perf_counter()
+                fused = fuse_by(
+                    method,
+                    models,
+                    xf,
+                    yf,
+                    share,
+                    imp,
+                    scores[imp],
+                    ridge=self.ridge,
+                    gradient=grad_config,
+                    seed=s,
+                )
+                times.append({"method": method, "seconds": time.perf_counter() - t0})
+                rows.append(
+                    {
+                        "method": method,
+                        "importance": imp,
+                        "acc": accuracy(fused, ds),
+                        "val": val(fused),
+                    }
+                )
+        return {"rows": rows, "times": times}
+
+    def setting_key(self, regime: str, n: int, s: int) -> dict[str, Any]:
+        """Everything besides the code that determines :meth:`fuse_setting`'s result."""
+        return {
+            "protocol": "wslib.fusion.experiments.RegimeStudy.fuse_setting",
+            "data": self.digest,
+            "arch": self.arch,
+            "recipe": self.recipe,
+            "regime": self.regimes[regime],
+            "n": n,
+            "seed": s,
+            "fusion_per_class": self.fusion_per_class,
+            "val_per_class": self.val_per_class,
+            "methods": self.methods,
+            "importances": self.importances,
+            "ridge": self.ridge,
+            "gradient": self.gradient,
+        }
+
+    def cached_setting(self, regime: str, n: int, s: int) -> dict[str, Any]:
+        """:meth:`fuse_setting`, read from or stored in ``run_cache``."""
+        return cached_run(
+            self.run_cache,
+            self.setting_key(regime, n, s),
+            functools.partial(self.fuse_setting, regime, n, s),
+            code=FUSION_CODE,
+        )
+
+    def run(
+        self, settings: Iterable[tuple[str, int, int]], progress: bool = True
+    ) -> tuple[pd.DataFrame, dict[str, list[float]]]:
+        """Every setting (cached): one row per setting, method and importance; fusion seconds per method."""
+        runs, seconds = [], {m: [] for m in self.methods}
+        for r, n, s in tqdm(list(settings), desc="settings", disable=not progress):
+            res = self.cached_setting(r, n, s)
+            runs += [{"regime": r, "n": n, "seed": s, **row} for row in res["rows"]]
+            for t in res["times"]:
+                seconds[t["method"]].append(t["seconds"])
+        return pd.DataFrame(runs), seconds
+
+
+def head_rules(
+    study: RegimeStudy,
+    regime: str,
+    n: int,
+    s: int,
+    method: str = "kf_linear",
+    importance: str = "conductance",
+) -> dict[str, float]:
+    """Test accuracy of one fusion with each head-target rule: data share and attribution share.
+
+    ``"data share"``: :func:`~wslib.fusion.hfkf.class_share` of the training
+    counts; ``"attribution"``: :func:`~wslib.fusion.hfkf.attribution_share`
+    (the authors' rule) with ``importance``; ``"equal"``: equal weights.
+    """
+    models, counts = study.base_models(regime, n, s)
+    xf, yf = study.fusion_set(s)
+    rules = {
+        "equal": None,
+        "data share": class_share(counts),
+        "attribution": attribution_share(models, xf, yf, importance),
+    }
+    grad = GradientConfig(**study.gradient)
+    return {
+        name: accuracy(
+            fuse_by(
+                method,
+                models,
+                xf,
+                yf,
+                w,
+                importance,
+                ridge=study.ridge,
+                gradient=grad,
+                seed=s,
+            ),
+            study.ds,
+        )
+        for name, w in rules.items()
+    }
+
+
+def method_groups(methods: Sequence[str]) -> dict[str, list[str]]:
+    """The methods in two figure panels: the baselines, and HF/KF with two references.
+
+    Both panels show the mean individual model; the HF/KF panel also shows the
+    ensemble when it ran.
+    """
+    references = ["individual"] + (["ensemble"] if "ensemble" in methods else [])
+    return {
+        "baselines": ["individual", *(m for m in methods if m not in HF_KF)],
+        "HF / KF": [*references, *(m for m in methods if m in HF_KF)],
+    }
+
+
+def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean, std (0 for one seed) and number of ``runs`` (seeds) of the test accuracy
+    per regime, n, method and importance.
+
+    ``val``: the mean validation accuracy (NaN when the runs have none).
+    """
+    keys = ["regime", "n", "method", "importance"]
+    summary = runs.groupby(keys)["acc"].agg(["mean", "std", "count"]).reset_index()
+    summary = summary.rename(columns={"count": "runs"})
+    summary["std"] = summary["std"].fillna(0.0)
+    if "val" in runs:
+        summary["val"] = runs.groupby(keys)["val"].mean().to_numpy()
+    else:
+        summary["val"] = float("nan")
+    return summary
+
+
+def accuracy_table(
+    summary: pd.DataFrame,
+    regimes: Sequence[str],
+    n_models: Sequence[int],
+    methods: Sequence[str],
+    importances: Sequence[str],
+) -> pd.DataFrame:
+    """The main table: "mean ± std" in %, rows (method, importance), columns (regime, n)."""
+    order = ["individual", *methods]
+    table = summary.assign(
+        cell=lambda d: [
+            f"{100 * m:.1f} ± {100 * v:.1f}" for m, v in zip(d["mean"], d["std"])
+        ]
+    )
+    table = table.pivot(
+        index=["method", "importance"], columns=["regime", "n"], values="cell"
+    )
+    table = table.reindex(columns=[(r, n) for r in regimes for n in n_models])
+    table = table.reindex(
+        sorted(table.index, key=lambda k: (order.index(k[0]), importances.index(k[1])))
+    )
+    return table.fillna("n/a")
+
+
+NOT_FUSED = ("individual", "ensemble")  # rows that are no single fused model
+
+
+def styled_accuracy_table(
+    summary: pd.DataFrame,
+    regimes: Sequence[str],
+    n_models: Sequence[int],
+    methods: Sequence[str],
+    importances: Sequence[str],
+) -> Styler:
+    """:func:`accuracy_table` for a page: each cell on one line, and in each
+    column the highest mean among the fused models in bold (the mean
+    individual model and the ensemble, which costs several models at
+    inference, are not candidates; equal means are all in bold). A mark for
+    the eye, not a verdict: the chapter's verdicts weigh the spread."""
+    table = accuracy_table(summary, regimes, n_models, methods, importances)
+    means = summary.pivot_table(
+        index=["method", "importance"], columns=["regime", "n"], values="mean"
+    ).reindex(index=table.index, columns=table.columns)
+    fused = ~means.index.get_level_values("method").isin(NOT_FUSED)
+    candidates = means[fused]
+    best = candidates.eq(candidates.max()).reindex(means.index, fill_value=False)
+
+    def bold(column: pd.Series) -> list[str]:
+        return ["font-weight: bold" if b else "" for b in best[column.name]]
+
+    cells = {"selector": "td, th", "props": "white-space: nowrap; padding: 1px 6px;"}
+    return table.style.apply(bold, axis=0).set_table_styles([cells])
+
+
+def nested_accuracies(
+    summary: pd.DataFrame, regimes: Iterable[str], n_models: Iterable[int]
+) -> dict[str, dict[str, dict[str, dict[str, dict[str, float]]]]]:
+    """``acc[regime][str(n)][method][importance] = {"mean", "std"}`` for the results file."""
+    acc: dict = {r: {str(n): {} for n in n_models} for r in regimes}
+    for row in summary.itertuples():
+        acc[row.regime][str(row.n)].setdefault(row.method, {})[row.importance] = {
+            "mean": float(row.mean),
+            "std": float(row.std),
+        }
+    return acc
+
+
+def _selection_column(summary: pd.DataFrame) -> str:
+    """``"val"`` when every row has a validation accuracy; else ``"mean"``, with a warning."""
+    if "val" in summary and summary["val"].notna().all():
+        return "val"
+    warnings.warn(
+        "the summary lacks validation accuracies; choosing variants by test accuracy "
+        "(rerun the settings to record them)",
+        stacklevel=3,
+    )
+    return "mean"
+
+
+def best_importance(summary: pd.DataFrame, method: str) -> pd.DataFrame:
+    """For each regime and n, the row of ``method`` whose importance is best on validation.
+
+    Falls back to the test accuracy, with a warning, only for summaries
+    without validation accuracies.
+    """
+    rows = summary[summary.method == method]
+    return rows.loc[rows.groupby(["regime", "n"])[_selection_column(rows)].idxmax()]
+
+
+def importance_pivot(
+    summary: pd.DataFrame, methods: Sequence[str] = USES_IMPORTANCE
+) -> pd.DataFrame:
+    """Mean accuracy of ``methods`` (default: all with importance): rows (regime, n, method), columns importance."""
+    view = summary[summary.method.isin(methods)]
+    return view.pivot(
+        index=["regime", "n", "method"], columns="importance", values="mean"
+    )
+
+
+def importance_gains(
+    summary: pd.DataFrame,
+    importances: Sequence[str],
+    methods: Sequence[str] = USES_IMPORTANCE,
+) -> pd.DataFrame:
+    """Accuracy gain (points) of each non-uniform importance over uniform weights, per cell."""
+    wide = importance_pivot(summary, methods)
+    return pd.DataFrame(
+        {
+            imp: 100 * (wide[imp] - wide["uniform"])
+            for imp in importances
+            if imp != "uniform"
+        }
+    )
+
+
+def summary_cell(
+    summary: pd.DataFrame, regime: str, n: int, method: str, importance: str = "uniform"
+) -> float:
+    """Mean accuracy (%) of one cell of the table; NaN when the method did not run there."""
+    row = _row(summary, regime, n, method, importance)
+    return float("nan") if row is None else float(100 * row["mean"])
+
+
+def _row(
+    summary: pd.DataFrame, regime: str, n: int, method: str, importance: str = "uniform"
+) -> pd.Series | None:
+    """The summary row of one cell (None when the method did not run there)."""
+    rows = summary[
+        (summary.regime == regime)
+        & (summary.n == n)
+        & (summary.method == method)
+        & (summary.importance == importance)
+    ]
+    return rows.iloc[0] if len(rows) else None
+
+
+def select_variant(
+    summary: pd.DataFrame, regime: str, n: int, methods: Sequence[str]
+) -> tuple[str, float]:
+    """The (method, importance) of ``methods`` best on validation in a cell, and its test accuracy (%).
+
+    The name reads ``"kf_linear (conductance)"``. Without validation
+    accuracies the test accuracy chooses, with a warning.
+    """
+    return _variant(_chosen(summary, regime, n, methods))
+
+
+def _variant(row: pd.Series) -> tuple[str, float]:
+    """``"method (importance)"`` of a summary row and its test accuracy (%)."""
+    return f"{row.method} ({row.importance})", float(100 * row["mean"])
+
+
+def _chosen(
+    summary: pd.DataFrame, regime: str, n: int, methods: Sequence[str]
+) -> pd.Series:
+    """The summary row of :func:`select_variant`'s choice."""
+    rows = summary[
+        (summary.regime == regime) & (summary.n == n) & summary.method.isin(methods)
+    ]
+    if not len(rows):
+        raise ValueError(f"no runs of {list(methods)} for {regime}, n={n}")
+    return rows.loc[rows[_selection_column(rows)].idxmax()]
+
+
+def _spread(*rows: pd.Series | None) -> float | None:
+    """The spread between seeds a gap of these cells is judged by: the larger
+    standard deviation (points); None when a cell has a single run or none."""
+    if any(r is None or int(r["runs"]) < 2 for r in rows):
+        return None
+    return float(100 * max(r["std"] for r in rows))
+
+
+def gradient_word(gap: float) -> str:
+    """The Gradient retrofit against the Linear one, ``gap`` points ahead (mean
+    over cells): within :data:`GRADIENT_TIE` points either way a match."""
+    return compare(gap, GRADIENT_TIE).word("is ahead of", "is behind", "matches")
+
+
+def headline_numbers(
+    summary: pd.DataFrame, n_models: Sequence[int], importances: Sequence[str]
+) -> dict[str, float | int | str]:
+    """The numbers and verdicts the chapter's closing text quotes (accuracies in %, gaps in points).
+
+    Sharded and full regimes with the fewest models (``n0``), the sharded
+    regime with the most (``n_max``): the HF/KF variant and the OTFusion /
+    Git Re-Basin importance chosen on the validation set, their test
+    accuracies and gaps; the gains of Conductance and DeepLIFT over uniform
+    weights for HF/KF; linear minus gradient retrofit averaged over cells.
+    """
+    n0, n_max = n_models[0], n_models[-1]
+
+    def cell(r: str, n: int, method: str, imp: str = "uniform") -> float:
+        return summary_cell(summary, r, n, method, imp)
+
+    sh, full = (_chosen(summary, r, n0, HF_KF) for r in ("sharded", "full"))
+    shmax = _chosen(summary, "sharded", n_max, HF_KF)
+    ot, ot_max = (_chosen(summary, "sharded", k, ["otfusion"]) for k in (n0, n_max))
+    sh_name, sh_best = _variant(sh)
+    full_name, full_best = _variant(full)
+    shmax_name, shmax_best = _variant(shmax)
+    sh_ot, shmax_ot = _variant(ot)[1], _variant(ot_max)[1]
+    wide = importance_pivot(summary, HF_KF)
+    gains = importance_gains(summary, importances, HF_KF)
+
+    def lin_minus_grad(g: str) -> float:
+        methods = set(wide.index.get_level_values("method"))
+        if not {f"{g}_linear", f"{g}_gradient"} <= methods:
+            return float("nan")
+        diff = wide.xs(f"{g}_linear", level="method") - wide.xs(
+            f"{g}_gradient", level="method"
+        )
+        return float(100 * np.nanmean(diff.to_numpy()))
+
+    out: dict[str, float | int | str] = {
+        "n0": int(n0),
+        "n_max": int(n_max),
+        "sh_best_name": sh_name,
+        "sh_best": sh_best,
+        "sh_ot": sh_ot,
+        "sh_avg": cell("sharded", n0, "averaging"),
+        "sh_ens": cell("sharded", n0, "ensemble"),
+        "full_best_name": full_name,
+        "full_best": full_best,
+        "full_indiv": cell("full", n0, "individual"),
+        "shmax_best_name": shmax_name,
+        "shmax_best": shmax_best,
+        "shmax_ens": cell("sharded", n_max, "ensemble"),
+        "shmax_indiv": cell("sharded", n_max, "individual"),
+        "shmax_ot": shmax_ot,
+        "kf_lin_minus_grad": lin_minus_grad("kf"),
+        "hf_lin_minus_grad": lin_minus_grad("hf"),
+        "gain_conductance": float(gains["conductance"].mean()),
+        "gain_deeplift": float(gains["deeplift"].mean()),
+        "gain_positive_share": float((gains > 0).to_numpy().mean()),
+    }
+    out["sh_gap_ot"] = sh_best - sh_ot
+    out["sh_gap_avg"] = sh_best - out["sh_avg"]
+    out["full_gap"] = full_best - out["full_indiv"]
+    out["shmax_gap_ot"] = shmax_best - shmax_ot
+    avg = _row(summary, "sharded", n0, "averaging")
+    indiv = _row(summary, "full", n0, "individual")
+    out["sh_vs_ot"] = beats(out["sh_gap_ot"], _spread(sh, ot))
+    out["sh_vs_avg"] = beats(out["sh_gap_avg"], _spread(sh, avg))
+    out["full_vs_indiv"] = beats(out["full_gap"], _spread(full, indiv))
+    out["shmax_vs_ot"] = beats(out["shmax_gap_ot"], _spread(shmax, ot_max))
+    gradient_gap = -float(
+        np.nanmean([out["kf_lin_minus_grad"], out["hf_lin_minus_grad"]])
+    )
+    out["gradient_vs_linear"] = gradient_word(gradient_gap)
+    return out
+
+
+def mean_seconds(seconds: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """Mean seconds per fusion of each method that ran."""
+    return {m: float(np.mean(v)) for m, v in seconds.items() if v}
+
+
+def self_fusion(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    x_test: torch.Tensor,
+    methods: Sequence[str] = SELF_FUSION_METHODS,
+    ridge: float = 1e-8,
+) -> dict[str, float]:
+    """Largest output difference on ``x_test`` between ``model`` and its fusion with a copy of itself.
+
+    With TF32 off (:func:`~wslib.core.train.full_precision`), so that a GPU's
+    difference is float32's, as on a CPU.
+    """
+    pair = [model, copy.deepcopy(model)]
+    with full_precision():
+        ref = predict(model, x_test)
+        return {
+            m: float(
+                (predict(fuse_by(m, pair, x, y, ridge=ridge), x_test) - ref).abs().max()
+            )
+            for m in methods
+        }
