@@ -22,9 +22,11 @@ The package is layered; a package imports only those listed before it::
     wslib.plotting   one style and one colour per method for the whole book
     wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), path
                      (the result type of every path finder), curves (Bezier),
-                     autoneb, evaluation; protocols (the chapters' runs),
-                     experiments (their tables and metrics), figures,
-                     units (chapters 3-5 as independent cached pieces)
+                     autoneb, evaluation; protocols (the chapters' runs), setup
+                     (what the chapters share), ch02_layerwise, ch03_m2m,
+                     ch04_baselines, ch05_spheres (each chapter's tables and
+                     metrics), figures, units (chapters 3-5 as independent
+                     cached pieces)
     wslib.pathcond   PathCond: rescaling (diag G, the solver), lifting (explicit
                      path-lifting), enorm, training (cached runs, stacked
                      on a GPU);
@@ -33,13 +35,15 @@ The package is layered; a package imports only those listed before it::
                      independent cached pieces)
     wslib.fusion     HF / KF fusion: levels (levels, grouping on the models'
                      device, retrofitting), hfkf, residual, importance,
-                     baselines, experiments (protocols and result assembly),
-                     published (this run's numbers for the paper's Table 1)
+                     baselines; protocols (what the chapters share),
+                     ch09_cost, ch10_regimes, ch11_beyond (each chapter's
+                     protocol and tables), published (this run's numbers for
+                     the paper's Table 1)
 
     wslib.synthesis  across the papers (chapter 12): alignment (both
                      symmetries), conditioning (PathCond's criterion along
-                     a path), experiments (the four questions' protocols and
-                     verdicts)
+                     a path), ch12_synthesis (the four questions' protocols
+                     and verdicts)
 
 The three paper packages never import each other (``tests/test_layers.py``).
 """

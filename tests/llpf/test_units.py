@@ -14,16 +14,11 @@ from wslib.core.connectivity import mode_config
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.core.seeds import derive_seeds
-from wslib.llpf import experiments, units
-from wslib.llpf.experiments import (
-    chapter_setup,
-    methods_by_model,
-    mode_seeds,
-    path_seed_list,
-    sphere_configs,
-    tuning_seed,
-)
+from wslib.llpf import ch04_baselines, units
+from wslib.llpf.ch04_baselines import methods_by_model, tuning_seed
+from wslib.llpf.ch05_spheres import sphere_configs
 from wslib.llpf.protocols import PathSetup
+from wslib.llpf.setup import chapter_setup, mode_seeds, path_seed_list
 from wslib.runs.units import Unit, by_stage
 
 CHAPTERS = {
@@ -358,18 +353,18 @@ def test_tuning_budget_and_run_read_the_method_run_cache(
         seen.append((settings["method"], settings["lr"], seed, budget))
         return {"peak_excess": 0.0, "grad_steps": 11}
 
-    monkeypatch.setattr(experiments, "method_run", fake)
+    monkeypatch.setattr(ch04_baselines, "method_run", fake)
     setup = chapter_setup(toy_data(), 8, 2, 0.1, 1, None, "smoke")
     pair = [build_model(TOY), build_model(TOY)]
     methods = methods_by_model(
         {"m": TOY}, {"m": {"lr": 0.1}}, {"B": {"method": "curve", "lr": 1}}
     )["m"]
     args = (setup, TOY, pair, methods)
-    assert experiments.tuning_budget(*args, 4, tmp_path) == 11
-    settings, _ = experiments.tuning_run(*args, "B", {"lr": 2}, 4, 11, tmp_path)
+    assert ch04_baselines.tuning_budget(*args, 4, tmp_path) == 11
+    settings, _ = ch04_baselines.tuning_run(*args, "B", {"lr": 2}, 4, 11, tmp_path)
     assert settings == {"method": "curve", "lr": 2}
-    experiments.tuning_run(*args, "LLPF", {"lr": 3}, 4, 11, tmp_path)
-    assert experiments.tuning_budget(*args, 4, tmp_path) == 11  # a cache hit
+    ch04_baselines.tuning_run(*args, "LLPF", {"lr": 3}, 4, 11, tmp_path)
+    assert ch04_baselines.tuning_budget(*args, 4, tmp_path) == 11  # a cache hit
     assert seen == [("llpf", 0.1, 4, None), ("curve", 2, 4, 11), ("llpf", 3, 4, None)]
 
 

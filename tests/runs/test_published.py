@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from wslib.fusion.published import measured_accuracies, table1_beside
-from wslib.llpf.experiments import paper_numbers_beside as llpf_beside
+from wslib.llpf.ch04_baselines import paper_numbers_beside as llpf_beside
 from wslib.pathcond.reports import paper_numbers_beside as pathcond_beside
 from wslib.runs.published import FUSION, Published, beside_paper, run_setting
 

@@ -192,7 +192,7 @@ class RegimeStudy:
     def setting_key(self, regime: str, n: int, s: int) -> dict[str, Any]:
         """Everything besides the code that determines :meth:`fuse_setting`'s result."""
         return {
-            "protocol": "wslib.fusion.experiments.RegimeStudy.fuse_setting",
+            "protocol": "wslib.fusion.ch10_regimes.RegimeStudy.fuse_setting",
             "data": self.digest,
             "arch": self.arch,
             "recipe": self.recipe,

@@ -346,7 +346,7 @@ def cached_size_sweep(
     """
     ds = zoo.dataset(data)
     key = {
-        "protocol": "wslib.fusion.experiments.size_sweep",
+        "protocol": "wslib.fusion.ch11_beyond.size_sweep",
         "data": data_digest(ds),
         "arch": arch,
         "recipe": recipe,

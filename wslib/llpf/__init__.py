@@ -7,7 +7,12 @@
 - :mod:`~wslib.llpf.evaluation`: honest evaluation of any path;
 - :mod:`~wslib.llpf.protocols`: the runs of the LLPF chapters (refinement rule,
   equal gradient-step budgets, M2O and the hybrid);
-- :mod:`~wslib.llpf.experiments`: their tables, metrics and run-cache keys;
+- :mod:`~wslib.llpf.setup`: what the chapters and their units share (zoo, data,
+  path setup, derived seeds, run-cache keys);
+- :mod:`~wslib.llpf.ch02_layerwise`, :mod:`~wslib.llpf.ch03_m2m`,
+  :mod:`~wslib.llpf.ch04_baselines`, :mod:`~wslib.llpf.ch05_spheres`: each
+  chapter's tables and metrics;
+- :mod:`~wslib.llpf.units`: chapters 3-5 as independent cached pieces;
 - :mod:`~wslib.llpf.figures`: the panels the LLPF chapters share.
 """
 

@@ -16,8 +16,8 @@ losses is under the larger training loss of its endpoints plus a margin
 - :func:`m2o_path`, :func:`m2o_run`, :func:`hybrid_path`, :func:`hybrid_run`:
   towards the origin and across variance spheres (chapter 5).
 
-Nothing here reads a profile; result tables live in
-:mod:`wslib.llpf.experiments`. :data:`CODE` names the modules whose source
+Nothing here reads a profile; each chapter's tables live in its module
+(:mod:`wslib.llpf.ch03_m2m`, ...). :data:`CODE` names the modules whose source
 determines the result of these runs (the key of their run cache).
 """
 

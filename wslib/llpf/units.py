@@ -3,8 +3,8 @@
 Each function takes a notebook's effective parameters and lists its units;
 listing is cheap (no model, no data), every unit's work happens in its
 ``run``. A unit makes the same call as its notebook, through the same setup
-(:func:`~wslib.llpf.experiments.chapter_data`,
-:func:`~wslib.llpf.experiments.chapter_setup`, the derived seeds), so it fills
+(:func:`~wslib.llpf.setup.chapter_data`,
+:func:`~wslib.llpf.setup.chapter_setup`, the derived seeds), so it fills
 the cache entry the notebook reads:
 
 - stage 0: the base models (the zoo);
@@ -26,22 +26,10 @@ from torch import nn
 
 from wslib.core.connectivity import mode_config, train_modes
 from wslib.core.data import Dataset
-from wslib.llpf.experiments import (
-    M2O_VARIANTS,
-    cached_peak_anatomy,
-    chapter_data,
-    chapter_setup,
-    compare_methods,
-    methods_by_model,
-    mode_seeds,
-    path_seed_list,
-    sphere_configs,
-    tuned_methods,
-    tuning_budget,
-    tuning_run,
-    tuning_seed,
-    tuning_sweep,
-)
+from wslib.llpf.ch03_m2m import cached_peak_anatomy
+from wslib.llpf.ch04_baselines import compare_methods, methods_by_model, tuned_methods, tuning_budget, tuning_run, tuning_seed, tuning_sweep
+from wslib.llpf.ch05_spheres import M2O_VARIANTS, sphere_configs
+from wslib.llpf.setup import chapter_data, chapter_setup, mode_seeds, path_seed_list
 from wslib.llpf.protocols import PathSetup, hybrid_path, m2m_path, m2o_path
 from wslib.runs.units import Params, Unit
 from wslib.runs.zoo import Zoo, normalise_config

@@ -1,0 +1,159 @@
+"""Chapter 3 tables and metrics (wslib.llpf.ch03_m2m)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from wslib.core.data import Dataset
+from wslib.core.models import build_model
+from wslib.llpf.ch03_m2m import (
+    ablation_comparison,
+    ablation_seed_table,
+    ablation_verdict,
+    line_table,
+    m2m_metrics,
+    m2m_summary,
+    seed_table,
+    segment_rises,
+)
+from wslib.runs.verdicts import Verdict
+
+IN = [1, 8]
+
+
+MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
+
+
+def dataset(n: int = 48, seed: int = 0) -> Dataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2 * n, *IN, generator=g)
+    y = torch.randint(0, 3, (2 * n,), generator=g)
+    return Dataset("toy", x[:n], y[:n], x[n:], y[n:], 3)
+
+
+def pair() -> list[torch.nn.Module]:
+    models = []
+    for s in (0, 1):
+        torch.manual_seed(s)
+        models.append(build_model(MLP).eval())
+    return models
+
+
+def path_result(losses: list[float], **extra) -> dict:
+    """A stand-in for an evaluated path (only what the tables read)."""
+    losses = np.array(losses)
+    return {
+        "train_loss": losses,
+        "test_acc": np.linspace(0.9, 0.8, len(losses)),
+        "dense_loss": np.array(
+            [[0.5 * (a + b) + 0.1] for a, b in zip(losses, losses[1:])]
+        ),
+        "peak_excess": float(losses.max() - max(losses[0], losses[-1])),
+        "peak_loss": float(losses.max()),
+        "min_test_acc": 0.8,
+        "grad_steps": 10,
+        "seconds": 1.5,
+        **extra,
+    }
+
+
+def lines_of(losses: list[float]) -> dict:
+    losses = np.array(losses)
+    return {
+        "train_loss": losses,
+        "barrier": np.array(losses.max() - losses[[0, -1]].mean()),
+    }
+
+
+def comparison_runs() -> dict:
+    return {
+        "m": {
+            "LLPF": [path_result([0, 1, 0]), path_result([0, 2, 0])],
+            "polychain": [path_result([0, 0.5, 0]), path_result([0, 0.5, 0])],
+            "AutoNEB": [path_result([0, 3, 0]), path_result([0, 4, 0])],
+        },
+        "n": {
+            "LLPF": [path_result([0, 1, 0])],
+            "polychain": [path_result([0, 2, 0])],
+            "AutoNEB": [path_result([0, 0.1, 0])],
+        },
+    }
+
+
+def test_line_table_and_m2m_summary() -> None:
+    lines = {"m": {"barrier": np.array(2.0), "test_acc": np.array([0.9, 0.3, 0.8])}}
+    table = line_table(lines, {"m": 0.1})
+    assert table.loc["m"].to_dict() == {
+        "endpoint loss (max)": 0.1,
+        "barrier": 2.0,
+        "min test acc": pytest.approx(0.3),
+    }
+    summary = m2m_summary(lines, {"m": path_result([0.1, 0.4, 0.2])})
+    assert summary.loc["m", "LLPF peak excess"] == pytest.approx(0.2)
+    assert summary.loc["m", "endpoint test acc (min)"] == pytest.approx(0.8)
+    assert summary.loc["m", "linear barrier"] == 2.0
+
+
+def test_segment_rises_compare_each_midpoint_with_its_ends() -> None:
+    res = {"train_loss": [1.0, 3.0, 2.0], "dense_loss": [[2.5, 3.5], [1.0, 2.1]]}
+    assert segment_rises(res) == pytest.approx([0.5, -0.9])
+
+
+def test_seed_table_uses_the_population_std() -> None:
+    runs = {"m": [path_result([0, 1, 0]), path_result([0, 3, 0])]}
+    table = seed_table(runs)
+    assert table.loc["m", "peak excess mean"] == 2.0
+    assert table.loc["m", "peak excess std"] == 1.0
+
+
+def test_m2m_metrics() -> None:
+    lines = {n: {"barrier": np.array(b)} for n, b in (("a", 2.0), ("b", 3.0))}
+    paths = {"a": path_result([0, 1, 0]), "b": path_result([0, 2, 0.5])}
+    ablation = {"b": path_result([0, 5, 0]), "a": path_result([0, 0.5, 0])}
+    seeds = seed_table({"a": [paths["a"], path_result([0, 3, 0])]})
+    metrics = m2m_metrics(lines, paths, seeds, ablation)
+    assert metrics["a"] == {
+        "linear_barrier": 2.0,
+        "llpf_peak_excess": 1.0,
+        "llpf_min_test_acc": 0.8,
+        "grad_steps": 10,
+        "seconds": 1.5,
+    }
+    assert metrics["seed_std_peak_excess"] == 1.0
+    assert metrics["seed_std_by_arch"] == {"a": 1.0}
+    assert metrics["ablation"] == {
+        "fdf_peak_excess": 1.5,
+        "all_at_once_peak_excess": 5.0,
+    }
+    assert set(metrics["ablation_by_arch"]) == {"a", "b"}
+    # dense points: midpoint + 0.1; largest rise over all models and segments
+    assert metrics["max_segment_midpoint_rise"] == pytest.approx(
+        max(segment_rises(r).max() for r in paths.values())
+    )
+
+
+def test_ablation_over_seeds_pairs_the_runs_of_each_seed() -> None:
+    fdf = {"m": [path_result([0, 1.0, 0]), path_result([0, 3.0, 0])]}
+    once = {"m": [path_result([0, 2.0, 0]), path_result([0, 2.5, 0])]}
+    table = ablation_seed_table(fdf, once)
+    row = table.loc["m"]
+    assert (row["FDF mean"], row["all at once mean"]) == (2.0, 2.25)
+    assert row["difference mean"] == pytest.approx(0.25)  # all at once - FDF
+    assert row["difference std"] == pytest.approx(0.75 * 2**0.5)  # of (1.0, -0.5)
+    assert (row["seeds FDF lower"], row["seeds"]) == (1, 2)
+    assert ablation_comparison(table, "m").verdict is Verdict.WITHIN
+    verdict = ablation_verdict(table, "m")
+    assert verdict.startswith("m: FDF and all at once within the spread")
+    assert "(all at once - FDF +0.250 on average" in verdict
+    assert "FDF lower in 1 of 2 seeds" in verdict
+    table.loc["m", "difference std"] = 0.1
+    assert ablation_comparison(table, "m").verdict is Verdict.ABOVE
+    assert ablation_verdict(table, "m").startswith("m: FDF lower than all at once")
+    table.loc["m", "difference mean"] = -0.25
+    assert ablation_comparison(table, "m").verdict is Verdict.BELOW
+    one = ablation_seed_table({"m": fdf["m"][:1]}, {"m": once["m"][:1]})
+    assert ablation_comparison(one, "m").verdict is Verdict.UNKNOWN
+    with pytest.raises(ValueError, match="FDF runs"):
+        ablation_seed_table({"m": fdf["m"][:1]}, once)

@@ -1,0 +1,244 @@
+"""Chapter 4: methods, tuning, comparison and the papers' numbers (wslib.llpf.ch04_baselines)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from wslib.core.data import Dataset
+from wslib.core.models import build_model
+from wslib.llpf import ch04_baselines
+from wslib.llpf.ch04_baselines import (
+    chapter_methods,
+    chosen_settings,
+    compare_methods,
+    comparison_metrics,
+    comparison_table,
+    comparison_verdict,
+    method_comparison,
+    method_prefix,
+    paper_table,
+    tuned_methods,
+    tuning_sweep,
+)
+from wslib.llpf.protocols import CODE, PathSetup
+from wslib.llpf.setup import comparison_key
+from wslib.runs.verdicts import Verdict
+
+IN = [1, 8]
+
+
+MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
+
+
+def dataset(n: int = 48, seed: int = 0) -> Dataset:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(2 * n, *IN, generator=g)
+    y = torch.randint(0, 3, (2 * n,), generator=g)
+    return Dataset("toy", x[:n], y[:n], x[n:], y[n:], 3)
+
+
+def pair() -> list[torch.nn.Module]:
+    models = []
+    for s in (0, 1):
+        torch.manual_seed(s)
+        models.append(build_model(MLP).eval())
+    return models
+
+
+def path_result(losses: list[float], **extra) -> dict:
+    """A stand-in for an evaluated path (only what the tables read)."""
+    losses = np.array(losses)
+    return {
+        "train_loss": losses,
+        "test_acc": np.linspace(0.9, 0.8, len(losses)),
+        "dense_loss": np.array(
+            [[0.5 * (a + b) + 0.1] for a, b in zip(losses, losses[1:])]
+        ),
+        "peak_excess": float(losses.max() - max(losses[0], losses[-1])),
+        "peak_loss": float(losses.max()),
+        "min_test_acc": 0.8,
+        "grad_steps": 10,
+        "seconds": 1.5,
+        **extra,
+    }
+
+
+def lines_of(losses: list[float]) -> dict:
+    losses = np.array(losses)
+    return {
+        "train_loss": losses,
+        "barrier": np.array(losses.max() - losses[[0, -1]].mean()),
+    }
+
+
+def comparison_runs() -> dict:
+    return {
+        "m": {
+            "LLPF": [path_result([0, 1, 0]), path_result([0, 2, 0])],
+            "polychain": [path_result([0, 0.5, 0]), path_result([0, 0.5, 0])],
+            "AutoNEB": [path_result([0, 3, 0]), path_result([0, 4, 0])],
+        },
+        "n": {
+            "LLPF": [path_result([0, 1, 0])],
+            "polychain": [path_result([0, 2, 0])],
+            "AutoNEB": [path_result([0, 0.1, 0])],
+        },
+    }
+
+
+def test_comparison_key_follows_the_content_of_data_and_modes() -> None:
+    a, b = pair()
+    methods = chapter_methods({"ticks": 2}, {"Bezier": {"method": "curve"}})
+    key = comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0)
+    same = comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, pair(), methods, 0)
+    assert key == same
+    other_data = comparison_key(
+        PathSetup(dataset(seed=1), 8, 2, 0.1), MLP, [a, b], methods, 0
+    )
+    assert other_data["data"] != key["data"]
+    c = build_model(MLP)
+    assert (
+        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, c], methods, 0) != key
+    )
+    assert (
+        comparison_key(PathSetup(dataset(), 8, 2, 0.2), MLP, [a, b], methods, 0) != key
+    )
+    assert (
+        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], methods, 1) != key
+    )
+    assert (
+        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0, 5)
+        != key
+    )
+
+
+def test_compare_methods_runs_each_seed_once_and_caches_it(
+    tmp_path, monkeypatch
+) -> None:
+    calls = []
+
+    def fake(setup, pair, methods, seed, name):
+        calls.append((name, seed))
+        return {m: path_result([0, seed + 1.0, 0]) for m in methods}
+
+    monkeypatch.setattr(ch04_baselines, "compare_at_equal_steps", fake)
+    s = PathSetup(dataset(), 8, 2, 0.1)
+    methods = chapter_methods({}, {"bezier": {}, "AutoNEB": {}})
+    args = (s, {"mlp": MLP}, {"mlp": pair()}, {"mlp": methods}, [0, 1])
+    runs = compare_methods(*args, run_cache=tmp_path)
+    assert calls == [("mlp", 0), ("mlp", 1)]
+    assert list(runs["mlp"]) == ["LLPF", "bezier", "AutoNEB"]
+    assert [r["peak_excess"] for r in runs["mlp"]["bezier"]] == [1.0, 2.0]
+    again = compare_methods(*args, run_cache=tmp_path)
+    assert calls == [("mlp", 0), ("mlp", 1)] and again == runs
+    compare_methods(*args)  # no cache: computed again
+    assert len(calls) == 4
+
+
+def test_compare_methods_keys_the_cache_by_the_code_of_the_runs(monkeypatch) -> None:
+    seen = []
+
+    def fake_cache(root, key, compute, code):
+        seen.append((root, key["path_seed"], code))
+        return {"LLPF": path_result([0, 1, 0])}
+
+    monkeypatch.setattr(ch04_baselines, "cached_run", fake_cache)
+    s = PathSetup(dataset(), 8, 2, 0.1)
+    methods = {"mlp": chapter_methods({}, {})}
+    compare_methods(s, {"mlp": MLP}, {"mlp": pair()}, methods, [3], "c")
+    assert seen == [("c", 3, CODE)]
+
+
+def test_tuning_sweep_gives_baselines_the_budget_of_llpf_and_picks_the_lowest(
+    monkeypatch,
+) -> None:
+    seen = []
+
+    def fake(setup, pair, settings, seed, budget=None, name=None):
+        seen.append((settings["method"], settings["lr"], seed, budget))
+        steps = 40 if settings["method"] == "llpf" else budget
+        excess = abs(settings["lr"] - 0.1) + (
+            0.5 if settings["method"] == "llpf" else 0
+        )
+        return {"peak_excess": excess, "grad_steps": int(steps * settings["lr"] * 10)}
+
+    monkeypatch.setattr(ch04_baselines, "method_run", fake)
+    s = PathSetup(dataset(), 8, 2, 0.1)
+    methods = {"mlp": chapter_methods({"lr": 0.1}, {"B": {"method": "curve", "lr": 1}})}
+    grid = {"LLPF": [{"lr": 0.05}, {"lr": 0.2}], "B": [{"lr": 0.3}, {"lr": 0.12}]}
+    sweep = tuning_sweep(s, {"mlp": MLP}, {"mlp": pair()}, methods, grid, 9)
+    assert seen[0] == ("llpf", 0.1, 9, None)
+    assert [b for m, _, _, b in seen if m == "curve"] == [40, 40]
+    assert list(sweep["lr"]) == [0.05, 0.2, 0.3, 0.12]
+    assert list(sweep["gradient steps"]) == [20, 80, 120, 48]
+    tuned = tuned_methods(methods, sweep)
+    assert tuned["mlp"]["LLPF"] == {"method": "llpf", "lr": 0.05}
+    assert tuned["mlp"]["B"] == {"method": "curve", "lr": 0.12}
+    best = chosen_settings(sweep)
+    assert list(best["lr"]) == [0.05, 0.12]
+
+
+def test_comparison_table_metrics_and_the_best_method() -> None:
+    compare = comparison_table(comparison_runs())
+    assert list(compare.method[:3]) == ["LLPF", "polychain", "AutoNEB"]
+    llpf = compare.iloc[0]
+    assert (llpf["peak excess mean"], llpf["peak excess std"]) == (1.5, 0.5)
+    assert llpf["worst peak loss"] == 2.0
+    assert method_comparison(compare, "n")[0] == "AutoNEB"
+    assert method_prefix("Bezier (authors' recipe)") == "bezier_authors_recipe"
+    first, runner_up, c = method_comparison(compare, "m")
+    assert (first, runner_up, c.verdict) == ("polychain", "LLPF", Verdict.ABOVE)
+    assert c.difference == pytest.approx(1.0)
+    verdict = comparison_verdict(compare, "m")
+    assert verdict.startswith("on the m, polychain had the lowest mean peak excess")
+    assert "1.000 below LLPF" in verdict and "more than" in verdict
+    close = pd.DataFrame(
+        {
+            "model": ["k", "k"],
+            "method": ["X", "Y"],
+            "peak excess mean": [0.2, 0.1],
+            "peak excess std": [0.06, 0.05],
+            "seeds": [2, 2],
+        }
+    )
+    assert method_comparison(close, "k")[2].verdict is Verdict.WITHIN
+    assert comparison_verdict(close, "k").startswith("on the k, Y had")
+    assert "0.100 below X" in comparison_verdict(close, "k")
+    assert "within the spread between seeds" in comparison_verdict(close, "k")
+    single = close.assign(seeds=[1, 1])
+    assert method_comparison(single, "k")[2].verdict is Verdict.UNKNOWN
+    assert "with one path seed, no spread" in comparison_verdict(single, "k")
+    diverged = close.assign(**{"peak excess mean": [float("nan"), 0.1]})
+    assert method_comparison(diverged, "k")[1] == "none"
+    assert "fewer than two methods" in comparison_verdict(diverged, "k")
+    metrics = comparison_metrics(compare)
+    assert metrics["m"]["polychain_peak_excess"] == 0.5
+    assert metrics["m"]["autoneb_worst_peak_loss"] == 4.0
+    assert metrics["n"]["llpf_grad_steps"] == 10.0
+    assert len(metrics["m"]) == 12
+
+
+def test_paper_table_summarises_each_method_over_models() -> None:
+    table = paper_table(comparison_table(comparison_runs()))
+    assert list(table.index) == ["LLPF", "polychain", "AutoNEB"]
+    assert table.loc["AutoNEB", "architectures run here"] == "m, n"
+    assert table.loc["AutoNEB", "consistency (max seed std of peak excess)"] == 0.5
+    assert table.loc["AutoNEB", "worst training loss on the path"] == 4.0
+    assert table.loc["LLPF", "crosses spheres"].startswith("yes")
+
+
+def test_a_diverged_setting_reads_as_nan_and_is_never_chosen(monkeypatch) -> None:
+    def fake(setup, pair, settings, seed, budget=None, name=None):
+        excess = None if settings["lr"] > 1 else settings["lr"]  # NaN cached as None
+        return {"peak_excess": excess, "grad_steps": 10}
+
+    monkeypatch.setattr(ch04_baselines, "method_run", fake)
+    s = PathSetup(dataset(), 8, 2, 0.1)
+    methods = {"mlp": chapter_methods({"lr": 0.1}, {})}
+    grid = {"LLPF": [{"lr": 5.0}, {"lr": 0.3}]}
+    sweep = tuning_sweep(s, {"mlp": MLP}, {"mlp": pair()}, methods, grid, 0)
+    assert np.isnan(sweep["peak excess"][0])
+    assert tuned_methods(methods, sweep)["mlp"]["LLPF"]["lr"] == 0.3

@@ -1,0 +1,211 @@
+"""Chapter 3, M2M paths: the tables and metrics of LLPF's model-to-model paths,
+over path seeds, with the all-at-once ablation and the anatomy of a peak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+from torch import nn
+
+from wslib.llpf.protocols import (
+    CODE,
+    PathSetup,
+    peak_anatomy,
+)
+from wslib.llpf.setup import comparison_key
+from wslib.runs.cache import cached_run
+from wslib.runs.verdicts import Comparison
+from wslib.runs.verdicts import compare as compare_values
+
+if TYPE_CHECKING:
+    pass
+
+
+Result = Mapping[str, Any]
+
+
+def line_table(
+    lines: Mapping[str, Result], end_losses: Mapping[str, float]
+) -> pd.DataFrame:
+    """Per model: the larger endpoint loss, the straight line's barrier and lowest test accuracy."""
+    return pd.DataFrame(
+        {
+            name: {
+                "endpoint loss (max)": end_losses[name],
+                "barrier": float(res["barrier"]),
+                "min test acc": float(res["test_acc"].min()),
+            }
+            for name, res in lines.items()
+        }
+    ).T
+
+
+def m2m_summary(
+    lines: Mapping[str, Result], paths: Mapping[str, Result]
+) -> pd.DataFrame:
+    """Per model: straight-line barrier against the M2M path's peak excess, accuracy and cost."""
+    return pd.DataFrame(
+        {
+            name: {
+                "linear barrier": float(lines[name]["barrier"]),
+                "LLPF peak excess": res["peak_excess"],
+                "LLPF min test acc": res["min_test_acc"],
+                "endpoint test acc (min)": float(min(res["test_acc"][[0, -1]])),
+                "gradient steps": res["grad_steps"],
+                "seconds": res["seconds"],
+            }
+            for name, res in paths.items()
+        }
+    ).T
+
+
+def segment_rises(res: Result) -> np.ndarray:
+    """Per segment: the largest loss inside it minus the larger loss at its two ends."""
+    loss = np.asarray(res["train_loss"])
+    ends = np.maximum(loss[:-1], loss[1:])
+    return np.asarray(res["dense_loss"]).max(1) - ends
+
+
+def seed_table(seed_runs: Mapping[str, Sequence[Result]]) -> pd.DataFrame:
+    """Per model: mean and spread over path seeds of the peak excess, accuracy and steps."""
+    return pd.DataFrame(
+        {
+            name: {
+                "peak excess mean": np.mean([r["peak_excess"] for r in runs]),
+                "peak excess std": np.std([r["peak_excess"] for r in runs]),
+                "min test acc mean": np.mean([r["min_test_acc"] for r in runs]),
+                "gradient steps mean": np.mean([r["grad_steps"] for r in runs]),
+            }
+            for name, runs in seed_runs.items()
+        }
+    ).T
+
+
+def cached_peak_anatomy(
+    setup: PathSetup,
+    model: Mapping[str, Any],
+    pair: Sequence[nn.Module],
+    settings: Mapping[str, Any],
+    seed: int,
+    run_cache: str | Path | None = None,
+) -> dict[str, float]:
+    """:func:`~wslib.llpf.protocols.peak_anatomy`, stored in ``run_cache`` under its key."""
+    key = comparison_key(setup, model, pair, {"anatomy": settings}, seed, 0)
+    key["protocol"] = "peak_anatomy"
+    return cached_run(
+        run_cache,
+        key,
+        lambda: peak_anatomy(setup, pair, settings, seed),
+        code=CODE,
+    )
+
+
+def ablation_seed_table(
+    fdf: Mapping[str, Sequence[Result]], all_at_once: Mapping[str, Sequence[Result]]
+) -> pd.DataFrame:
+    """Per model, over paired path seeds: peak excess of FDF and all at once (mean, std),
+    their difference (all at once - FDF, mean and sample std over seeds, the spread
+    of :func:`~wslib.runs.verdicts.compare_paired`; NaN for one seed) and the seeds
+    where FDF was lower."""
+    rows = {}
+    for name, runs in all_at_once.items():
+        a = np.array([r["peak_excess"] for r in fdf.get(name, [])[: len(runs)]])
+        b = np.array([r["peak_excess"] for r in runs])
+        if name not in fdf or len(a) != len(b):
+            raise ValueError(
+                f"{name}: {len(b)} all-at-once runs but {len(a)} FDF runs; run FDF "
+                "on at least as many path seeds"
+            )
+        rows[name] = {
+            "FDF mean": a.mean(),
+            "FDF std": a.std(),
+            "all at once mean": b.mean(),
+            "all at once std": b.std(),
+            "difference mean": (b - a).mean(),
+            "difference std": (b - a).std(ddof=1) if len(a) > 1 else np.nan,
+            "seeds FDF lower": int((a < b).sum()),
+            "seeds": len(a),
+        }
+    return pd.DataFrame(rows).T
+
+
+def ablation_comparison(table: pd.DataFrame, name: str) -> Comparison:
+    """The one verdict rule (:func:`~wslib.runs.verdicts.compare`) on ``name``'s row
+    of :func:`ablation_seed_table`: the mean difference (all at once - FDF, ABOVE:
+    FDF lower) against its standard deviation over the paired path seeds."""
+    row = table.loc[name]
+    std = float(row["difference std"])
+    return compare_values(
+        float(row["difference mean"]), std if row["seeds"] > 1 else None
+    )
+
+
+def ablation_verdict(table: pd.DataFrame, name: str) -> str:
+    """:func:`ablation_comparison` in one phrase, with the numbers it rests on."""
+    row, c = table.loc[name], ablation_comparison(table, name)
+    words = c.word(
+        above="FDF lower than all at once",
+        below="all at once lower than FDF",
+        within="FDF and all at once within the spread between path seeds",
+    )
+    return (
+        f"{name}: {words} (all at once - FDF {c.difference:+.3f} on average, "
+        f"standard deviation {float(row['difference std']):.3f} over path seeds); "
+        f"FDF lower in {int(row['seeds FDF lower'])} of {int(row['seeds'])} seeds"
+    )
+
+
+def _ablation_pair(fdf: Result, all_at_once: Result) -> dict[str, float]:
+    return {
+        "fdf_peak_excess": float(fdf["peak_excess"]),
+        "all_at_once_peak_excess": float(all_at_once["peak_excess"]),
+    }
+
+
+def m2m_metrics(
+    lines: Mapping[str, Result],
+    paths: Mapping[str, Result],
+    seeds: pd.DataFrame,
+    ablation: Mapping[str, Result],
+    ablation_seeds: pd.DataFrame | None = None,
+    anatomy: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """Chapter 3's metrics: per model, over path seeds (``seeds``, :func:`seed_table`), the
+    ablation (first seed; over seeds: :func:`ablation_seed_table`), the peak's parts
+    (:func:`~wslib.llpf.protocols.peak_anatomy`)."""
+    metrics: dict[str, Any] = {
+        name: {
+            "linear_barrier": float(lines[name]["barrier"]),
+            "llpf_peak_excess": float(res["peak_excess"]),
+            "llpf_min_test_acc": float(res["min_test_acc"]),
+            "grad_steps": int(res["grad_steps"]),
+            "seconds": float(res["seconds"]),
+        }
+        for name, res in paths.items()
+    }
+    first_model = next(iter(paths))
+    std = seeds["peak excess std"]
+    metrics["seed_std_peak_excess"] = float(std.iloc[0])
+    metrics["seed_std_by_arch"] = {n: float(std.loc[n]) for n in seeds.index}
+    first = next(iter(ablation))
+    metrics["ablation"] = _ablation_pair(paths[first], ablation[first])
+    metrics["ablation_by_arch"] = {
+        n: _ablation_pair(paths[n], res) for n, res in ablation.items()
+    }
+    metrics["max_segment_midpoint_rise"] = max(
+        float(segment_rises(res).max()) for res in paths.values()
+    )
+    if ablation_seeds is not None:
+        for n, row in ablation_seeds.iterrows():
+            over = {
+                f"over_seeds_{k.replace(' ', '_')}": float(v) for k, v in row.items()
+            }
+            metrics["ablation_by_arch"][n].update(over)
+    if anatomy is not None:
+        metrics[first_model]["peak_anatomy"] = {k: float(v) for k, v in anatomy.items()}
+    return metrics
