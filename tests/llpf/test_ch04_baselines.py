@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-import torch
 
-from wslib.core.data import Dataset
+from tests.kit import MLP, pair, toy_dataset
+from tests.llpf.path_results import comparison_runs, path_result
 from wslib.core.models import build_model
 from wslib.llpf import ch04_baselines
 from wslib.llpf.ch04_baselines import (
@@ -27,90 +27,32 @@ from wslib.llpf.protocols import CODE, PathSetup
 from wslib.llpf.setup import comparison_key
 from wslib.runs.verdicts import Verdict
 
-IN = [1, 8]
-
-
-MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
-
-
-def dataset(n: int = 48, seed: int = 0) -> Dataset:
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(2 * n, *IN, generator=g)
-    y = torch.randint(0, 3, (2 * n,), generator=g)
-    return Dataset("toy", x[:n], y[:n], x[n:], y[n:], 3)
-
-
-def pair() -> list[torch.nn.Module]:
-    models = []
-    for s in (0, 1):
-        torch.manual_seed(s)
-        models.append(build_model(MLP).eval())
-    return models
-
-
-def path_result(losses: list[float], **extra) -> dict:
-    """A stand-in for an evaluated path (only what the tables read)."""
-    losses = np.array(losses)
-    return {
-        "train_loss": losses,
-        "test_acc": np.linspace(0.9, 0.8, len(losses)),
-        "dense_loss": np.array(
-            [[0.5 * (a + b) + 0.1] for a, b in zip(losses, losses[1:])]
-        ),
-        "peak_excess": float(losses.max() - max(losses[0], losses[-1])),
-        "peak_loss": float(losses.max()),
-        "min_test_acc": 0.8,
-        "grad_steps": 10,
-        "seconds": 1.5,
-        **extra,
-    }
-
-
-def lines_of(losses: list[float]) -> dict:
-    losses = np.array(losses)
-    return {
-        "train_loss": losses,
-        "barrier": np.array(losses.max() - losses[[0, -1]].mean()),
-    }
-
-
-def comparison_runs() -> dict:
-    return {
-        "m": {
-            "LLPF": [path_result([0, 1, 0]), path_result([0, 2, 0])],
-            "polychain": [path_result([0, 0.5, 0]), path_result([0, 0.5, 0])],
-            "AutoNEB": [path_result([0, 3, 0]), path_result([0, 4, 0])],
-        },
-        "n": {
-            "LLPF": [path_result([0, 1, 0])],
-            "polychain": [path_result([0, 2, 0])],
-            "AutoNEB": [path_result([0, 0.1, 0])],
-        },
-    }
-
 
 def test_comparison_key_follows_the_content_of_data_and_modes() -> None:
     a, b = pair()
     methods = chapter_methods({"ticks": 2}, {"Bezier": {"method": "curve"}})
-    key = comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0)
-    same = comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, pair(), methods, 0)
+    key = comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0)
+    same = comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, pair(), methods, 0)
     assert key == same
     other_data = comparison_key(
-        PathSetup(dataset(seed=1), 8, 2, 0.1), MLP, [a, b], methods, 0
+        PathSetup(toy_dataset(seed=1), 8, 2, 0.1), MLP, [a, b], methods, 0
     )
     assert other_data["data"] != key["data"]
     c = build_model(MLP)
     assert (
-        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, c], methods, 0) != key
+        comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, c], methods, 0)
+        != key
     )
     assert (
-        comparison_key(PathSetup(dataset(), 8, 2, 0.2), MLP, [a, b], methods, 0) != key
+        comparison_key(PathSetup(toy_dataset(), 8, 2, 0.2), MLP, [a, b], methods, 0)
+        != key
     )
     assert (
-        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], methods, 1) != key
+        comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, b], methods, 1)
+        != key
     )
     assert (
-        comparison_key(PathSetup(dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0, 5)
+        comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0, 5)
         != key
     )
 
@@ -125,7 +67,7 @@ def test_compare_methods_runs_each_seed_once_and_caches_it(
         return {m: path_result([0, seed + 1.0, 0]) for m in methods}
 
     monkeypatch.setattr(ch04_baselines, "compare_at_equal_steps", fake)
-    s = PathSetup(dataset(), 8, 2, 0.1)
+    s = PathSetup(toy_dataset(), 8, 2, 0.1)
     methods = chapter_methods({}, {"bezier": {}, "AutoNEB": {}})
     args = (s, {"mlp": MLP}, {"mlp": pair()}, {"mlp": methods}, [0, 1])
     runs = compare_methods(*args, run_cache=tmp_path)
@@ -146,7 +88,7 @@ def test_compare_methods_keys_the_cache_by_the_code_of_the_runs(monkeypatch) -> 
         return {"LLPF": path_result([0, 1, 0])}
 
     monkeypatch.setattr(ch04_baselines, "cached_run", fake_cache)
-    s = PathSetup(dataset(), 8, 2, 0.1)
+    s = PathSetup(toy_dataset(), 8, 2, 0.1)
     methods = {"mlp": chapter_methods({}, {})}
     compare_methods(s, {"mlp": MLP}, {"mlp": pair()}, methods, [3], "c")
     assert seen == [("c", 3, CODE)]
@@ -166,7 +108,7 @@ def test_tuning_sweep_gives_baselines_the_budget_of_llpf_and_picks_the_lowest(
         return {"peak_excess": excess, "grad_steps": int(steps * settings["lr"] * 10)}
 
     monkeypatch.setattr(ch04_baselines, "method_run", fake)
-    s = PathSetup(dataset(), 8, 2, 0.1)
+    s = PathSetup(toy_dataset(), 8, 2, 0.1)
     methods = {"mlp": chapter_methods({"lr": 0.1}, {"B": {"method": "curve", "lr": 1}})}
     grid = {"LLPF": [{"lr": 0.05}, {"lr": 0.2}], "B": [{"lr": 0.3}, {"lr": 0.12}]}
     sweep = tuning_sweep(s, {"mlp": MLP}, {"mlp": pair()}, methods, grid, 9)
@@ -236,7 +178,7 @@ def test_a_diverged_setting_reads_as_nan_and_is_never_chosen(monkeypatch) -> Non
         return {"peak_excess": excess, "grad_steps": 10}
 
     monkeypatch.setattr(ch04_baselines, "method_run", fake)
-    s = PathSetup(dataset(), 8, 2, 0.1)
+    s = PathSetup(toy_dataset(), 8, 2, 0.1)
     methods = {"mlp": chapter_methods({"lr": 0.1}, {})}
     grid = {"LLPF": [{"lr": 5.0}, {"lr": 0.3}]}
     sweep = tuning_sweep(s, {"mlp": MLP}, {"mlp": pair()}, methods, grid, 0)

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from tests.kit import pair_states, toy_tensors
 from wslib.core.interpolation import lerp_state
-from wslib.core.models import build_model
 from wslib.llpf.autoneb import autoneb, neb_step
 from wslib.llpf.curves import curve_point, fit_curve, lr_factor
 from wslib.llpf.evaluation import evaluate_path
@@ -33,23 +33,8 @@ from wslib.llpf.layerwise import (
     tensor_variances,
 )
 
-IN = [1, 8]
-MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
 FROZEN = Refine(lr=1e-12, batch_size=16, r_min=1, r_max=1, threshold=1e9)
 REFINE = Refine(lr=0.05, batch_size=16, r_min=2, r_max=4, threshold=0.0)
-
-
-def data(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    return torch.randn(n, *IN, generator=gen), torch.randint(0, 3, (n,), generator=gen)
-
-
-def pair() -> tuple[nn.Module, dict, dict]:
-    torch.manual_seed(0)
-    a = build_model(MLP)
-    torch.manual_seed(1)
-    b = build_model(MLP)
-    return a, a.state_dict(), b.state_dict()
 
 
 def same(s: dict, t: dict) -> bool:
@@ -94,8 +79,8 @@ def expected_stop(losses: list[float], r_min: int, threshold: float) -> int:
 def test_refinement_stops_when_the_moving_average_is_under_the_threshold(
     quantile: float,
 ) -> None:
-    model, _, _ = pair()
-    x, y = data()
+    model, _, _ = pair_states()
+    x, y = toy_tensors(64)
     probe = Refine(lr=0.3, batch_size=8, r_min=3, r_max=40, threshold=0.0)
     losses = reference_losses(model, x, y, probe, 7, probe.r_max)
     windows = [np.mean(losses[k - 3 : k]) for k in range(3, len(losses) + 1)]
@@ -112,8 +97,8 @@ def test_refinement_stops_when_the_moving_average_is_under_the_threshold(
 
 
 def test_refinement_takes_at_least_r_min_steps() -> None:
-    model, _, _ = pair()
-    x, y = data()
+    model, _, _ = pair_states()
+    x, y = toy_tensors(64)
     refine = Refine(lr=0.1, batch_size=8, r_min=4, r_max=9, threshold=1e9)
     opt = torch.optim.SGD(model.parameters(), lr=refine.lr)
     gen = torch.Generator().manual_seed(0)
@@ -127,14 +112,14 @@ def test_refinement_takes_at_least_r_min_steps() -> None:
 
 @pytest.mark.parametrize("compliance", [True, False])
 def test_compliance_scales_weight_steps_by_the_variance_ratio(compliance: bool) -> None:
-    model, start, _ = pair()
+    model, start, _ = pair_states()
     names = [n for n, _ in model.named_parameters()]
     start_var = tensor_variances(start, names)
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(0.5)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    x, y = data()
+    x, y = toy_tensors(64)
     opt = ComplianceSGD(model, 0.1, start_var, compliance)
     loss = nn.functional.cross_entropy(model(x), y)
     opt.zero_grad()
@@ -176,8 +161,8 @@ def trained(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> dict:
 def test_peak_excess_is_the_worst_loss_on_points_and_segments_over_the_worse_end() -> (
     None
 ):
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     good = trained(model, x, y)
     other = permuted(good)
     # worst loss inside a segment, then a worse end than the start
@@ -212,8 +197,8 @@ def test_peak_excess_is_the_worst_loss_on_points_and_segments_over_the_worse_end
 
 
 def test_a_path_low_only_at_its_points_is_caught_by_its_segments() -> None:
-    model, _, _ = pair()
-    x, y = data()
+    model, _, _ = pair_states()
+    x, y = toy_tensors(64)
     good = trained(model, x, y)
     res = evaluate_path(
         model, [good, permuted(good)], x, y, x, y, dense=1, progress=False
@@ -243,9 +228,9 @@ def ticks_to_target(v: float, target: float, shrink: float, tol: float) -> int:
 def test_m2o_phase_ends_on_the_target_sphere_at_the_expected_tick(
     scale: float,
 ) -> None:
-    model, a, b = pair()
+    model, a, b = pair_states()
     dest = {k: v * scale for k, v in b.items()}
-    x, y = data()
+    x, y = toy_tensors(64)
     names = movable_names(model)
     va, vd = tensor_variances(a, names), tensor_variances(dest, names)
     expected = max(ticks_to_target(va[n], vd[n], 0.1, 0.01) for n in names)
@@ -270,8 +255,8 @@ def test_m2o_phase_ends_on_the_target_sphere_at_the_expected_tick(
 
 
 def test_m2o_stops_once_the_target_is_reached_before_refinement() -> None:
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     names = movable_names(model)
     target = {n: v * 0.5 for n, v in tensor_variances(a, names).items()}
     pushy = Refine(lr=0.5, batch_size=16, r_min=3, r_max=3, threshold=0.0)
@@ -291,8 +276,8 @@ def test_m2o_stops_once_the_target_is_reached_before_refinement() -> None:
 
 
 def test_finished_m2o_run_is_not_extended_on_resume(tmp_path) -> None:
-    model, a, _ = pair()
-    x, y = data()
+    model, a, _ = pair_states()
+    x, y = toy_tensors(64)
     target = {n: v * 0.5 for n, v in tensor_variances(a, movable_names(model)).items()}
     options = {
         "ticks": 50,
@@ -313,8 +298,8 @@ def test_finished_m2o_run_is_not_extended_on_resume(tmp_path) -> None:
 
 
 def test_checkpoint_of_another_path_seed_is_not_resumed(tmp_path) -> None:
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     options = {"ticks": 4, "refine": REFINE, "record_every": 1, "progress": False}
     ckpt = tmp_path / "path.pt"
     m2m(model, a, b, x, y, seed=1, checkpoint=ckpt, **options)
@@ -328,8 +313,8 @@ def test_checkpoint_of_another_path_seed_is_not_resumed(tmp_path) -> None:
 
 
 def test_nan_in_a_model_is_refused() -> None:
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     bad = dict(b)
     bad["linears.1.weight"] = b["linears.1.weight"].clone()
     bad["linears.1.weight"][0, 0] = float("nan")
@@ -340,8 +325,8 @@ def test_nan_in_a_model_is_refused() -> None:
 
 
 def test_m2o_target_above_the_start_is_refused_unless_growing() -> None:
-    model, a, _ = pair()
-    x, y = data()
+    model, a, _ = pair_states()
+    x, y = toy_tensors(64)
     up = {n: v * 2.0 for n, v in tensor_variances(a, movable_names(model)).items()}
     with pytest.raises(ValueError, match="only shrinks"):
         m2o(model, a, x, y, ticks=3, target_variance=up, progress=False)
@@ -363,8 +348,8 @@ def test_m2o_target_above_the_start_is_refused_unless_growing() -> None:
 
 
 def test_m2o_out_of_ticks_before_the_target_warns() -> None:
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     small = {k: v * 0.2 for k, v in b.items()}
     with pytest.warns(UserWarning, match="ran out of ticks"):
         path = hybrid(
@@ -383,8 +368,8 @@ def test_m2o_out_of_ticks_before_the_target_warns() -> None:
 
 
 def test_m2m_last_tick_long_jump_warns() -> None:
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     with pytest.warns(UserWarning, match=r"straight jump over (9[5-9]|100)%"):
         m2m(model, a, b, x, y, ticks=5, step=1e-3, refine=FROZEN, progress=False)
 
@@ -392,8 +377,8 @@ def test_m2m_last_tick_long_jump_warns() -> None:
 def test_m2m_with_a_small_final_gap_does_not_warn() -> None:
     import warnings
 
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         m2m(model, a, b, x, y, ticks=12, refine=FROZEN, progress=False)
@@ -419,8 +404,8 @@ def test_neb_step_removes_the_tangent_gradient_and_adds_the_spring() -> None:
 
 
 def test_autoneb_spends_exactly_the_total_steps() -> None:
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     for total in (0, 7, 23):
         path = autoneb(
             model,
@@ -461,15 +446,15 @@ def test_garipov_schedule_and_constant_schedule() -> None:
         pytest.approx([1.0, 1.0, 1.0 - 0.2 / 0.4 * 0.99, 0.01, 0.01])
     )
     assert lr_factor("constant", 0.95) == 1.0
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     with pytest.raises(ValueError, match="schedule"):
         fit_curve(model, a, b, x, y, schedule="cosine", progress=False)
 
 
 def test_curve_weight_decay_is_on_the_network_at_t() -> None:
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     wd, lr = 0.3, 0.5
     path = fit_curve(
         model,
@@ -519,8 +504,8 @@ def test_refine_refuses_values_that_would_run_silently_wrong(bad: dict) -> None:
     "precision, dtype", [("fp32", torch.float32), ("bf16", torch.bfloat16)]
 )
 def test_refinement_runs_its_forward_pass_in_its_precision(precision, dtype) -> None:
-    model, _, _ = pair()
-    x, y = data()
+    model, _, _ = pair_states()
+    x, y = toy_tensors(64)
     seen = []
     model.linears[-1].register_forward_hook(lambda m, i, out: seen.append(out.dtype))
     refine = Refine(lr=0.1, batch_size=8, r_min=2, r_max=2, precision=precision)
@@ -537,8 +522,8 @@ def test_refine_names_an_unknown_precision() -> None:
 
 @pytest.mark.parametrize("method", ["curve", "autoneb"])
 def test_baselines_train_in_their_precision(method: str) -> None:
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
     seen: list[torch.dtype] = []
     model.linears[-1].register_forward_hook(lambda m, i, out: seen.append(out.dtype))
     common = {"batch_size": 16, "progress": False}
@@ -558,8 +543,8 @@ def test_baselines_train_in_their_precision(method: str) -> None:
 
 
 def test_autoneb_draws_from_its_seed() -> None:
-    model, a, b = pair()
-    x, y = data()
+    model, a, b = pair_states()
+    x, y = toy_tensors(64)
 
     def middle(seed: int) -> dict[str, torch.Tensor]:
         path = autoneb(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.kit import MLP, RESNET, TRANSFORMER, pair_states, toy_tensors
 from wslib.core.models import build_model
 from wslib.core.norms import norm_parameter_names
 from wslib.llpf.evaluation import evaluate_path
@@ -19,45 +20,11 @@ from wslib.llpf.layerwise import (
     tensor_variances,
 )
 
-IN = [1, 8]
 REFINE = Refine(lr=0.05, batch_size=16, r_min=2, r_max=4, threshold=0.0)
 
 
 class Interrupt(RuntimeError):
     """Raised by a callback to simulate a killed run."""
-
-
-def data(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(0)
-    return torch.randn(n, *IN, generator=gen), torch.randint(0, 3, (n,), generator=gen)
-
-
-def pair(config: dict) -> tuple[torch.nn.Module, dict, dict]:
-    torch.manual_seed(0)
-    a = build_model(config)
-    torch.manual_seed(1)
-    b = build_model(config)
-    return a, a.state_dict(), b.state_dict()
-
-
-MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
-RESNET = {
-    "name": "resnet1d",
-    "in_shape": IN,
-    "n_classes": 3,
-    "widths": [4, 6],
-    "blocks_per_stage": 1,
-}
-TRANSFORMER = {
-    "name": "transformer1d",
-    "in_shape": IN,
-    "n_classes": 3,
-    "patch_size": 2,
-    "embed_dim": 8,
-    "depth": 1,
-    "heads": 2,
-    "mlp_dim": 8,
-}
 
 
 def same(s: dict, t: dict) -> bool:
@@ -66,8 +33,8 @@ def same(s: dict, t: dict) -> bool:
 
 @pytest.mark.parametrize("config", [MLP, RESNET, TRANSFORMER])
 def test_m2m_path_starts_and_ends_on_the_modes(config: dict) -> None:
-    model, a, b = pair(config)
-    x, y = data()
+    model, a, b = pair_states(config)
+    x, y = toy_tensors(64)
     path = m2m(
         model, a, b, x, y, ticks=6, refine=REFINE, record_every=2, progress=False
     )
@@ -79,8 +46,8 @@ def test_m2m_path_starts_and_ends_on_the_modes(config: dict) -> None:
 
 def test_m2m_between_identical_modes_ends_on_them() -> None:
     """Identical ends (distance 0): no division by the start's distance."""
-    model, a, _ = pair(MLP)
-    x, y = data()
+    model, a, _ = pair_states(MLP)
+    x, y = toy_tensors(64)
     path = m2m(
         model, a, a, x, y, ticks=4, refine=REFINE, record_every=2, progress=False
     )
@@ -106,8 +73,8 @@ def test_data_flow_stages_follow_module_order() -> None:
 
 
 def test_fdf_moves_input_stage_first() -> None:
-    model, a, b = pair(MLP)
-    x, y = data()
+    model, a, b = pair_states(MLP)
+    x, y = toy_tensors(64)
     frozen = Refine(lr=1e-12, batch_size=16, r_min=1, r_max=1, threshold=0.0)
     path = m2m(
         model,
@@ -127,7 +94,7 @@ def test_fdf_moves_input_stage_first() -> None:
 
 
 def test_variance_correction_puts_tensors_back_on_the_sphere() -> None:
-    model, a, b = pair(MLP)
+    model, a, b = pair_states(MLP)
     target = tensor_variances(a, [n for n, _ in model.named_parameters()])
     with torch.no_grad():
         for p in model.parameters():
@@ -136,7 +103,7 @@ def test_variance_correction_puts_tensors_back_on_the_sphere() -> None:
     now = tensor_variances(model.state_dict(), list(target))
     for name, v in target.items():
         assert now[name] == pytest.approx(v, rel=1e-4)
-    x, y = data()
+    x, y = toy_tensors(64)
     path = m2m(
         model, a, b, x, y, ticks=5, refine=REFINE, record_every=1, progress=False
     )
@@ -146,8 +113,8 @@ def test_variance_correction_puts_tensors_back_on_the_sphere() -> None:
 
 
 def test_m2m_is_deterministic_per_seed() -> None:
-    model, a, b = pair(MLP)
-    x, y = data()
+    model, a, b = pair_states(MLP)
+    x, y = toy_tensors(64)
     run = [
         m2m(
             model,
@@ -168,8 +135,8 @@ def test_m2m_is_deterministic_per_seed() -> None:
 
 
 def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
-    model, a, b = pair(RESNET)
-    x, y = data()
+    model, a, b = pair_states(RESNET)
+    x, y = toy_tensors(64)
     options = {
         "ticks": 9,
         "refine": REFINE,
@@ -203,8 +170,8 @@ def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
 
 
 def test_unreadable_checkpoint_is_ignored_with_a_warning(tmp_path) -> None:
-    model, a, b = pair(MLP)
-    x, y = data()
+    model, a, b = pair_states(MLP)
+    x, y = toy_tensors(64)
     ckpt = tmp_path / "path"
     ckpt.mkdir()
     (ckpt / "index.pt").write_bytes(b"not a checkpoint")
@@ -216,8 +183,8 @@ def test_unreadable_checkpoint_is_ignored_with_a_warning(tmp_path) -> None:
 
 
 def test_m2o_shrinks_weights_and_leaves_norm_layers() -> None:
-    model, a, _ = pair(RESNET)
-    x, y = data()
+    model, a, _ = pair_states(RESNET)
+    x, y = toy_tensors(64)
     path = m2o(
         model,
         a,
@@ -250,9 +217,9 @@ def test_m2o_shrinks_weights_and_leaves_norm_layers() -> None:
 
 
 def test_hybrid_reaches_destination_across_spheres() -> None:
-    model, a, b = pair(MLP)
+    model, a, b = pair_states(MLP)
     small = {k: v * 0.5 for k, v in b.items()}
-    x, y = data()
+    x, y = toy_tensors(64)
     path = hybrid(
         model,
         a,
@@ -271,8 +238,8 @@ def test_hybrid_reaches_destination_across_spheres() -> None:
 
 
 def test_evaluate_path_reports_metrics() -> None:
-    model, a, b = pair(RESNET)
-    x, y = data()
+    model, a, b = pair_states(RESNET)
+    x, y = toy_tensors(64)
     path = m2m(
         model, a, b, x, y, ticks=4, refine=REFINE, record_every=1, progress=False
     )
@@ -291,12 +258,12 @@ def test_evaluate_path_reports_metrics() -> None:
 
 
 def test_mismatched_models_raise_clear_errors() -> None:
-    model, a, _ = pair(MLP)
-    _, _, other = pair({**MLP, "widths": [7, 5]})
-    x, y = data()
+    model, a, _ = pair_states(MLP)
+    _, _, other = pair_states({**MLP, "widths": [7, 5]})
+    x, y = toy_tensors(64)
     with pytest.raises(ValueError, match="same architecture"):
         m2m(model, a, other, x, y, ticks=2, progress=False)
-    _, c, _ = pair(RESNET)
+    _, c, _ = pair_states(RESNET)
     with pytest.raises(ValueError, match="same architecture"):
         m2m(model, a, c, x, y, ticks=2, progress=False)
     with pytest.raises(ValueError, match="r_min"):
@@ -307,8 +274,8 @@ def test_mismatched_models_raise_clear_errors() -> None:
 def test_curve_keeps_endpoints_and_trains_the_bend(kind: str) -> None:
     from wslib.llpf.curves import fit_curve
 
-    model, a, b = pair(RESNET)
-    x, y = data()
+    model, a, b = pair_states(RESNET)
+    x, y = toy_tensors(64)
     path = fit_curve(
         model, a, b, x, y, kind=kind, steps=5, batch_size=16, n_eval=5, progress=False
     )
@@ -329,8 +296,8 @@ def test_curve_keeps_endpoints_and_trains_the_bend(kind: str) -> None:
 def test_autoneb_keeps_endpoints_and_inserts_pivots() -> None:
     from wslib.llpf.autoneb import autoneb
 
-    model, a, b = pair(MLP)
-    x, y = data()
+    model, a, b = pair_states(MLP)
+    x, y = toy_tensors(64)
     path = autoneb(
         model,
         a,
@@ -382,7 +349,7 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config: dict) -> None:
 
     write_cifar10(tmp_path / "cifar10", np.random.default_rng(0))
     ds = load_dataset("cifar10", root=tmp_path)
-    model, a, b = pair(config)
+    model, a, b = pair_states(config)
     x, y = ds.x_train, ds.y_train
     refine = Refine(lr=0.01, batch_size=4, r_min=1, r_max=2, threshold=0.0)
     path = m2m(

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from wslib.core.data import Dataset
-from wslib.core.models import build_model
+from tests.kit import pair, toy_dataset
 from wslib.core.train import evaluate
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
@@ -36,8 +35,6 @@ from wslib.llpf.protocols import (
     variance_along,
 )
 
-IN = [1, 8]
-MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
 FAST = {"ticks": 4, "lr": 0.05, "r_max": 3, "record_every": 2}
 CURVE = {"kind": "bezier", "lr": 0.05, "momentum": 0.9, "n_eval": 5}
 NEB = {
@@ -50,30 +47,12 @@ NEB = {
 }
 
 
-def dataset(n: int = 48) -> Dataset:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(2 * n, *IN, generator=g)
-    y = torch.randint(0, 3, (2 * n,), generator=g)
-    return Dataset("toy", x[:n], y[:n], x[n:], y[n:], 3)
-
-
-def pair(scale: float = 1.0) -> list[torch.nn.Module]:
-    models = []
-    for s in (0, 1):
-        torch.manual_seed(s)
-        models.append(build_model(MLP).eval())
-    with torch.no_grad():
-        for p in models[1].parameters():
-            p.mul_(scale)
-    return models
-
-
 def setup(**options) -> PathSetup:
-    return PathSetup(dataset(), batch_size=8, r_min=2, margin=0.25, **options)
+    return PathSetup(toy_dataset(), batch_size=8, r_min=2, margin=0.25, **options)
 
 
 def test_endpoint_loss_is_the_larger_training_loss() -> None:
-    ds = dataset()
+    ds = toy_dataset()
     a, b = pair()
     losses = [evaluate(m, ds.x_train, ds.y_train)[0] for m in (a, b)]
     assert endpoint_loss([a, b], ds) == max(losses)
@@ -109,7 +88,7 @@ def test_m2m_path_connects_the_pair_and_writes_its_checkpoint(tmp_path) -> None:
 
 def test_the_threshold_decides_how_long_the_refinement_runs() -> None:
     a, b = pair()
-    ds = dataset()
+    ds = toy_dataset()
     settings = {"ticks": 3, "lr": 1e-6, "r_max": 9, "record_every": 1}
     easy = PathSetup(ds, batch_size=8, r_min=2, margin=100.0)
     ends = threshold_loss([a, b], ds, 8)
@@ -171,7 +150,7 @@ def test_method_run_refuses_unknown_methods_and_missing_budgets() -> None:
 
 
 def test_checkpoint_files_differ_by_settings(tmp_path) -> None:
-    s = PathSetup(dataset(), 8, 2, 0.1, checkpoint_dir=tmp_path)
+    s = PathSetup(toy_dataset(), 8, 2, 0.1, checkpoint_dir=tmp_path)
     one = s.checkpoint("mlp", 0, settings={"lr": 0.1})
     assert one == s.checkpoint("mlp", 0, settings={"lr": 0.1})
     assert one != s.checkpoint("mlp", 0, settings={"lr": 0.2})
@@ -190,7 +169,7 @@ def test_variance_along_a_path_is_relative_to_the_reference() -> None:
 def test_m2o_shrinks_the_variance_by_the_factor_per_tick() -> None:
     a, _ = pair()
     frozen = {"ticks": 5, "shrink": 0.1, "lr": 1e-12, "r_max": 1, "record_every": 1}
-    s = PathSetup(dataset(), batch_size=8, r_min=1, margin=0.0)
+    s = PathSetup(toy_dataset(), batch_size=8, r_min=1, margin=0.0)
     res = m2o_run(s, a, frozen, seed=0, compliance=True)
     expected = [(1 - 0.1) ** (2 * t) for t in range(6)]
     assert res["variance"] == pytest.approx(expected, rel=1e-4)
@@ -198,7 +177,10 @@ def test_m2o_shrinks_the_variance_by_the_factor_per_tick() -> None:
 
 
 def test_hybrid_ends_on_the_destination_sphere() -> None:
-    source, dest = pair(scale=0.5)
+    source, dest = pair()
+    with torch.no_grad():
+        for p in dest.parameters():
+            p.mul_(0.5)
     s = setup()
     res = hybrid_run(s, source, dest, {"ticks": 20, "shrink": 0.1}, FAST, seed=0)
     names = movable_names(source)
@@ -257,7 +239,7 @@ def test_peak_anatomy_parts_add_up_to_the_peak_excess() -> None:
 def test_m2o_run_with_a_target_ratio_ends_on_that_sphere() -> None:
     a, _ = pair()
     frozen = {"ticks": 30, "shrink": 0.1, "lr": 1e-12, "r_max": 1, "record_every": 1}
-    s = PathSetup(dataset(), batch_size=8, r_min=1, margin=0.0)
+    s = PathSetup(toy_dataset(), batch_size=8, r_min=1, margin=0.0)
     for compliance in (True, False):
         res = m2o_run(s, a, {**frozen, "target_ratio": 0.3}, 0, compliance)
         assert res["variance"][-1] == pytest.approx(0.3, rel=0.011)

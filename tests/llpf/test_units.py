@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from tests.conftest import load_script
+from tests.kit import FakeZoo, mlp, toy_dataset
 from wslib.core.connectivity import mode_config
-from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.core.seeds import derive_seeds
 from wslib.llpf import ch04_baselines, units
@@ -141,35 +141,13 @@ def test_paths_without_checkpoints_cannot_be_units(nb: str) -> None:
 
 # --- what the units call ---------------------------------------------------------
 
-IN = [1, 8]
-TOY = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [5]}
-
-
-def toy_data() -> Dataset:
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(64, *IN, generator=g)
-    y = torch.randint(0, 3, (64,), generator=g)
-    return Dataset("toy", x[:32], y[:32], x[32:], y[32:], 3)
-
-
-class FakeZoo:
-    """Builds (untrained) models from configs and records which it was asked for."""
-
-    def __init__(self) -> None:
-        self.asked: list[dict[str, Any]] = []
-
-    def get(self, config: dict[str, Any]) -> torch.nn.Module:
-        self.asked.append(config)
-        torch.manual_seed(config["seed"])
-        model = build_model(config["model"])
-        model.config = config  # which config made it
-        return model
+TOY = mlp([5])
 
 
 @pytest.fixture
 def zoo(monkeypatch: pytest.MonkeyPatch) -> FakeZoo:
-    fake = FakeZoo()
-    monkeypatch.setattr(units, "chapter_data", lambda data: (fake, toy_data()))
+    fake = FakeZoo(train=True)
+    monkeypatch.setattr(units, "chapter_data", lambda data: (fake, toy_dataset(32)))
     return fake
 
 
@@ -198,8 +176,8 @@ def test_m2m_units_call_m2m_path_as_the_notebook_does(
     listed = units.m2m_units(p)
     for unit in listed:
         unit.run()
-    assert [c["seed"] for c in zoo.asked[:2]] == mode_seeds(3)
-    setup = chapter_setup(toy_data(), 128, 2, 0.03, 1, str(tmp_path), "smoke")
+    assert [c["seed"] for c in zoo.requests[:2]] == mode_seeds(3)
+    setup = chapter_setup(toy_dataset(32), 128, 2, 0.03, 1, str(tmp_path), "smoke")
     got = [(a[2], a[3], a[4], a[5]) for a, _ in calls]
     paths = path_seed_list(3, 2)
     want = [(p["llpf"][n], paths[0], n, False) for n in p["models"]]
@@ -285,8 +263,8 @@ def test_sphere_units_call_the_chapters_runs(
         unit.run()
     want = configs(p)
     a, b = mode_seeds(6)
-    assert [c["seed"] for c in zoo.asked[:6]] == [a, a, a, b, a, b]
-    assert zoo.asked[:6] == list(want.values())
+    assert [c["seed"] for c in zoo.requests[:6]] == [a, a, a, b, a, b]
+    assert zoo.requests[:6] == list(want.values())
     (path,) = path_seed_list(6, 1)
     assert [(a[2], a[3], a[4], a[5]) for a, _ in m2o] == [
         (p["m2o_settings"], path, True, "spheres-m2o"),
@@ -311,10 +289,12 @@ def test_derived_seeds() -> None:
 
 
 def test_chapter_setup_keeps_checkpoints_per_profile(tmp_path) -> None:
-    setup = chapter_setup(toy_data(), 8, 2, 0.1, 3, tmp_path, "gpu")
+    setup = chapter_setup(toy_dataset(32), 8, 2, 0.1, 3, tmp_path, "gpu")
     assert setup.checkpoint_dir == tmp_path / "gpu"
     assert (setup.batch_size, setup.r_min, setup.margin, setup.dense) == (8, 2, 0.1, 3)
-    assert chapter_setup(toy_data(), 8, 2, 0.1, 1, None, "gpu").checkpoint_dir is None
+    assert (
+        chapter_setup(toy_dataset(32), 8, 2, 0.1, 1, None, "gpu").checkpoint_dir is None
+    )
 
 
 def test_sphere_configs_name_each_model() -> None:
@@ -354,7 +334,7 @@ def test_tuning_budget_and_run_read_the_method_run_cache(
         return {"peak_excess": 0.0, "grad_steps": 11}
 
     monkeypatch.setattr(ch04_baselines, "method_run", fake)
-    setup = chapter_setup(toy_data(), 8, 2, 0.1, 1, None, "smoke")
+    setup = chapter_setup(toy_dataset(32), 8, 2, 0.1, 1, None, "smoke")
     pair = [build_model(TOY), build_model(TOY)]
     methods = methods_by_model(
         {"m": TOY}, {"m": {"lr": 0.1}}, {"B": {"method": "curve", "lr": 1}}
@@ -370,7 +350,7 @@ def test_tuning_budget_and_run_read_the_method_run_cache(
 
 def test_checkpoint_names_differ_by_endpoint_models(tmp_path) -> None:
     """Two sweep seeds run path seed 1 between other modes: other folders."""
-    spec = {"name": "mlp", "in_shape": [1, 4], "n_classes": 2, "widths": [3]}
+    spec = mlp([3], [1, 4], 2)
     torch.manual_seed(0)
     a, b, c = (build_model(spec) for _ in range(3))
     setup = PathSetup(None, 8, 2, 0.0, checkpoint_dir=tmp_path)  # type: ignore[arg-type]
