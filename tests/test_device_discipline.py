@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.devicecheck import DEVICE, DeviceDiscipline, DeviceMixError, to_device
+from tests.kit import cnn2d, mlp, resnet1d
 from wslib.core.data import Dataset
 from wslib.core.interpolation import linear_path
 from wslib.core.models import build_model
@@ -24,15 +25,9 @@ from wslib.pathcond.rescaling import pathcond_rescale
 from wslib.pathcond.training import train_run
 
 IN = [1, 12]
-MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [8, 6]}
-CNN2D = {"name": "cnn2d", "in_shape": [3, 8, 8], "n_classes": 3, "channels": [4, 4]}
-RESNET = {
-    "name": "resnet1d",
-    "in_shape": IN,
-    "n_classes": 3,
-    "widths": [4, 6],
-    "blocks_per_stage": 1,
-}
+MLP = mlp([8, 6], IN)
+CNN2D = cnn2d([4, 4])
+RESNET = resnet1d([4, 6], IN, blocks_per_stage=1)
 RECIPE = Recipe(epochs=2, batch_size=8, lr=0.05)
 
 

@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 import torch
 
+from tests.kit import mlp, resnet1d
 from wslib.core.connectivity import (
     OUTPUT_DIFFS,
     barrier_sweep,
@@ -31,14 +32,8 @@ from wslib.core.models import build_model
 from wslib.core.train import evaluate
 
 IN = [1, 8]
-MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
-RESNET = {
-    "name": "resnet1d",
-    "in_shape": IN,
-    "n_classes": 3,
-    "widths": [4, 6],
-    "blocks_per_stage": 1,
-}
+MLP = mlp([6, 5])
+RESNET = resnet1d([4, 6], blocks_per_stage=1)
 DATA = {"name": "toy"}
 
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.kit import SIGNAL, mlp, resnet1d
 from wslib.core.interpolation import (
     barrier,
     evaluate_states,
@@ -15,13 +16,7 @@ from wslib.core.models import build_model
 from wslib.core.norms import reset_bn_stats
 from wslib.core.train import evaluate
 
-RESNET = {
-    "name": "resnet1d",
-    "in_shape": [1, 40],
-    "n_classes": 10,
-    "widths": [8, 16],
-    "blocks_per_stage": 1,
-}
+RESNET = resnet1d([8, 16], **SIGNAL, blocks_per_stage=1)
 
 
 def _data(n: int = 96) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,12 +47,8 @@ def test_only_named_tensors_move() -> None:
 
 
 def test_mismatched_models_get_a_clear_error() -> None:
-    small = build_model(
-        {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [8]}
-    )
-    big = build_model(
-        {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [16]}
-    )
+    small = build_model(mlp([8], **SIGNAL))
+    big = build_model(mlp([16], **SIGNAL))
     with pytest.raises(ValueError, match="shape"):
         lerp_state(small.state_dict(), big.state_dict(), 0.5)
 

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tests.kit import SIGNAL, cnn1d, mlp, resnet1d
 from wslib.core.matching import align, match_scales, scale_distance, weight_matching
 from wslib.core.models import build_model
 from wslib.core.neurons import (
@@ -12,17 +13,11 @@ from wslib.core.neurons import (
     rescale_state,
 )
 
-MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [24, 16]}
-RESNET = {
-    "name": "resnet1d",
-    "in_shape": [1, 40],
-    "n_classes": 10,
-    "widths": [8, 16],
-    "blocks_per_stage": 1,
-}
+MLP = mlp([24, 16], **SIGNAL)
+RESNET = resnet1d([8, 16], **SIGNAL, blocks_per_stage=1)
 CONFIGS = {
     "mlp": MLP,
-    "cnn": {"name": "cnn1d", "in_shape": [1, 40], "n_classes": 10, "channels": [6, 8]},
+    "cnn": cnn1d([6, 8], **SIGNAL),
     "resnet": RESNET,
 }
 

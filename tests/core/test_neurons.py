@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tests.kit import SIGNAL, mlp
 from wslib.core.models import build_model
 from wslib.core.neurons import (
     neuron_structure,
@@ -12,7 +13,7 @@ from wslib.core.neurons import (
     validate_structure,
 )
 
-MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [6, 4]}
+MLP = mlp([6, 4], **SIGNAL)
 
 
 @pytest.fixture()

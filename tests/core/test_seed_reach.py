@@ -12,12 +12,13 @@ import random
 import numpy as np
 import torch
 
+from tests.kit import mlp
 from wslib.core.data import _load_digits, balanced_subset
 from wslib.core.matching import weight_matching
 from wslib.core.models import build_model
 from wslib.core.train import seed_everything
 
-MLP = {"name": "mlp", "in_shape": [1, 10], "n_classes": 3, "widths": [8, 8, 8]}
+MLP = mlp([8, 8, 8], [1, 10])
 
 
 def test_seed_everything_seeds_python_numpy_and_torch() -> None:

@@ -8,12 +8,13 @@ import pytest
 import torch
 
 from tests.devicecheck import DEVICE, DeviceDiscipline
+from tests.kit import mlp, resnet1d
 from wslib.core.models import build_model
 from wslib.core.stacked import fit_stacked, stack_signature
 from wslib.core.train import Recipe, fit
 
-MLP = {"name": "mlp", "in_shape": [1, 12], "n_classes": 3, "widths": [16, 8]}
-RESNET = {"name": "resnet1d", "in_shape": [1, 12], "n_classes": 3, "widths": [4]}
+MLP = mlp([16, 8], [1, 12])
+RESNET = resnet1d([4], [1, 12])
 
 
 def _data(n: int = 60) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tests.kit import SIGNAL, cnn2d, mlp
 from wslib.core.models import build_model
 from wslib.core.train import (
     Recipe,
@@ -13,7 +14,7 @@ from wslib.core.train import (
     seed_everything,
 )
 
-MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [32]}
+MLP = mlp([32], **SIGNAL)
 
 
 def _data() -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,24 +79,20 @@ def test_fit_reads_the_device_once_per_epoch_not_per_step(
     item = torch.Tensor.item
     monkeypatch.setattr(torch.Tensor, "item", lambda t: calls.append(1) or item(t))
     x, y = torch.randn(256, 1, 12), torch.randint(0, 3, (256,))
-    model = build_model(
-        {"name": "mlp", "in_shape": [1, 12], "n_classes": 3, "widths": [8]}
-    )
+    model = build_model(mlp([8], [1, 12]))
     fit(model, x, y, Recipe(epochs=2, batch_size=16), progress=False)  # 16 steps/epoch
     assert len(calls) == 2 * 2  # loss and accuracy, once per epoch
 
 
 def test_data_meets_the_model_on_its_device() -> None:
-    model = build_model(
-        {"name": "mlp", "in_shape": [1, 12], "n_classes": 3, "widths": [8]}
-    )
+    model = build_model(mlp([8], [1, 12]))
     assert model_device(model) == torch.device("cpu")
     assert model_device(torch.nn.ReLU()) == torch.device("cpu")  # no parameters
 
 
 def test_bf16_recipe_trains_under_autocast_and_unknown_precision_is_named() -> None:
     x, y = torch.randn(64, 1, 12), torch.randint(0, 3, (64,))
-    config = {"name": "mlp", "in_shape": [1, 12], "n_classes": 3, "widths": [8]}
+    config = mlp([8], [1, 12])
     histories = {}
     for precision in ("fp32", "bf16"):
         torch.manual_seed(0)
@@ -113,7 +110,7 @@ def test_the_run_seed_reaches_the_shuffling_and_the_augmentation() -> None:
     """Same initial weights, another ``fit`` seed: other batches, other crops and flips."""
     g = torch.Generator().manual_seed(0)
     x, y = torch.rand(64, 3, 8, 8, generator=g), torch.arange(64) % 4
-    cnn = {"name": "cnn2d", "in_shape": [3, 8, 8], "n_classes": 4, "channels": [4]}
+    cnn = cnn2d([4], [3, 8, 8], 4)
     results = {}
     for seed, augment in ((0, False), (1, False), (0, True), (1, True)):
         torch.manual_seed(5)  # the same initial weights every time

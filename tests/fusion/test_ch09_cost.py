@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from tests.fusion.protocol_kit import (
+from tests.fusion.toy_studies import (
+    MLP,
     QUICK,
     toy_cost_frame,
-    toy_dataset,
     toy_fusion_set,
-    toy_models,
 )
+from tests.kit import balanced_dataset, seeded_models
 from wslib.core.train import evaluate
 from wslib.fusion import ch09_cost
 from wslib.fusion.baselines import (
@@ -24,9 +24,9 @@ from wslib.fusion.levels import chain_levels
 
 
 def test_cost_decompositions_check_theorem1_at_every_level() -> None:
-    ds = toy_dataset()
+    ds = balanced_dataset()
     x, y = toy_fusion_set(ds)
-    models = {"mlp": toy_models(3)}
+    models = {"mlp": seeded_models(MLP, range(3))}
     costs = ch09_cost.cost_decompositions(
         models, x, y, ds, ["uniform", "conductance"], QUICK, progress=False
     )
@@ -92,9 +92,9 @@ def test_importance_agreement() -> None:
 
 
 def test_kf_target_map_uniform_targets_are_group_means() -> None:
-    ds = toy_dataset()
+    ds = balanced_dataset()
     x, _ = toy_fusion_set(ds)
-    models = toy_models(3)
+    models = seeded_models(MLP, range(3))
     level = chain_levels(models[0])[0]
     width = 8
     scores = {

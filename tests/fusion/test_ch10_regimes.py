@@ -7,16 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from tests.fusion.protocol_kit import (
+from tests.fusion.toy_studies import (
     IMPORTANCES,
     METHODS_10,
+    MLP,
     toy_cell,
-    toy_dataset,
     toy_fusion_set,
-    toy_models,
     toy_runs,
     toy_study,
 )
+from tests.kit import balanced_dataset, seeded_model
 from wslib.fusion import ch10_regimes, protocols
 from wslib.fusion.baselines import (
     HF_KF,
@@ -213,16 +213,16 @@ def test_mean_seconds_and_method_groups() -> None:
 
 
 def test_self_fusion_returns_the_model() -> None:
-    ds = toy_dataset(per_class=12)
+    ds = balanced_dataset(per_class=12)
     x, y = toy_fusion_set(
         ds, per_class=12
     )  # 120 samples > 41 inputs of the first layer
-    diffs = ch10_regimes.self_fusion(toy_models(1)[0], x, y, ds.x_test)
+    diffs = ch10_regimes.self_fusion(seeded_model(MLP, 0), x, y, ds.x_test)
     assert list(diffs) == list(ch10_regimes.SELF_FUSION_METHODS)
     assert max(diffs.values()) < 1e-4
     # fewer samples than inputs: the ridge term's prior (the model itself) decides
     x, y = toy_fusion_set(ds, per_class=2)
     few = ch10_regimes.self_fusion(
-        toy_models(1)[0], x, y, ds.x_test, methods=["kf_linear"]
+        seeded_model(MLP, 0), x, y, ds.x_test, methods=["kf_linear"]
     )
     assert few["kf_linear"] < 1e-6

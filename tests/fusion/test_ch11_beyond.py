@@ -5,16 +5,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.fusion.protocol_kit import (
+from tests.fusion.toy_studies import (
     MLP,
     QUICK,
     RECIPE,
     RESNET,
-    FakeZoo,
     toy_block_rows,
-    toy_dataset,
     toy_fusion_set,
-    toy_models,
+)
+from tests.kit import (
+    SIGNAL,
+    FakeZoo,
+    balanced_dataset,
+    seeded_model,
+    seeded_models,
+    transformer1d,
 )
 from wslib.core import describe
 from wslib.core.seeds import derive_seeds
@@ -36,9 +41,9 @@ def test_epochs_within() -> None:
 def test_finetune_curves_start_from_the_zero_shot_fusion() -> None:
     from wslib.core.train import Recipe
 
-    ds = toy_dataset()
+    ds = balanced_dataset()
     x, y = toy_fusion_set(ds)
-    pair = toy_models(2)
+    pair = seeded_models(MLP, range(2))
     curves = ch11_beyond.finetune_curves(
         pair,
         x,
@@ -60,10 +65,10 @@ def test_finetune_curves_start_from_the_zero_shot_fusion() -> None:
 
 
 def test_width_fusions_fuse_into_every_width() -> None:
-    ds = toy_dataset()
+    ds = balanced_dataset()
     x, y = toy_fusion_set(ds)
     variants = [{"widths": [4, 4]}, {"widths": [8, 6]}]
-    models = [toy_models(1, {**MLP, **v})[0] for v in variants]
+    models = [seeded_model({**MLP, **v}, 0) for v in variants]
     rows = ch11_beyond.width_fusions(models, variants, MLP, x, y, ds, QUICK)
     assert [r["model"] for r in rows] == [
         "base {'widths': [4, 4]}",
@@ -77,9 +82,9 @@ def test_width_fusions_fuse_into_every_width() -> None:
 
 
 def test_compression_variants_and_distillation() -> None:
-    ds = toy_dataset()
+    ds = balanced_dataset()
     x, y = toy_fusion_set(ds)
-    wide = toy_models(1, {**MLP, "widths": [16, 16]})[0]
+    wide = seeded_model({**MLP, "widths": [16, 16]}, 0)
     out = ch11_beyond.compression(
         wide, {**MLP, "widths": [4, 4]}, x, y, ds, QUICK, kd_epochs=2
     )
@@ -96,8 +101,8 @@ def test_compression_variants_and_distillation() -> None:
 
 
 def test_depth_compression_rows_and_verdict() -> None:
-    ds = toy_dataset()
-    deep = toy_models(1, {**MLP, "widths": [8, 8, 6]})[0]
+    ds = balanced_dataset()
+    deep = seeded_model({**MLP, "widths": [8, 8, 6]}, 0)
     shallow = {**MLP, "widths": [8, 6]}
     rows = ch11_beyond.depth_compression(deep, shallow, ds, [2, 4], QUICK, kd_epochs=2)
     assert [(r["size"], r["method"]) for r in rows] == [
@@ -117,8 +122,8 @@ def test_depth_compression_rows_and_verdict() -> None:
 
 
 def test_size_sweep_rows_and_augmentation_gain() -> None:
-    ds = toy_dataset()
-    pair = toy_models(2)
+    ds = balanced_dataset()
+    pair = seeded_models(MLP, range(2))
     share = np.full((2, 10), 0.5)
     rows = ch11_beyond.size_sweep(pair, share, ds, [2, 4], 1, QUICK, progress=False)
     assert len(rows) == 2 * 2 * 2
@@ -148,7 +153,7 @@ def test_cached_size_sweep_reads_back_and_keys_the_data(tmp_path, monkeypatch) -
         return [{"size": 1}]
 
     monkeypatch.setattr(ch11_beyond, "size_sweep", fake_sweep)
-    zoo = FakeZoo(toy_dataset())
+    zoo = FakeZoo(balanced_dataset())
     args = (zoo, {"name": "toy"}, MLP, RECIPE, [2], 1, {"max_epochs": 3}, 0, tmp_path)
     assert ch11_beyond.cached_size_sweep(*args) == [{"size": 1}]
     assert ch11_beyond.cached_size_sweep(*args) == [{"size": 1}]
@@ -159,7 +164,7 @@ def test_cached_size_sweep_reads_back_and_keys_the_data(tmp_path, monkeypatch) -
 
 
 def test_architecture_zero_shot_marks_what_does_not_apply() -> None:
-    ds = toy_dataset()
+    ds = balanced_dataset()
     x, y = toy_fusion_set(ds)
     zoo = FakeZoo(ds)
     archs = {
@@ -170,7 +175,7 @@ def test_architecture_zero_shot_marks_what_does_not_apply() -> None:
         zoo, {}, archs, ["averaging", "otfusion"], x, y, QUICK, seed=1, progress=False
     )
     assert [r["architecture"] for r in rows] == ["mlp", "resnet"]
-    assert [c["seed"] for c in zoo.configs] == derive_seeds(1, "model", 2) * 2
+    assert [c["seed"] for c in zoo.requests] == derive_seeds(1, "model", 2) * 2
     assert rows[0]["otfusion"] is not None and rows[1]["otfusion"] is None
     assert rows[1]["averaging"] is not None
     assert len(skipped) == 1 and skipped[0].startswith(
@@ -179,9 +184,9 @@ def test_architecture_zero_shot_marks_what_does_not_apply() -> None:
 
 
 def test_residual_gradient_variants_fit_blocks_only_in_the_block_variant():
-    ds = toy_dataset()
+    ds = balanced_dataset()
     x, y = toy_fusion_set(ds)
-    models = toy_models(2, RESNET)
+    models = seeded_models(RESNET, range(2))
     rows = ch11_beyond.residual_gradient_variants(
         models, x, y, ds, GradientConfig(max_epochs=15)
     )
@@ -224,22 +229,14 @@ def test_residual_architectures_are_the_resnets_and_transformers():
         "mlp": {"model": MLP},
         "resnet": {"model": RESNET},
         "transformer": {
-            "model": {
-                "name": "transformer1d",
-                "in_shape": [1, 40],
-                "n_classes": 10,
-                "embed_dim": 8,
-                "depth": 1,
-                "heads": 2,
-                "mlp_dim": 8,
-            }
+            "model": transformer1d(**SIGNAL, embed_dim=8, depth=1, heads=2, mlp_dim=8)
         },
     }
     assert ch11_beyond.residual_architectures(archs) == ["resnet", "transformer"]
 
 
 def test_block_fit_study_runs_the_residual_nets_on_the_zero_shot_models():
-    ds = toy_dataset()
+    ds = balanced_dataset()
     x, y = toy_fusion_set(ds)
     zoo = FakeZoo(ds)
     archs = {
@@ -248,7 +245,7 @@ def test_block_fit_study_runs_the_residual_nets_on_the_zero_shot_models():
     }
     out = ch11_beyond.block_fit_study(zoo, {"name": "toy"}, archs, x, y, QUICK, seed=1)
     assert list(out) == ["r"]
-    assert [c["seed"] for c in zoo.configs] == derive_seeds(1, "model", 2)
+    assert [c["seed"] for c in zoo.requests] == derive_seeds(1, "model", 2)
     models = [
         zoo.get({"model": RESNET, "seed": s}) for s in derive_seeds(1, "model", 2)
     ]

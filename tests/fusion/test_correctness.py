@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tests.kit import SIGNAL, cnn1d, mlp, resnet1d, transformer1d
 from wslib.core.models import build_model
 from wslib.core.neurons import permute_state, random_permutations
 from wslib.core.train import predict
@@ -50,15 +51,9 @@ from wslib.fusion.residual import (
     transformer_taps,
 )
 
-MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [12, 8]}
-CNN = {"name": "cnn1d", "in_shape": [1, 40], "n_classes": 10, "channels": [4, 6]}
-RESNET = {
-    "name": "resnet1d",
-    "in_shape": [1, 40],
-    "n_classes": 10,
-    "widths": [4, 8],
-    "blocks_per_stage": 1,
-}
+MLP = mlp([12, 8], **SIGNAL)
+CNN = cnn1d([4, 6], **SIGNAL)
+RESNET = resnet1d([4, 8], **SIGNAL, blocks_per_stage=1)
 
 
 def _model(config: dict, seed: int) -> nn.Module:
@@ -612,15 +607,7 @@ def test_attribution_share_gives_a_class_to_the_model_that_attributes_it():
 
 # --- the Gradient variant on whole blocks (ResNets, transformers) ----------------------------
 
-TRANSFORMER = {
-    "name": "transformer1d",
-    "in_shape": [1, 40],
-    "n_classes": 10,
-    "embed_dim": 8,
-    "depth": 1,
-    "heads": 2,
-    "mlp_dim": 12,
-}
+TRANSFORMER = transformer1d(**SIGNAL, embed_dim=8, depth=1, heads=2, mlp_dim=12)
 
 
 def _with_bn_statistics(model: nn.Module, x: torch.Tensor) -> nn.Module:

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.fixtures import write_cifar10
+from tests.kit import SIGNAL, cnn1d, mlp, resnet1d, transformer1d
 from wslib.core.data import load_dataset
 from wslib.core.models import build_model
 from wslib.core.neurons import permute_state, random_permutations
@@ -36,24 +37,10 @@ from wslib.fusion.levels import (
 from wslib.fusion.residual import resnet_taps, transformer_taps
 
 QUICK = GradientConfig(max_epochs=10, patience=3)
-MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [24, 16]}
-CNN = {"name": "cnn1d", "in_shape": [1, 40], "n_classes": 10, "channels": [6, 8]}
-RESNET = {
-    "name": "resnet1d",
-    "in_shape": [1, 40],
-    "n_classes": 10,
-    "widths": [4, 8],
-    "blocks_per_stage": 2,
-}
-TRANSFORMER = {
-    "name": "transformer1d",
-    "in_shape": [1, 40],
-    "n_classes": 10,
-    "embed_dim": 8,
-    "depth": 2,
-    "heads": 2,
-    "mlp_dim": 12,
-}
+MLP = mlp([24, 16], **SIGNAL)
+CNN = cnn1d([6, 8], **SIGNAL)
+RESNET = resnet1d([4, 8], **SIGNAL, blocks_per_stage=2)
+TRANSFORMER = transformer1d(**SIGNAL, embed_dim=8, depth=2, heads=2, mlp_dim=12)
 
 
 def _model(config: dict, seed: int) -> torch.nn.Module:
@@ -297,21 +284,11 @@ def test_fusion_set_missing_classes_is_named():
 
 
 def test_non_chain_architectures_get_a_clear_error():
-    resnet = _model(
-        {"name": "resnet1d", "in_shape": [1, 40], "n_classes": 10, "widths": [4, 8]}, 0
-    )
+    resnet = _model(resnet1d([4, 8], **SIGNAL), 0)
     with pytest.raises(ValueError, match="BatchNorm"):
         chain_levels(resnet)
     vit = _model(
-        {
-            "name": "transformer1d",
-            "in_shape": [1, 40],
-            "n_classes": 10,
-            "embed_dim": 8,
-            "heads": 2,
-            "mlp_dim": 8,
-            "depth": 1,
-        },
+        transformer1d(**SIGNAL, embed_dim=8, heads=2, mlp_dim=8, depth=1),
         0,
     )
     with pytest.raises(ValueError, match="chain architectures"):
@@ -365,7 +342,7 @@ def test_attribution_share_equals_the_per_class_importance_sums() -> None:
     from wslib.fusion.importance import neuron_importance
 
     torch.manual_seed(0)
-    cfg = {"name": "cnn1d", "in_shape": [1, 12], "n_classes": 3, "channels": [4, 4]}
+    cfg = cnn1d([4, 4], [1, 12])
     models = [build_model(cfg).eval() for _ in range(2)]
     x = torch.randn(18, 1, 12)
     y = torch.tensor([0] * 8 + [1] * 6 + [2] * 4)  # classes of unequal sizes
@@ -411,7 +388,7 @@ def test_weight_matching_is_computed_once_per_pair_and_seed(monkeypatch) -> None
     monkeypatch.setattr(baselines, "weight_matching", counting)
     monkeypatch.setattr(baselines, "_MATCHINGS", {})
     torch.manual_seed(0)
-    cfg = {"name": "mlp", "in_shape": [1, 6], "n_classes": 3, "widths": [5]}
+    cfg = mlp([5], [1, 6])
     models = [build_model(cfg).eval() for _ in range(3)]
     first = baselines.rebasin_weight_matching(models, seed=0)
     again = baselines.rebasin_weight_matching(models, seed=0)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.kit import SIGNAL, cnn1d, mlp
 from wslib.core.models import build_model
 from wslib.core.train import predict
 from wslib.fusion.hfkf import (
@@ -21,8 +22,8 @@ from wslib.fusion.hfkf import (
 )
 from wslib.fusion.levels import GradientConfig, chain_levels, layer_io, retrofit_linear
 
-MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [12, 8]}
-CNN = {"name": "cnn1d", "in_shape": [1, 40], "n_classes": 10, "channels": [4, 6]}
+MLP = mlp([12, 8], **SIGNAL)
+CNN = cnn1d([4, 6], **SIGNAL)
 
 
 def _model(config: dict, seed: int) -> nn.Module:
@@ -128,7 +129,7 @@ def _brute_prior(
 
 
 def test_aligned_prior_is_the_weighted_average_of_summed_incoming_weights():
-    tiny = {"name": "mlp", "in_shape": [1, 3], "n_classes": 2, "widths": [4, 3]}
+    tiny = mlp([4, 3], [1, 3], 2)
     models = [_model(tiny, 0), _model(tiny, 1)]
     layers = [[m.linears[i] for m in models] for i in range(3)]
     level0 = [np.array([0, 1, 2, 2]), np.array([1, 0, 2, 0])]  # two into one

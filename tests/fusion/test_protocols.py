@@ -9,17 +9,15 @@ import pytest
 import torch
 
 import wslib.runs.cache
-from tests.fusion.protocol_kit import (
+from tests.fusion.toy_studies import (
     METHODS,
     MLP,
     RECIPE,
     RESNET,
-    FakeZoo,
-    toy_dataset,
     toy_fusion_set,
-    toy_models,
     toy_study,
 )
+from tests.kit import FakeZoo, balanced_dataset, seeded_model, seeded_models
 from wslib.core import describe
 from wslib.core.data import balanced_subset, class_counts, shard_split
 from wslib.core.describe import in_words
@@ -37,8 +35,8 @@ from wslib.runs.cache import cached_run
 
 
 def test_accuracy_counts_the_correct_test_predictions() -> None:
-    ds = toy_dataset()
-    model = toy_models(1)[0]
+    ds = balanced_dataset()
+    model = seeded_model(MLP, 0)
     pred = predict(model, ds.x_test).argmax(1)
     y = pred.clone()
     y[::2] = (pred[::2] + 1) % 10  # every other label wrong
@@ -48,39 +46,39 @@ def test_accuracy_counts_the_correct_test_predictions() -> None:
 
 
 def test_data_digest_follows_the_content() -> None:
-    a, b = toy_dataset(), toy_dataset()
+    a, b = balanced_dataset(), balanced_dataset()
     assert protocols.data_digest(a) == protocols.data_digest(b)
     b.x_test[3, 0, 5] += 1e-3
     assert protocols.data_digest(a) != protocols.data_digest(b)
-    c = toy_dataset()
+    c = balanced_dataset()
     c.y_train = c.y_train.flip(0)
     assert protocols.data_digest(a) != protocols.data_digest(c)
 
 
 def test_trained_asks_the_zoo_for_the_config_and_split() -> None:
-    zoo = FakeZoo(toy_dataset())
+    zoo = FakeZoo(balanced_dataset())
     protocols.trained(zoo, {"name": "toy"}, MLP, RECIPE, 7)
     split = {"kind": "shards", "n_parts": 2, "part": 1}
     protocols.trained(zoo, {"name": "toy"}, MLP, RECIPE, 8, split)
-    assert zoo.configs[0] == {
+    assert zoo.requests[0] == {
         "data": {"name": "toy"},
         "model": MLP,
         "recipe": RECIPE,
         "seed": 7,
     }
-    assert zoo.configs[1]["split"] == split and zoo.configs[1]["seed"] == 8
+    assert zoo.requests[1]["split"] == split and zoo.requests[1]["seed"] == 8
 
 
 def test_regime_models_split_and_seed_every_model() -> None:
-    ds = toy_dataset()
+    ds = balanced_dataset()
     zoo = FakeZoo(ds)
     models, counts = protocols.regime_models(
         zoo, {}, MLP, RECIPE, {"kind": "shards"}, 2, 3
     )
     assert len(models) == 2
-    assert [c["seed"] for c in zoo.configs] == derive_seeds(3, "mode", 2)
+    assert [c["seed"] for c in zoo.requests] == derive_seeds(3, "mode", 2)
     split_seed = derive_seed(3, "split")
-    assert [c["split"] for c in zoo.configs] == [
+    assert [c["split"] for c in zoo.requests] == [
         {"kind": "shards", "n_parts": 2, "part": i, "seed": split_seed}
         for i in range(2)
     ]
@@ -91,10 +89,10 @@ def test_regime_models_split_and_seed_every_model() -> None:
 
 
 def test_regime_models_full_regime_uses_all_data() -> None:
-    zoo = FakeZoo(toy_dataset())
+    zoo = FakeZoo(balanced_dataset())
     _, counts = protocols.regime_models(zoo, {}, MLP, RECIPE, {"kind": "full"}, 3, 1)
-    assert [c["split"] for c in zoo.configs] == [{"kind": "full"}] * 3
-    assert [c["seed"] for c in zoo.configs] == derive_seeds(1, "mode", 3)
+    assert [c["split"] for c in zoo.requests] == [{"kind": "full"}] * 3
+    assert [c["seed"] for c in zoo.requests] == derive_seeds(1, "mode", 3)
     np.testing.assert_array_equal(counts, np.full((3, 10), 12))
 
 
@@ -127,8 +125,8 @@ def test_study_settings_and_fusion_set() -> None:
 def test_study_trains_every_base_model_of_every_setting() -> None:
     study, zoo = toy_study()
     study.train(study.settings([2, 3], [0]), progress=False)
-    assert len(zoo.configs) == 2 * (2 + 3)
-    sharded = [c for c in zoo.configs if c["split"]["kind"] == "shards"]
+    assert len(zoo.requests) == 2 * (2 + 3)
+    sharded = [c for c in zoo.requests if c["split"]["kind"] == "shards"]
     assert [(c["split"]["n_parts"], c["split"]["part"]) for c in sharded] == [
         (2, 0),
         (2, 1),
@@ -286,7 +284,7 @@ def test_study_run_collects_rows_and_times(tmp_path) -> None:
 
 
 def test_fusion_examples_are_training_examples_of_their_seed() -> None:
-    ds = toy_dataset(n_test=100)
+    ds = balanced_dataset(n_test=100)
     x, y = protocols.fusion_examples(ds, 3, seed=4)
     rows = {tuple(r.flatten().tolist()): int(c) for r, c in zip(ds.x_train, ds.y_train)}
     assert all(rows.get(tuple(r.flatten().tolist())) == int(c) for r, c in zip(x, y))
@@ -296,20 +294,21 @@ def test_fusion_examples_are_training_examples_of_their_seed() -> None:
 
 
 def test_augmented_copies_follow_their_seed() -> None:
-    x, y = toy_fusion_set(toy_dataset())
+    x, y = toy_fusion_set(balanced_dataset())
     first, again, other = (augment_fusion_set(x, y, 2, seed=s)[0] for s in (1, 1, 2))
     assert torch.equal(first, again) and not torch.equal(first, other)
 
 
 @pytest.mark.parametrize("method", ["distill", "last_layer_kd"])
 def test_distillation_draws_its_batches_from_its_seed(method: str) -> None:
-    x, _ = toy_fusion_set(toy_dataset(per_class=30), 20)  # 200 examples: two batches
-    teachers = toy_models(2)
+    # 200 examples: two batches
+    x, _ = toy_fusion_set(balanced_dataset(per_class=30), 20)
+    teachers = seeded_models(MLP, range(2))
 
     def student(seed: int) -> torch.Tensor:
         if method == "distill":
             out = distill(
-                toy_models(1)[0], teachers[0], x, epochs=2, batch_size=8, seed=seed
+                seeded_model(MLP, 0), teachers[0], x, epochs=2, batch_size=8, seed=seed
             )
         else:
             out = last_layer_kd(teachers, x, epochs=2, seed=seed)

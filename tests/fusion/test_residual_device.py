@@ -21,28 +21,15 @@ from typing import Any
 import pytest
 import torch
 
+from tests.kit import resnet1d, transformer1d
 from wslib.core.models import build_model
 from wslib.fusion import residual
 from wslib.fusion.hfkf import fuse
 from wslib.fusion.levels import GradientConfig, head_weights
 
 REFERENCE = Path(__file__).with_name("residual_reference.json")
-RESNET = {
-    "name": "resnet1d",
-    "in_shape": [1, 12],
-    "n_classes": 3,
-    "widths": [4, 8],
-    "blocks_per_stage": 1,
-}
-TRANSFORMER = {
-    "name": "transformer1d",
-    "in_shape": [1, 12],
-    "n_classes": 3,
-    "embed_dim": 8,
-    "depth": 1,
-    "heads": 2,
-    "mlp_dim": 8,
-}
+RESNET = resnet1d([4, 8], [1, 12], blocks_per_stage=1)
+TRANSFORMER = transformer1d([1, 12], embed_dim=8, depth=1, heads=2, mlp_dim=8)
 LBFGS = GradientConfig(max_epochs=5)
 HELD_OUT = GradientConfig(max_epochs=5, val_fraction=0.25)
 ADAM = GradientConfig(max_epochs=5, optimizer="adam", blocks=False)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.kit import cnn1d, mlp, resnet1d
 from wslib.core.connectivity import max_output_diff
 from wslib.core.data import Dataset
 from wslib.core.matching import match_scales, scale_distance
@@ -35,17 +36,11 @@ from wslib.synthesis.alignment import (
 
 IN = [1, 20]
 CONFIGS = {
-    "mlp": {"name": "mlp", "in_shape": IN, "n_classes": 4, "widths": [12, 10]},
-    "cnn": {"name": "cnn1d", "in_shape": IN, "n_classes": 4, "channels": [5, 6]},
-    "resnet": {
-        "name": "resnet1d",
-        "in_shape": IN,
-        "n_classes": 4,
-        "widths": [4, 6],
-        "blocks_per_stage": 1,
-    },
+    "mlp": mlp([12, 10], IN, 4),
+    "cnn": cnn1d([5, 6], IN, 4),
+    "resnet": resnet1d([4, 6], IN, 4, blocks_per_stage=1),
 }
-TINY = {"name": "mlp", "in_shape": [1, 3], "n_classes": 2, "widths": [4, 3]}
+TINY = mlp([4, 3], [1, 3], 2)
 
 
 def rescaled_copy(model: torch.nn.Module, seed: int, spread: float = 1.0) -> dict:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.kit import mlp
 from wslib.core.connectivity import max_output_diff
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
@@ -18,7 +19,7 @@ from wslib.synthesis import ch12_synthesis as ex
 from wslib.synthesis.alignment import STEPS, pathcond_gauge, with_state
 
 IN = [1, 10]
-MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [8, 8]}
+MLP = mlp([8, 8], IN)
 SETTINGS = {
     "ts": [0.0, 0.5, 1.0],
     "llpf": {

@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import torch
 
+from tests.kit import mlp
 from wslib.core.interpolation import lerp_state
 from wslib.core.models import build_model
 from wslib.pathcond.rescaling import diag_g
 from wslib.synthesis.conditioning import KEYS, log_spread, path_conditioning
 
 IN = [1, 20]
-MLP = {"name": "mlp", "in_shape": IN, "n_classes": 4, "widths": [12, 10]}
+MLP = mlp([12, 10], IN, 4)
 
 
 def path_of_two_models(seed: int) -> tuple[torch.nn.Module, list[dict]]:

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from tests.devicecheck import DeviceDiscipline, to_device
+from tests.kit import mlp
 from wslib.core.data import Dataset
 from wslib.core.interpolation import lerp_state
 from wslib.core.models import build_model
@@ -18,7 +19,7 @@ from wslib.synthesis.alignment import alignment_study
 from wslib.synthesis.conditioning import path_conditioning
 
 IN = [1, 10]
-MLP = {"name": "mlp", "in_shape": IN, "n_classes": 3, "widths": [6, 5]}
+MLP = mlp([6, 5], IN)
 
 
 def _data() -> Dataset:

@@ -1,69 +1,27 @@
-"""Toy data, fake zoos and tiny models shared by the tests of the fusion chapters' protocols."""
+"""Toy studies and result tables for the tests of the fusion chapters' protocols.
+
+The generic pieces (the fake zoo, the balanced toy data set, seeded models) are
+in :mod:`tests.kit`.
+"""
 
 from __future__ import annotations
 
 import pandas as pd
 import torch
 
+from tests.kit import SIGNAL, FakeZoo, balanced_dataset, mlp, resnet1d
 from wslib.core.data import Dataset, balanced_subset
-from wslib.core.models import build_model
 from wslib.fusion import ch10_regimes
 from wslib.fusion.levels import GradientConfig
 
 QUICK = GradientConfig(max_epochs=3, patience=2)
 
 
-MLP = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [8, 6]}
-
-
-RESNET = {
-    "name": "resnet1d",
-    "in_shape": [1, 40],
-    "n_classes": 10,
-    "widths": [4, 8],
-    "blocks_per_stage": 1,
-}
+MLP = mlp([8, 6], **SIGNAL)
+RESNET = resnet1d([4, 8], **SIGNAL, blocks_per_stage=1)
 
 
 RECIPE = {"epochs": 1}
-
-
-def toy_dataset(per_class: int = 12, n_test: int = 50, seed: int = 0) -> Dataset:
-    gen = torch.Generator().manual_seed(seed)
-    y_train = torch.arange(10).repeat(per_class)
-    y_test = torch.arange(n_test) % 10
-    return Dataset(
-        name="toy",
-        x_train=torch.randn(len(y_train), 1, 40, generator=gen),
-        y_train=y_train,
-        x_test=torch.randn(n_test, 1, 40, generator=gen),
-        y_test=y_test,
-        n_classes=10,
-    )
-
-
-class FakeZoo:
-    """A zoo that hands out untrained models (seeded by the config) and records the requests."""
-
-    def __init__(self, ds: Dataset) -> None:
-        self.ds = ds
-        self.configs: list[dict] = []
-
-    def dataset(self, data: dict) -> Dataset:
-        return self.ds
-
-    def get(self, config: dict) -> torch.nn.Module:
-        self.configs.append(config)
-        torch.manual_seed(config["seed"])
-        return build_model(config["model"]).eval()
-
-
-def toy_models(n: int, config: dict = MLP) -> list[torch.nn.Module]:
-    out = []
-    for s in range(n):
-        torch.manual_seed(s)
-        out.append(build_model(config).eval())
-    return out
 
 
 def toy_fusion_set(
@@ -96,7 +54,7 @@ METHODS = ["averaging", "ensemble", "otfusion", "hf_linear", "kf_linear"]
 
 
 def toy_study(tmp_path=None, **changes) -> tuple[ch10_regimes.RegimeStudy, FakeZoo]:
-    zoo = FakeZoo(toy_dataset())
+    zoo = FakeZoo(balanced_dataset())
     settings = {
         "zoo": zoo,
         "data": {"name": "toy"},
