@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
-from tests.kit import mlp, resnet1d
+from tests.kit import MLP, RESNET, FakeZoo, toy_dataset
 from wslib.core.connectivity import (
     OUTPUT_DIFFS,
     barrier_sweep,
@@ -25,37 +23,12 @@ from wslib.core.connectivity import (
     symmetry_check,
     train_modes,
 )
-from wslib.core.data import Dataset
 from wslib.core.interpolation import linear_path
 from wslib.core.matching import align
 from wslib.core.models import build_model
 from wslib.core.train import evaluate
 
-IN = [1, 8]
-MLP = mlp([6, 5])
-RESNET = resnet1d([4, 6], blocks_per_stage=1)
 DATA = {"name": "toy"}
-
-
-def dataset(n: int = 48) -> Dataset:
-    g = torch.Generator().manual_seed(0)
-    x, y = (
-        torch.randn(2 * n, *IN, generator=g),
-        torch.randint(0, 3, (2 * n,), generator=g),
-    )
-    return Dataset("toy", x[:n], y[:n], x[n:], y[n:], 3)
-
-
-class FakeZoo:
-    """Builds (untrained) models seeded by the config's seed, and records every request."""
-
-    def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-
-    def get(self, config: dict[str, Any]) -> torch.nn.Module:
-        self.requests.append(config)
-        torch.manual_seed(config["seed"])
-        return build_model(config["model"]).eval()
 
 
 def test_train_modes_asks_the_zoo_for_each_model_and_seed_in_order() -> None:
@@ -87,7 +60,7 @@ def test_n_parameters_counts_every_entry() -> None:
 
 
 def test_mode_table_holds_each_modes_evaluation() -> None:
-    ds = dataset()
+    ds = toy_dataset()
     modes = train_modes(FakeZoo(), DATA, {"mlp": MLP}, {"mlp": {}}, [0, 1])
     table = mode_table(modes, [0, 1], ds)
     assert list(table.seed) == [0, 1] and list(table.model) == ["mlp", "mlp"]
@@ -106,7 +79,7 @@ def test_max_weight_change_is_the_largest_absolute_difference() -> None:
 
 def test_max_output_diff_measures_the_change() -> None:
     model = build_model(MLP).eval()
-    x = dataset().x_train
+    x = toy_dataset().x_train
     assert max_output_diff(model, model.state_dict(), x, True) == 0.0
     state = {k: v.clone() for k, v in model.state_dict().items()}
     state["linears.2.bias"] += torch.tensor([0.0, 0.5, -0.25])
@@ -117,7 +90,7 @@ def test_max_output_diff_measures_the_change() -> None:
 def test_symmetry_check_changes_neither_the_model_nor_batchnorm_statistics() -> None:
     model = build_model(RESNET).eval()
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    symmetry_check({"m": model}, dataset().x_test, seed=0)
+    symmetry_check({"m": model}, toy_dataset().x_test, seed=0)
     assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
     assert not model.training
 
@@ -126,7 +99,7 @@ def test_symmetry_check_changes_neither_the_model_nor_batchnorm_statistics() -> 
 def test_symmetries_change_weights_not_outputs(config: dict) -> None:
     torch.manual_seed(0)
     model = build_model(config).eval()
-    x = dataset().x_test
+    x = toy_dataset().x_test
     with torch.no_grad():
         reference = model(x)
     table, states = symmetry_check({"m": model}, x, seed=0)
@@ -142,7 +115,7 @@ def test_symmetries_change_weights_not_outputs(config: dict) -> None:
 
 def test_symmetry_check_is_seeded() -> None:
     model = build_model(MLP).eval()
-    x = dataset().x_test
+    x = toy_dataset().x_test
     _, first = symmetry_check({"m": model}, x, seed=1)
     _, again = symmetry_check({"m": model}, x, seed=1)
     _, other = symmetry_check({"m": model}, x, seed=2)
@@ -164,7 +137,7 @@ def test_largest_output_diff_reads_both_modes_of_one_symmetry() -> None:
 
 
 def test_straight_line_is_the_linear_path_on_the_data_set() -> None:
-    ds = dataset()
+    ds = toy_dataset()
     a, b = FakeZoo().get(mode_config(DATA, MLP, {}, 0)), build_model(MLP)
     ts = [0.0, 0.5, 1.0]
     line = straight_line(a, a.state_dict(), b.state_dict(), ts, ds)
@@ -186,7 +159,7 @@ def test_straight_line_is_the_linear_path_on_the_data_set() -> None:
 
 
 def test_lines_between_ends_on_b_and_on_b_aligned() -> None:
-    ds = dataset()
+    ds = toy_dataset()
     zoo = FakeZoo()
     a, b = (zoo.get(mode_config(DATA, MLP, {}, s)) for s in (0, 1))
     ts = np.linspace(0, 1, 5)
@@ -201,7 +174,7 @@ def test_lines_between_ends_on_b_and_on_b_aligned() -> None:
 
 
 def test_barrier_sweep_trains_two_layer_mlps_of_each_width() -> None:
-    ds = dataset()
+    ds = toy_dataset()
     zoo = FakeZoo()
     rows = barrier_sweep(
         zoo, DATA, MLP, [4, 8], {"epochs": 1}, [0, 1, 2], [0, 0.5, 1], ds

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.kit import cnn1d, mlp, resnet1d
+from tests.kit import cnn1d, drawn_models, mlp, resnet1d, toy_dataset
 from wslib.core.connectivity import max_output_diff
 from wslib.core.data import Dataset
 from wslib.core.matching import match_scales, scale_distance
@@ -190,16 +190,13 @@ def test_enorm_gauge_balances_in_and_out_norms() -> None:
     torch.testing.assert_close(w_in, w_out, rtol=1e-3, atol=1e-6)
 
 
-def tiny_data(n: int = 40) -> Dataset:
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(n, *IN, generator=gen)
-    y = torch.randint(0, 4, (n,), generator=gen)
-    return Dataset("tiny", x, y, x[:20], y[:20], 4)
+def tiny_data() -> Dataset:
+    """40 training rows in 4 classes; the test set is the first 20 of them."""
+    return toy_dataset(40, 20, IN, 4, name="tiny", test_from_train=True)
 
 
 def test_alignment_study_reports_every_step_with_its_spread() -> None:
-    torch.manual_seed(14)
-    models = [build_model(CONFIGS["mlp"]) for _ in range(3)]
+    models = drawn_models(CONFIGS["mlp"], 3, seed=14, train=True)
     pairs = {"mlp": [(models[0], models[1]), (models[0], models[2])]}
     result = alignment_study(pairs, tiny_data(), [0.0, 0.5, 1.0], seed=0)
     steps = result["mlp"]

@@ -8,10 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.kit import mlp
+from tests.kit import FakeZoo, drawn_models, mlp, readable_dataset
 from wslib.core.connectivity import max_output_diff
-from wslib.core.data import Dataset
-from wslib.core.models import build_model
 from wslib.core.neurons import permute_state, random_permutations
 from wslib.core.seeds import derive_seeds
 from wslib.core.train import Recipe, evaluate, fit
@@ -37,21 +35,8 @@ SETTINGS = {
 }
 
 
-def tiny_data(n: int = 60, seed: int = 0) -> Dataset:
-    gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, *IN, generator=gen)
-    y = torch.arange(n) % 3
-    x[:, 0, 0] = y.float()  # labels are readable from the first feature
-    return Dataset("tiny", x, y, x[: n // 2].clone(), y[: n // 2].clone(), 3)
-
-
-def models(n: int, seed: int = 0) -> list[torch.nn.Module]:
-    torch.manual_seed(seed)
-    return [build_model(MLP).eval() for _ in range(n)]
-
-
 def test_subset_draws_matching_rows_per_seed() -> None:
-    ds = tiny_data()
+    ds = readable_dataset()
     small = ex.subset(ds, 10, 5, seed=1)
     assert (len(small.y_train), len(small.y_test)) == (10, 5)
     assert torch.equal(small.x_train[:, 0, 0], small.y_train.float())
@@ -64,7 +49,7 @@ def test_subset_draws_matching_rows_per_seed() -> None:
 
 
 def test_fusion_set_has_per_class_examples_of_every_class() -> None:
-    ds = tiny_data()
+    ds = readable_dataset()
     x, y = ex.fusion_set(ds, 4, seed=0)
     assert np.bincount(y.numpy()).tolist() == [4, 4, 4]
     assert torch.equal(x[:, 0, 0], y.float())
@@ -157,17 +142,17 @@ def test_alignment_sentence_heads() -> None:
 
 
 def test_alignment_run_uses_every_pair() -> None:
-    ds = tiny_data()
-    result = ex.alignment_run({"mlp": models(3)}, ds, [0.0, 1.0], seed=0)
+    ds = readable_dataset()
+    result = ex.alignment_run({"mlp": drawn_models(MLP, 3)}, ds, [0.0, 1.0], seed=0)
     assert list(result["mlp"]) == list(STEPS)
     assert len(result["mlp"]["none"]["barriers"]) == 3
 
 
 def pair_runs() -> list[dict]:
     """One real pair study and a second one made from it (other numbers, same layout)."""
-    ds = tiny_data()
+    ds = readable_dataset()
     fusion = ex.fusion_set(ds, 6, seed=0)
-    a, b = models(2, seed=1)
+    a, b = drawn_models(MLP, 2, seed=1)
     run = ex.pair_study(a, b, ds, fusion, SETTINGS, seed=0)
     other = copy.deepcopy(run)
     for v in ex.KF_VARIANTS:
@@ -261,9 +246,9 @@ def test_basin_sentence_words() -> None:
 
 
 def test_gauge_fusion_fuses_the_gauged_models(monkeypatch: pytest.MonkeyPatch) -> None:
-    ds = tiny_data()
+    ds = readable_dataset()
     fusion = ex.fusion_set(ds, 6, seed=0)
-    groups = [models(2, seed=3), models(2, seed=4)]
+    groups = [drawn_models(MLP, 2, seed=3), drawn_models(MLP, 2, seed=4)]
     given: list[list[torch.nn.Module]] = []
     real = ex.fuse_by
 
@@ -301,20 +286,11 @@ def test_gauge_sentence_counts() -> None:
     )
 
 
-class FakeZoo:
-    def __init__(self) -> None:
-        self.configs: list[dict] = []
-
-    def get(self, config: dict) -> torch.nn.Module:
-        self.configs.append(config)
-        return build_model(MLP)
-
-
 def test_shard_models_seeds_and_parts() -> None:
-    zoo = FakeZoo()
+    zoo = FakeZoo(train=True)
     groups = ex.shard_models(zoo, {"name": "d"}, MLP, {"epochs": 1}, n_seeds=2, seed=5)
     assert [len(g) for g in groups] == [2, 2]
-    got = [(c["seed"], c["split"]["seed"], c["split"]["part"]) for c in zoo.configs]
+    got = [(c["seed"], c["split"]["seed"], c["split"]["part"]) for c in zoo.requests]
     model = derive_seeds(5, "model", 4)
     split = derive_seeds(5, "split", 2)
     assert got == [
@@ -323,12 +299,12 @@ def test_shard_models_seeds_and_parts() -> None:
         (model[2], split[1], 0),
         (model[3], split[1], 1),
     ]
-    assert all(c["split"]["kind"] == "shards" for c in zoo.configs)
+    assert all(c["split"]["kind"] == "shards" for c in zoo.requests)
 
 
 def test_base_accuracy_is_the_test_accuracy() -> None:
-    ds = tiny_data()
-    group = models(2, seed=6)
+    ds = readable_dataset()
+    group = drawn_models(MLP, 2, seed=6)
     want = [evaluate(m, ds.x_test, ds.y_test)[1] for m in group]
     assert ex.base_accuracy({"full": [group]}, ds)["full"]["values"] == pytest.approx(
         want
@@ -344,9 +320,15 @@ def test_cached_runs_compute_once(tmp_path, monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(ex, "alignment_run", fake_run)
     key = {"models": "k"}
-    first = ex.cached_alignment(str(tmp_path), key, {}, tiny_data(), [0.0, 1.0], 3)
-    again = ex.cached_alignment(str(tmp_path), key, {}, tiny_data(), [0.0, 1.0], 3)
-    other = ex.cached_alignment(str(tmp_path), key, {}, tiny_data(), [0.0, 1.0], 4)
+    first = ex.cached_alignment(
+        str(tmp_path), key, {}, readable_dataset(), [0.0, 1.0], 3
+    )
+    again = ex.cached_alignment(
+        str(tmp_path), key, {}, readable_dataset(), [0.0, 1.0], 3
+    )
+    other = ex.cached_alignment(
+        str(tmp_path), key, {}, readable_dataset(), [0.0, 1.0], 4
+    )
     assert first == again == {"mlp": {"seed": 3}} and other == {"mlp": {"seed": 4}}
     assert calls == [3, 4]
 
@@ -355,8 +337,8 @@ def test_parents_are_aligned_to_the_fused_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A fused model that is a permuted copy of its parent is at barrier 0 from it."""
-    ds = tiny_data()
-    (a,) = models(1, seed=3)
+    ds = readable_dataset()
+    (a,) = drawn_models(MLP, 1, seed=3)
     fit(
         a,
         ds.x_train,

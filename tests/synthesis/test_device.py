@@ -8,13 +8,10 @@ those of a plain CPU run.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from tests.devicecheck import DeviceDiscipline, to_device
-from tests.kit import mlp
-from wslib.core.data import Dataset
+from tests.kit import drawn_models, mlp, toy_dataset
 from wslib.core.interpolation import lerp_state
-from wslib.core.models import build_model
 from wslib.synthesis.alignment import alignment_study
 from wslib.synthesis.conditioning import path_conditioning
 
@@ -22,20 +19,8 @@ IN = [1, 10]
 MLP = mlp([6, 5], IN)
 
 
-def _data() -> Dataset:
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(40, *IN, generator=gen)
-    y = torch.arange(40) % 3
-    return Dataset("toy", x[:30], y[:30], x[30:], y[30:], 3)
-
-
-def _pair() -> tuple[torch.nn.Module, torch.nn.Module]:
-    torch.manual_seed(0)
-    return build_model(MLP).eval(), build_model(MLP).eval()
-
-
 def test_alignment_study_on_the_device_equals_the_host_run() -> None:
-    ds, (a, b) = _data(), _pair()
+    ds, (a, b) = toy_dataset(30, 10, IN, labels="cyclic"), drawn_models(MLP, 2)
     host = alignment_study({"mlp": [(a, b)]}, ds, [0.0, 0.5, 1.0], seed=0)
     with DeviceDiscipline():
         pair = (to_device(a), to_device(b))
@@ -48,7 +33,7 @@ def test_alignment_study_on_the_device_equals_the_host_run() -> None:
 
 
 def test_path_conditioning_on_the_device_equals_the_host_run() -> None:
-    ds, (a, b) = _data(), _pair()
+    ds, (a, b) = toy_dataset(30, 10, IN, labels="cyclic"), drawn_models(MLP, 2)
     states = [lerp_state(a.state_dict(), b.state_dict(), t) for t in (0.0, 1.0)]
     host = path_conditioning(a, states, IN, ds.x_train, ds.y_train)
     with DeviceDiscipline():
