@@ -9,8 +9,8 @@ so a test states them where they matter and the random draws stay the same:
   10-class signals of the core and fusion tests), and :data:`MLP`,
   :data:`RESNET`, :data:`TRANSFORMER`, the LLPF tests' models;
 - seeded untrained models: :func:`seeded_model`, :func:`seeded_models` (a seed
-  each), :func:`drawn_models` (one seed, drawn in turn), :func:`pair` and
-  :func:`pair_states`;
+  each), :func:`drawn_models` (one seed, drawn in turn), :func:`pair`,
+  :func:`pair_states` and :func:`trained_model`;
 - toy data: :func:`toy_tensors` and :func:`toy_dataset` (Gaussian inputs,
   random or cyclic labels), :func:`class_blocks` (labels in blocks of a class),
   :func:`balanced_dataset` (10 classes in turn, test inputs drawn after the
@@ -30,6 +30,7 @@ from torch import nn
 
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
+from wslib.core.train import Recipe, fit
 
 IN = [1, 8]
 """The default input shape: one channel of 8 steps."""
@@ -128,6 +129,16 @@ def drawn_models(
 def pair(config: dict = MLP, train: bool = False) -> list[nn.Module]:
     """Two models, seeded 0 and 1 (eval mode unless ``train``)."""
     return seeded_models(config, (0, 1), train)
+
+
+def trained_model(
+    config: dict, seed: int, ds: Dataset, recipe: Recipe, device=None
+) -> nn.Module:
+    """A :func:`seeded_model` (train mode) fitted on ``ds``'s training set with
+    ``recipe`` and ``seed``, on ``device``."""
+    model = seeded_model(config, seed, train=True)
+    fit(model, ds.x_train, ds.y_train, recipe, seed, device, progress=False)
+    return model
 
 
 def pair_states(config: dict = MLP) -> tuple[nn.Module, dict, dict]:

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.devicecheck import DEVICE, DeviceDiscipline, DeviceMixError, to_device
-from tests.kit import cnn2d, mlp, resnet1d
+from tests.kit import cnn2d, mlp, resnet1d, toy_dataset, trained_model
 from wslib.core.data import Dataset
 from wslib.core.interpolation import linear_path
 from wslib.core.models import build_model
@@ -31,18 +31,14 @@ RESNET = resnet1d([4, 6], IN, blocks_per_stage=1)
 RECIPE = Recipe(epochs=2, batch_size=8, lr=0.05)
 
 
-def _data(shape: list[int] = IN) -> Dataset:
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(48, *shape, generator=gen)
-    y = torch.arange(48) % 3
-    return Dataset("toy", x[:36], y[:36], x[36:], y[36:], 3)
+def stand_in_data(shape: list[int] = IN) -> Dataset:
+    """48 inputs of ``shape`` in 3 cyclic classes: 36 to train, 12 to test."""
+    return toy_dataset(36, 12, shape, labels="cyclic")
 
 
-def _trained(config: dict, seed: int, ds: Dataset, device=None) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    model = build_model(config)
-    fit(model, ds.x_train, ds.y_train, RECIPE, seed, device, progress=False)
-    return model
+def trained(config: dict, seed: int, ds: Dataset, device=None) -> torch.nn.Module:
+    """A model fitted with :data:`RECIPE`."""
+    return trained_model(config, seed, ds, RECIPE, device)
 
 
 def test_stand_in_refuses_mixing_and_numpy() -> None:
@@ -64,7 +60,7 @@ def test_stand_in_refuses_mixing_and_numpy() -> None:
     ],
 )
 def test_fit_and_evaluate_on_the_device(config: dict, recipe: Recipe) -> None:
-    ds = _data(config["in_shape"])
+    ds = stand_in_data(config["in_shape"])
     torch.manual_seed(0)
     host = build_model(config)
     on_dev = copy.deepcopy(host)
@@ -78,7 +74,7 @@ def test_fit_and_evaluate_on_the_device(config: dict, recipe: Recipe) -> None:
 
 @pytest.mark.parametrize("method", ["pathcond", "enorm", "kaiming"])
 def test_pathcond_runs_on_the_device(method: str) -> None:
-    ds = _data()
+    ds = stand_in_data()
     host = train_run(MLP, method, ds, RECIPE, seed=0, device="cpu")
     with DeviceDiscipline():
         dev = train_run(MLP, method, ds, RECIPE, seed=0, device=DEVICE)
@@ -98,8 +94,8 @@ def test_pathcond_rescale_on_the_device() -> None:
 
 
 def test_llpf_path_and_line_on_the_device() -> None:
-    ds = _data()
-    a, b = (_trained(MLP, s, ds) for s in (0, 1))
+    ds = stand_in_data()
+    a, b = (trained(MLP, s, ds) for s in (0, 1))
     refine = Refine(threshold=5.0, r_max=5, batch_size=8)
     kwargs = {"ticks": 3, "progress": False, "seed": 0}
     host = m2m(
@@ -141,8 +137,8 @@ def test_llpf_path_and_line_on_the_device() -> None:
     [(MLP, "hf", "uniform"), (MLP, "kf", "conductance"), (RESNET, "kf", "uniform")],
 )
 def test_fusion_on_the_device(config: dict, grouping: str, importance: str) -> None:
-    ds = _data()
-    models = [_trained(config, s, ds).eval() for s in (0, 1)]
+    ds = stand_in_data()
+    models = [trained(config, s, ds).eval() for s in (0, 1)]
     kwargs = {"grouping": grouping, "importance": importance, "progress": False}
     host = fuse(models, ds.x_train, ds.y_train, **kwargs).model
     with DeviceDiscipline():
@@ -160,8 +156,8 @@ def test_distillation_students_train_on_the_teachers_device(
     from wslib.fusion import ch11_beyond as fx
     from wslib.fusion.levels import GradientConfig
 
-    ds = _data()
-    teacher = _trained(MLP, 0, ds).eval()
+    ds = stand_in_data()
+    teacher = trained(MLP, 0, ds).eval()
     devices: list[torch.device] = []
     original = fx.distill
 

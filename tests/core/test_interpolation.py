@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.kit import SIGNAL, mlp, resnet1d
+from tests.kit import SIGNAL, mlp, resnet1d, toy_tensors
 from wslib.core.interpolation import (
     barrier,
     evaluate_states,
@@ -17,11 +17,6 @@ from wslib.core.norms import reset_bn_stats
 from wslib.core.train import evaluate
 
 RESNET = resnet1d([8, 16], **SIGNAL, blocks_per_stage=1)
-
-
-def _data(n: int = 96) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    return torch.randn(n, 1, 40, generator=g), torch.randint(0, 10, (n,), generator=g)
 
 
 def test_endpoints_are_the_modes() -> None:
@@ -59,7 +54,7 @@ def test_barrier() -> None:
 
 
 def test_bn_stats_are_recomputed_exactly() -> None:
-    x, _ = _data()
+    x, _ = toy_tensors(96, [1, 40], 10)
     model = build_model(RESNET)
     reset_bn_stats(model, x, batch_size=32)
     bn = next(m for m in model.modules() if isinstance(m, torch.nn.BatchNorm1d))
@@ -73,7 +68,7 @@ def test_bn_stats_are_recomputed_exactly() -> None:
 
 
 def test_path_ends_match_model_evaluation() -> None:
-    x, y = _data()
+    x, y = toy_tensors(96, [1, 40], 10)
     torch.manual_seed(0)
     ma, mb = build_model(RESNET), build_model(RESNET)
     res = linear_path(
@@ -92,7 +87,7 @@ def test_path_ends_match_model_evaluation() -> None:
 def test_bn_statistics_come_from_the_training_data_only() -> None:
     """Every evaluated point's BatchNorm statistics are the training set's, the
     test set's metrics included (a test set of another distribution shows it)."""
-    x, y = _data()
+    x, y = toy_tensors(96, [1, 40], 10)
     xt, yt = 3.0 + 2.0 * x[:48], y[:48]
     torch.manual_seed(0)
     model = build_model(RESNET)

@@ -8,8 +8,7 @@ import pytest
 import torch
 
 from tests.devicecheck import DEVICE, DeviceDiscipline
-from tests.kit import mlp, resnet1d
-from wslib.core.models import build_model
+from tests.kit import mlp, resnet1d, seeded_models
 from wslib.core.stacked import fit_stacked, stack_signature
 from wslib.core.train import Recipe, fit
 
@@ -24,11 +23,7 @@ def _data(n: int = 60) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _models(seeds: list[int], config: dict = MLP) -> list[torch.nn.Module]:
-    out = []
-    for s in seeds:
-        torch.manual_seed(s)
-        out.append(build_model(config))
-    return out
+    return seeded_models(config, seeds, train=True)
 
 
 def _assert_runs_match(recipes, seeds, stop_at=None, tol=1e-5):

@@ -10,8 +10,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tests.kit import SIGNAL, cnn1d, mlp, resnet1d, transformer1d
-from wslib.core.models import build_model
+from tests.kit import (
+    SIGNAL,
+    class_blocks,
+    cnn1d,
+    mlp,
+    resnet1d,
+    seeded_model,
+    transformer1d,
+)
 from wslib.core.neurons import permute_state, random_permutations
 from wslib.core.train import predict
 from wslib.fusion.baselines import (
@@ -54,17 +61,6 @@ from wslib.fusion.residual import (
 MLP = mlp([12, 8], **SIGNAL)
 CNN = cnn1d([4, 6], **SIGNAL)
 RESNET = resnet1d([4, 8], **SIGNAL, blocks_per_stage=1)
-
-
-def _model(config: dict, seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return build_model(config).eval()
-
-
-def _data(per_class: int = 12, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    y = torch.arange(10).repeat_interleave(per_class)
-    return torch.randn(len(y), 1, 40, generator=gen), y
 
 
 def _skewed(model: nn.Module, seed: int) -> Scores:
@@ -168,8 +164,8 @@ def test_gradient_retrofit_selects_on_the_held_out_part():
 
 @pytest.mark.parametrize("config", [MLP, CNN], ids=["mlp", "cnn"])
 def test_fused_gradient_variant_matches_the_linear_one(config):
-    models = [_model(config, s) for s in (0, 1)]
-    x, y = _data(16)
+    models = [seeded_model(config, s) for s in (0, 1)]
+    x, y = class_blocks(16)
     lin = fuse(models, x, y, "kf", "linear", progress=False)
     grad = fuse(models, x, y, "kf", "gradient", progress=False)
     for c_lin, c_grad in zip(lin.costs, grad.costs):
@@ -191,8 +187,8 @@ def test_gradient_config_rejects_bad_settings():
 
 def test_importance_moves_the_targets_to_the_weighted_centroids():
     """Level 0 of an MLP is affine in the input, so the fused level equals its targets exactly."""
-    models = [_model(MLP, s) for s in (0, 1)]
-    x, y = _data()
+    models = [seeded_model(MLP, s) for s in (0, 1)]
+    x, y = class_blocks(12)
     scores = [_skewed(m, 10 + i) for i, m in enumerate(models)]
     level = chain_levels(models[0])[0]
     mats = [neuron_matrix(layer_io(m, [level], x)[level]).numpy() for m in models]
@@ -210,9 +206,9 @@ def test_importance_moves_the_targets_to_the_weighted_centroids():
 
 
 def test_hf_matches_every_model_to_the_reference():
-    model = _model(MLP, 0)
+    model = seeded_model(MLP, 0)
     structure = model.neuron_structure()
-    x, y = _data()
+    x, y = class_blocks(12)
     copies, perms = [model], [None]
     for seed in (3, 4):
         perm = random_permutations(structure, torch.Generator().manual_seed(seed))
@@ -232,8 +228,8 @@ def test_hf_matches_every_model_to_the_reference():
 
 
 def test_hf_of_three_models_averages_three_partners():
-    models = [_model(MLP, s) for s in (0, 1, 2)]
-    x, y = _data()
+    models = [seeded_model(MLP, s) for s in (0, 1, 2)]
+    x, y = class_blocks(12)
     level = chain_levels(models[0])[0]
     res = fuse(models, x, y, "hf", progress=False)
     mats = [neuron_matrix(layer_io(m, [level], x)[level]).numpy() for m in models]
@@ -247,7 +243,7 @@ def test_hf_of_three_models_averages_three_partners():
 
 
 def _same_features_other_heads() -> list[nn.Module]:
-    a = _model(MLP, 0)
+    a = seeded_model(MLP, 0)
     b = copy.deepcopy(a)
     with torch.no_grad():
         b.linears[-1].weight.normal_(0, 1, generator=torch.Generator().manual_seed(9))
@@ -257,7 +253,7 @@ def _same_features_other_heads() -> list[nn.Module]:
 
 def test_each_class_logit_follows_its_owner_with_per_class_shares():
     models = _same_features_other_heads()
-    x, y = _data()
+    x, y = class_blocks(12)
     owner = np.array([[1.0] * 5 + [0.0] * 5, [0.0] * 5 + [1.0] * 5])
     fused = fuse(models, x, y, "hf", class_weights=owner, progress=False).model
     out, a, b = (predict(m, x) for m in (fused, *models))
@@ -269,8 +265,8 @@ def test_each_class_logit_follows_its_owner_with_per_class_shares():
 
 def test_theorem1_parts_are_those_of_the_fused_output():
     """Cost, clustering and approximation error recomputed from the fused model's own outputs."""
-    models = [_model(CNN, s) for s in (0, 1)]
-    x, y = _data()
+    models = [seeded_model(CNN, s) for s in (0, 1)]
+    x, y = class_blocks(12)
     scores = [_skewed(m, i) for i, m in enumerate(models)]
     res = fuse(models, x, y, "hf", "linear", "conductance", scores=scores)
     for level, cost in zip(chain_levels(models[0])[:-1], res.costs):
@@ -293,8 +289,8 @@ def test_theorem1_parts_are_those_of_the_fused_output():
 
 def test_cost_reports_the_fused_outputs_not_the_targets():
     """Level 0 of an MLP is exact, level 1 is not: the approximation error tells them apart."""
-    models = [_model(MLP, s) for s in (0, 1)]
-    x, y = _data()
+    models = [seeded_model(MLP, s) for s in (0, 1)]
+    x, y = class_blocks(12)
     res = fuse(models, x, y, "kf", "linear", progress=False)
     level1 = chain_levels(models[0])[1]
     pts = np.concatenate(
@@ -312,7 +308,7 @@ def test_cost_reports_the_fused_outputs_not_the_targets():
 
 
 def test_importance_average_weights_rows_by_their_neurons():
-    models = [_model(MLP, s) for s in (0, 1)]
+    models = [seeded_model(MLP, s) for s in (0, 1)]
     states = [m.state_dict() for m in models]
     level = chain_levels(models[0])[0]
     w0 = np.r_[np.ones(6), np.zeros(6)]
@@ -328,8 +324,8 @@ def test_importance_average_weights_rows_by_their_neurons():
 
 @pytest.mark.parametrize("method", ["otfusion", "rebasin_wm", "rebasin_am"])
 def test_aligners_use_importance(method):
-    models = [_model(MLP, s) for s in (0, 1)]
-    x, y = _data()
+    models = [seeded_model(MLP, s) for s in (0, 1)]
+    x, y = class_blocks(12)
     scores = [_skewed(m, i) for i, m in enumerate(models)]
     plain = fuse_by(method, models, x, y)
     weighted = fuse_by(method, models, x, y, importance="conductance", scores=scores)
@@ -355,7 +351,7 @@ def test_transport_marginals_are_the_importance():
 
 
 def test_permuted_importance_average_permutes_the_scores_with_the_neurons():
-    models = [_model(MLP, s) for s in (0, 1)]
+    models = [seeded_model(MLP, s) for s in (0, 1)]
     structure = models[0].neuron_structure()
     levels = chain_levels(models[0])
     perm = random_permutations(structure, torch.Generator().manual_seed(2))
@@ -377,8 +373,8 @@ def test_permuted_importance_average_permutes_the_scores_with_the_neurons():
 
 
 def test_rebasin_without_scores_is_plain_averaging_of_aligned_models():
-    models = [_model(MLP, s) for s in (0, 1)]
-    x, _ = _data()
+    models = [seeded_model(MLP, s) for s in (0, 1)]
+    x, _ = class_blocks(12)
     uniform = [
         {
             n: torch.ones(m.get_submodule(n).weight.shape[0])
@@ -402,8 +398,8 @@ def test_deeplift_on_the_resnet_is_not_gradient_times_delta():
     Without offsets every layer is positively homogeneous and, from a zero
     baseline, DeepLIFT equals gradient x delta exactly.
     """
-    model = _model(RESNET, 0)
-    x, y = _data(3)
+    model = seeded_model(RESNET, 0)
+    x, y = class_blocks(3)
     model.train()
     with torch.no_grad():
         model(x * 2 + 1)
@@ -433,8 +429,8 @@ def test_deeplift_on_the_resnet_is_not_gradient_times_delta():
 
 
 def test_class_weights_with_an_empty_class_are_rejected():
-    models = [_model(MLP, s) for s in (0, 1)]
-    x, y = _data()
+    models = [seeded_model(MLP, s) for s in (0, 1)]
+    x, y = class_blocks(12)
     weights = np.ones((2, 10))
     weights[:, 4] = 0.0
     with pytest.raises(ValueError, match=r"classes \[4\] zero total weight"):
@@ -447,23 +443,23 @@ def test_class_weights_with_an_empty_class_are_rejected():
 
 @pytest.mark.parametrize("widths", [[8, 8], [16, 8]], ids=["narrower", "wider"])
 def test_hf_into_another_width_is_rejected(widths):
-    models = [_model(MLP, s) for s in (0, 1)]
-    x, y = _data()
-    target = _model({**MLP, "widths": widths}, 2)
+    models = [seeded_model(MLP, s) for s in (0, 1)]
+    x, y = class_blocks(12)
+    target = seeded_model({**MLP, "widths": widths}, 2)
     with pytest.raises(ValueError, match="needs equal widths"):
         fuse(models, x, y, "hf", fused=target, progress=False)
 
 
 def test_kf_across_numbers_of_classes_is_rejected():
-    x, y = _data()
-    models = [_model(MLP, 0), _model({**MLP, "n_classes": 12}, 1)]
+    x, y = class_blocks(12)
+    models = [seeded_model(MLP, 0), seeded_model({**MLP, "n_classes": 12}, 1)]
     with pytest.raises(ValueError, match="same output classes"):
         fuse(models, x, y, "kf", progress=False)
 
 
 def test_labels_out_of_range_are_rejected():
-    models = [_model(MLP, s) for s in (0, 1)]
-    x, y = _data()
+    models = [seeded_model(MLP, s) for s in (0, 1)]
+    x, y = class_blocks(12)
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 10\)"):
         fuse(models, x, torch.where(y == 9, 10, y), "kf", progress=False)
     with pytest.raises(ValueError, match=r"must lie in \[0, 10\)"):
@@ -473,14 +469,14 @@ def test_labels_out_of_range_are_rejected():
 
 
 def test_nan_weights_or_inputs_are_named():
-    models = [_model(MLP, s) for s in (0, 1)]
-    x, y = _data()
+    models = [seeded_model(MLP, s) for s in (0, 1)]
+    x, y = class_blocks(12)
     with torch.no_grad():
         models[1].linears[1].weight[0, 0] = float("nan")
     with pytest.raises(ValueError, match=r"model 1 has NaN .* 'linears.1.weight'"):
         fuse(models, x, y, "kf", progress=False)
-    models[1] = _model(MLP, 1)
-    target = _model(MLP, 2)
+    models[1] = seeded_model(MLP, 1)
+    target = seeded_model(MLP, 2)
     with torch.no_grad():
         target.linears[0].bias[0] = float("inf")
     with pytest.raises(ValueError, match=r"the fused model has NaN or infinite"):
@@ -490,15 +486,15 @@ def test_nan_weights_or_inputs_are_named():
 
 
 def test_a_fusion_set_smaller_than_the_fan_in_warns():
-    models = [_model(MLP, s) for s in (0, 1)]
-    x, y = _data(2)  # 20 examples, 41 unknowns per neuron at level 0
+    models = [seeded_model(MLP, s) for s in (0, 1)]
+    x, y = class_blocks(2)  # 20 examples, 41 unknowns per neuron at level 0
     with pytest.warns(UserWarning, match="underdetermined"):
         fuse(models, x, y, "kf", progress=False)
 
 
 def test_scores_of_another_importance_are_rejected():
-    models = [_model(MLP, s) for s in (0, 1)]
-    x, y = _data()
+    models = [seeded_model(MLP, s) for s in (0, 1)]
+    x, y = class_blocks(12)
     deep = [model_importance(m, x, y, "deeplift", progress=False) for m in models]
     with pytest.raises(ValueError, match="computed with 'deeplift'"):
         fuse(models, x, y, "kf", importance="conductance", scores=deep)
@@ -523,8 +519,8 @@ def test_scores_of_another_importance_are_rejected():
     ],
 )
 def test_the_callers_models_keep_their_mode_and_device(method):
-    models = [_model(MLP, s).train() for s in (0, 1)]
-    x, y = _data()
+    models = [seeded_model(MLP, s).train() for s in (0, 1)]
+    x, y = class_blocks(12)
     fused = fuse_by(method, models, x, y, gradient=GradientConfig(max_epochs=2))
     assert all(m.training for m in models)
     assert not fused.training
@@ -546,9 +542,9 @@ def test_the_distillation_loss_is_t_squared_kl_at_temperature_t(temperature):
 
 
 def test_distillation_keeps_the_teachers_mode():
-    teacher = _model(MLP, 0).train()
-    student = _model(MLP, 1)
-    x, _ = _data(2)
+    teacher = seeded_model(MLP, 0).train()
+    student = seeded_model(MLP, 1)
+    x, _ = class_blocks(2)
     out = distill(student, teacher, x, epochs=1)
     assert teacher.training and not out.training
     assert out is student
@@ -574,9 +570,9 @@ def test_depth_map_spreads_the_fused_levels_over_the_base_levels():
 
 
 def test_kf_compresses_a_deeper_mlp_into_a_shallower_one():
-    deep = _model({**MLP, "widths": [12, 10, 8]}, 0)
-    shallow = _model({**MLP, "widths": [10, 8]}, 1)
-    x, y = _data()
+    deep = seeded_model({**MLP, "widths": [12, 10, 8]}, 0)
+    shallow = seeded_model({**MLP, "widths": [10, 8]}, 1)
+    x, y = class_blocks(12)
     res = fuse([deep], x, y, "kf", fused=shallow, progress=False)
     assert [m.out_features for m in res.model.linears] == [10, 8, 10]
     levels = chain_levels(deep)
@@ -588,16 +584,16 @@ def test_kf_compresses_a_deeper_mlp_into_a_shallower_one():
         f = neuron_matrix(layer_io(res.model, [fused_level], x)[fused_level]).numpy()
         assert cost["clustering"] == pytest.approx(0.0, abs=1e-9)
         assert cost["cost"] == pytest.approx(((a - f) ** 2).sum(), rel=1e-6)
-    other = _model(CNN, 2)
+    other = seeded_model(CNN, 2)
     with pytest.raises(ValueError, match="fuse into a model of the base"):
         fuse([deep], x, y, "kf", fused=other, progress=False)
 
 
 def test_attribution_share_gives_a_class_to_the_model_that_attributes_it():
-    models = [_model(MLP, s) for s in (0, 1)]
+    models = [seeded_model(MLP, s) for s in (0, 1)]
     with torch.no_grad():
         models[1].linears[-1].weight[3] = 0.0  # model 1 cannot attribute class 3
-    x, y = _data(4)
+    x, y = class_blocks(4)
     share = attribution_share(models, x, y, "deeplift")
     assert share.shape == (2, 10)
     assert np.allclose(share.sum(0), 1.0)
@@ -618,8 +614,8 @@ def _with_bn_statistics(model: nn.Module, x: torch.Tensor) -> nn.Module:
 
 
 def _residual_pair(config: dict) -> tuple[list[nn.Module], torch.Tensor, torch.Tensor]:
-    x, y = _data()
-    return [_with_bn_statistics(_model(config, s), x) for s in (0, 1)], x, y
+    x, y = class_blocks(12)
+    return [_with_bn_statistics(seeded_model(config, s), x) for s in (0, 1)], x, y
 
 
 @pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
@@ -657,9 +653,9 @@ def test_block_fit_lowers_the_block_output_error_of_the_affine_fit(config):
 
 
 def test_fit_block_keeps_the_better_of_start_and_end_and_reports_it():
-    x, _ = _data()
-    model = _with_bn_statistics(_model(RESNET, 0), x)
-    other = _with_bn_statistics(_model(RESNET, 1), x)
+    x, _ = class_blocks(12)
+    model = _with_bn_statistics(seeded_model(RESNET, 0), x)
+    other = _with_bn_statistics(seeded_model(RESNET, 1), x)
     block, ref = model.stages[0][0], other.stages[0][0]
     inp = resnet_taps(model, x)["stages.0.0.in"]
     with torch.no_grad():
@@ -682,8 +678,10 @@ def test_fit_block_keeps_the_better_of_start_and_end_and_reports_it():
 
 
 def test_block_fit_keeps_batchnorm_statistics_true_and_the_eval_function():
-    x, _ = _data()
-    block = _with_bn_statistics(_model(RESNET, 0), x).stages[1][0]  # with a projection
+    x, _ = class_blocks(12)
+    block = _with_bn_statistics(seeded_model(RESNET, 0), x).stages[1][
+        0
+    ]  # with a projection
     inp = torch.relu(
         torch.randn(len(x), 4, 40, generator=torch.Generator().manual_seed(3))
     )
@@ -702,10 +700,10 @@ def test_block_fit_keeps_batchnorm_statistics_true_and_the_eval_function():
 
 @pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
 def test_block_gradient_fusion_of_a_model_with_itself_returns_it(config):
-    x, y = _data()
-    model = _with_bn_statistics(_model(config, 0), x)
+    x, y = class_blocks(12)
+    model = _with_bn_statistics(seeded_model(config, 0), x)
     fused = fuse([model, copy.deepcopy(model)], x, y, "hf", "gradient", progress=False)
-    x_test, _ = _data(5, seed=1)
+    x_test, _ = class_blocks(5, seed=1)
     assert (predict(model, x_test) - predict(fused.model, x_test)).abs().max() < 1e-3
 
 
@@ -718,7 +716,7 @@ def test_gradient_config_blocks_must_be_a_bool():
 
 
 def test_ensemble_class_weights_are_a_buffer_that_follows_the_members():
-    models = [_model(MLP, s) for s in (0, 1)]
+    models = [seeded_model(MLP, s) for s in (0, 1)]
     ens = Ensemble(models, np.ones((2, 10)))
     assert "class_weights" in dict(ens.named_buffers())
     assert ens.class_weights.device == next(models[0].parameters()).device
@@ -744,7 +742,7 @@ def test_least_squares_run_in_float64_where_the_device_supports_it():
 
 
 def test_distillation_moves_the_data_to_the_student():
-    teacher, student = _model(MLP, 0), _model(MLP, 1)
-    x, _ = _data(2)
+    teacher, student = seeded_model(MLP, 0), seeded_model(MLP, 1)
+    x, _ = class_blocks(2)
     out = distill(student, teacher, x.double().float(), epochs=1)
     assert next(out.parameters()).device == x.device

@@ -9,9 +9,17 @@ import pytest
 import torch
 
 from tests.fixtures import write_cifar10
-from tests.kit import SIGNAL, cnn1d, mlp, resnet1d, transformer1d
+from tests.kit import (
+    SIGNAL,
+    class_blocks,
+    cnn1d,
+    drawn_models,
+    mlp,
+    resnet1d,
+    seeded_model,
+    transformer1d,
+)
 from wslib.core.data import load_dataset
-from wslib.core.models import build_model
 from wslib.core.neurons import permute_state, random_permutations
 from wslib.core.train import predict
 from wslib.fusion.baselines import (
@@ -43,19 +51,6 @@ RESNET = resnet1d([4, 8], **SIGNAL, blocks_per_stage=2)
 TRANSFORMER = transformer1d(**SIGNAL, embed_dim=8, depth=2, heads=2, mlp_dim=12)
 
 
-def _model(config: dict, seed: int) -> torch.nn.Module:
-    torch.manual_seed(seed)
-    return build_model(config).eval()
-
-
-def _fusion_set(
-    n_per_class: int = 12, seed: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    y = torch.arange(10).repeat_interleave(n_per_class)
-    return torch.randn(len(y), 1, 40, generator=gen), y
-
-
 def _max_diff(a: torch.nn.Module, b: torch.nn.Module, x: torch.Tensor) -> float:
     return (predict(a, x) - predict(b, x)).abs().max().item()
 
@@ -76,10 +71,10 @@ SELF_FUSIONS = {
 @pytest.mark.parametrize("config", [MLP, CNN], ids=["mlp", "cnn"])
 @pytest.mark.parametrize("method", list(SELF_FUSIONS))
 def test_fusing_a_model_with_itself_returns_it(config, method):
-    model = _model(config, 0)
-    x, y = _fusion_set()
+    model = seeded_model(config, 0)
+    x, y = class_blocks(12)
     fused = SELF_FUSIONS[method]([model, copy.deepcopy(model)], x, y)
-    x_test, _ = _fusion_set(5, seed=1)
+    x_test, _ = class_blocks(5, seed=1)
     assert _max_diff(model, fused, x_test) < 1e-4
 
 
@@ -97,17 +92,17 @@ RESIDUAL_FUSIONS = ["hf_linear", "kf_linear", "kf_linear_conductance"]
 @pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
 @pytest.mark.parametrize("method", RESIDUAL_FUSIONS)
 def test_residual_models_fused_with_themselves_are_returned(config, method):
-    x, y = _fusion_set()
-    model = _with_bn_statistics(_model(config, 0), x)
+    x, y = class_blocks(12)
+    model = _with_bn_statistics(seeded_model(config, 0), x)
     fused = SELF_FUSIONS[method]([model, copy.deepcopy(model)], x, y)
-    x_test, _ = _fusion_set(5, seed=1)
+    x_test, _ = class_blocks(5, seed=1)
     assert _max_diff(model, fused, x_test) < 1e-4
 
 
 @pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
 def test_taps_reproduce_the_forward_pass(config):
-    x, _ = _fusion_set(3)
-    model = _with_bn_statistics(_model(config, 0), x)
+    x, _ = class_blocks(3)
+    model = _with_bn_statistics(seeded_model(config, 0), x)
     taps = (resnet_taps if config is RESNET else transformer_taps)(model, x)
     assert torch.allclose(taps["head"], model(x), atol=1e-6)
 
@@ -115,8 +110,8 @@ def test_taps_reproduce_the_forward_pass(config):
 @pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
 def test_permuted_residual_copy_fuses_back_to_the_model(config):
     """Streams, block neurons and MLP neurons permuted: HF pairs every neuron with its copy."""
-    x, y = _fusion_set()
-    model = _with_bn_statistics(_model(config, 0), x)
+    x, y = class_blocks(12)
+    model = _with_bn_statistics(seeded_model(config, 0), x)
     structure = model.neuron_structure()
     other = copy.deepcopy(model)
     other.load_state_dict(
@@ -133,8 +128,8 @@ def test_permuted_residual_copy_fuses_back_to_the_model(config):
 @pytest.mark.parametrize("config", [RESNET, TRANSFORMER], ids=["resnet", "transformer"])
 @pytest.mark.parametrize("grouping,retrofit", [("hf", "linear"), ("kf", "gradient")])
 def test_residual_fusion_of_different_models(config, grouping, retrofit):
-    x, y = _fusion_set()
-    models = [_with_bn_statistics(_model(config, s), x) for s in (0, 1)]
+    x, y = class_blocks(12)
+    models = [_with_bn_statistics(seeded_model(config, s), x) for s in (0, 1)]
     result = fuse(
         models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
     )
@@ -149,12 +144,12 @@ def test_residual_fusion_of_different_models(config, grouping, retrofit):
 
 
 def test_hungarian_recovers_the_permutation_of_a_permuted_copy():
-    model = _model(MLP, 0)
+    model = seeded_model(MLP, 0)
     structure = model.neuron_structure()
     perms = random_permutations(structure, torch.Generator().manual_seed(3))
     other = copy.deepcopy(model)
     other.load_state_dict(permute_state(model.state_dict(), structure, perms))
-    x, _ = _fusion_set()
+    x, _ = class_blocks(12)
     levels = chain_levels(model)
     acts_a, acts_b = layer_io(model, levels, x), layer_io(other, levels, x)
     for group, name in zip(structure.groups, levels):
@@ -165,12 +160,12 @@ def test_hungarian_recovers_the_permutation_of_a_permuted_copy():
 
 
 def test_permuted_copy_fuses_back_to_the_model():
-    model = _model(MLP, 0)
+    model = seeded_model(MLP, 0)
     structure = model.neuron_structure()
     other = copy.deepcopy(model)
     perms = random_permutations(structure, torch.Generator().manual_seed(4))
     other.load_state_dict(permute_state(model.state_dict(), structure, perms))
-    x, y = _fusion_set()
+    x, y = class_blocks(12)
     for grouping in ("hf", "kf"):
         fused = fuse([model, other], x, y, grouping, progress=False).model
         assert _max_diff(model, fused, x) < 1e-4
@@ -180,8 +175,8 @@ def test_permuted_copy_fuses_back_to_the_model():
     "grouping,retrofit", [("hf", "linear"), ("kf", "linear"), ("kf", "gradient")]
 )
 def test_theorem1_decomposition_is_exact(grouping, retrofit):
-    models = [_model(CNN, s) for s in (0, 1)]
-    x, y = _fusion_set()
+    models = [seeded_model(CNN, s) for s in (0, 1)]
+    x, y = class_blocks(12)
     result = fuse(
         models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
     )
@@ -211,18 +206,18 @@ def test_decomposition_on_random_points_and_centroids():
 
 
 def test_kmeans_fuses_models_of_different_widths_into_a_given_width():
-    wide = _model({**MLP, "widths": [32, 24]}, 0)
-    narrow = _model(MLP, 1)
-    x, y = _fusion_set()
-    target = _model({**MLP, "widths": [12, 10]}, 2)
+    wide = seeded_model({**MLP, "widths": [32, 24]}, 0)
+    narrow = seeded_model(MLP, 1)
+    x, y = class_blocks(12)
+    target = seeded_model({**MLP, "widths": [12, 10]}, 2)
     result = fuse([wide, narrow], x, y, "kf", fused=target, progress=False)
     assert [m.out_features for m in result.model.linears] == [12, 10, 10]
     assert torch.isfinite(predict(result.model, x)).all()
 
 
 def test_importance_scores_are_nonnegative_and_uniform_is_ones():
-    model = _model(CNN, 0)
-    x, y = _fusion_set()
+    model = seeded_model(CNN, 0)
+    x, y = class_blocks(12)
     levels = chain_levels(model)[:-1]
     uniform = neuron_importance(model, levels, x, y, "uniform", progress=False)
     assert all(torch.equal(s, torch.ones_like(s)) for s in uniform.values())
@@ -233,9 +228,9 @@ def test_importance_scores_are_nonnegative_and_uniform_is_ones():
 
 
 def test_class_weighted_ensemble_follows_the_owner_of_each_class():
-    models = [_model(MLP, s) for s in (0, 1)]
+    models = [seeded_model(MLP, s) for s in (0, 1)]
     share = class_share(np.array([[5] * 5 + [0] * 5, [0] * 5 + [5] * 5]))
-    x, _ = _fusion_set(2)
+    x, _ = class_blocks(2)
     ens = predict(Ensemble(models, share), x).exp()
     p0, p1 = (torch.softmax(predict(m, x), 1) for m in models)
     mixed = torch.cat([p0[:, :5], p1[:, 5:]], 1)
@@ -243,8 +238,8 @@ def test_class_weighted_ensemble_follows_the_owner_of_each_class():
 
 
 def test_baselines_return_models_of_the_same_architecture():
-    models = [_model(MLP, s) for s in (0, 1, 2)]
-    x, _ = _fusion_set()
+    models = [seeded_model(MLP, s) for s in (0, 1, 2)]
+    x, _ = class_blocks(12)
     for fused in (
         last_layer_kd(models, x, epochs=2),
         rebasin_activation_matching(models, x),
@@ -255,39 +250,45 @@ def test_baselines_return_models_of_the_same_architecture():
 
 
 def test_hf_rejects_different_widths_and_fewer_than_two_models():
-    x, y = _fusion_set()
+    x, y = class_blocks(12)
     with pytest.raises(ValueError, match="equal widths"):
         fuse(
-            [_model(MLP, 0), _model({**MLP, "widths": [32, 16]}, 1)],
+            [seeded_model(MLP, 0), seeded_model({**MLP, "widths": [32, 16]}, 1)],
             x,
             y,
             "hf",
             progress=False,
         )
     with pytest.raises(ValueError, match="two or more models"):
-        fuse([_model(MLP, 0)], x, y, "hf", progress=False)
+        fuse([seeded_model(MLP, 0)], x, y, "hf", progress=False)
 
 
 def test_different_architectures_are_rejected():
-    x, y = _fusion_set()
+    x, y = class_blocks(12)
     with pytest.raises(ValueError, match="another architecture"):
-        fuse([_model(MLP, 0), _model(CNN, 1)], x, y, "kf", progress=False)
+        fuse([seeded_model(MLP, 0), seeded_model(CNN, 1)], x, y, "kf", progress=False)
     with pytest.raises(ValueError, match="another architecture"):
-        averaging([_model(MLP, 0), _model(CNN, 1)])
+        averaging([seeded_model(MLP, 0), seeded_model(CNN, 1)])
 
 
 def test_fusion_set_missing_classes_is_named():
-    x, y = _fusion_set()
+    x, y = class_blocks(12)
     keep = (y != 3) & (y != 7)
     with pytest.raises(ValueError, match=r"classes \[3, 7\]"):
-        fuse([_model(MLP, 0), _model(MLP, 1)], x[keep], y[keep], "kf", progress=False)
+        fuse(
+            [seeded_model(MLP, 0), seeded_model(MLP, 1)],
+            x[keep],
+            y[keep],
+            "kf",
+            progress=False,
+        )
 
 
 def test_non_chain_architectures_get_a_clear_error():
-    resnet = _model(resnet1d([4, 8], **SIGNAL), 0)
+    resnet = seeded_model(resnet1d([4, 8], **SIGNAL), 0)
     with pytest.raises(ValueError, match="BatchNorm"):
         chain_levels(resnet)
-    vit = _model(
+    vit = seeded_model(
         transformer1d(**SIGNAL, embed_dim=8, heads=2, mlp_dim=8, depth=1),
         0,
     )
@@ -301,7 +302,7 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path):
     ds = load_dataset("cifar10", tmp_path)
     x, y = ds.x_train[:20], ds.y_train[:20]
     vgg = {"name": "vgg11", "in_shape": [3, 32, 32], "n_classes": 10, "width": 0.0625}
-    models = [_model(vgg, s) for s in (0, 1)]
+    models = [seeded_model(vgg, s) for s in (0, 1)]
     for grouping, retrofit in (("hf", "linear"), ("kf", "gradient")):
         fused = fuse(
             models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
@@ -326,7 +327,7 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path):
             "patch_size": 8,
         },
     ):
-        pair = [_model(config, s) for s in (0, 1)]
+        pair = [seeded_model(config, s) for s in (0, 1)]
         fused = rebasin_weight_matching(pair, x_bn=x)
         assert torch.isfinite(predict(fused, ds.x_test)).all()
         fused = fuse(pair, x, y, "kf", "linear", "deeplift", progress=False).model
@@ -337,13 +338,10 @@ def test_attribution_share_equals_the_per_class_importance_sums() -> None:
     """One pass over the fusion set gives each class's attribution, as a pass per class would."""
     import numpy as np
 
-    from wslib.core.models import build_model
     from wslib.fusion.hfkf import attribution_share
     from wslib.fusion.importance import neuron_importance
 
-    torch.manual_seed(0)
-    cfg = cnn1d([4, 4], [1, 12])
-    models = [build_model(cfg).eval() for _ in range(2)]
+    models = drawn_models(cnn1d([4, 4], [1, 12]), 2)
     x = torch.randn(18, 1, 12)
     y = torch.tensor([0] * 8 + [1] * 6 + [2] * 4)  # classes of unequal sizes
     for method in ("conductance", "deeplift"):
@@ -375,7 +373,6 @@ def test_attribution_share_equals_the_per_class_importance_sums() -> None:
 
 def test_weight_matching_is_computed_once_per_pair_and_seed(monkeypatch) -> None:
     """Fusing the same models again (another importance) reuses the matching."""
-    from wslib.core.models import build_model
     from wslib.fusion import baselines
 
     calls = []
@@ -387,9 +384,7 @@ def test_weight_matching_is_computed_once_per_pair_and_seed(monkeypatch) -> None
 
     monkeypatch.setattr(baselines, "weight_matching", counting)
     monkeypatch.setattr(baselines, "_MATCHINGS", {})
-    torch.manual_seed(0)
-    cfg = mlp([5], [1, 6])
-    models = [build_model(cfg).eval() for _ in range(3)]
+    models = drawn_models(mlp([5], [1, 6]), 3)
     first = baselines.rebasin_weight_matching(models, seed=0)
     again = baselines.rebasin_weight_matching(models, seed=0)
     assert calls == [0, 0]  # models 1 and 2 matched to model 0, once each

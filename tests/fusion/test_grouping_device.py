@@ -18,7 +18,7 @@ from scipy.spatial.distance import pdist
 from sklearn.cluster import KMeans
 
 from tests.devicecheck import DEVICE, DeviceDiscipline, to_device
-from tests.test_device_discipline import CNN2D, MLP, RESNET, _data, _trained
+from tests.test_device_discipline import CNN2D, MLP, RESNET, stand_in_data, trained
 from wslib.fusion import levels
 from wslib.fusion.hfkf import fuse
 from wslib.fusion.levels import isometric_rows, kmeans_groups
@@ -76,8 +76,8 @@ def test_only_per_neuron_matrices_leave_the_device(
     """
     if centroids == "product":
         monkeypatch.setattr(levels, "_scatter_centroids", levels._product_centroids)
-    ds = _data()
-    models = [_trained(config, s, ds).eval() for s in (0, 1)]
+    ds = stand_in_data()
+    models = [trained(config, s, ds).eval() for s in (0, 1)]
     copies: list[tuple[bool, tuple[int, ...]]] = []
     original = levels.to_host
 
@@ -124,8 +124,8 @@ def test_chain_fusion_makes_no_tensor_off_the_models_device(
     (A reader's ``torch.set_default_device("cuda")`` would do the same to
     CPU-resident data.) The fused weights must equal those of a plain run.
     """
-    ds = _data(config["in_shape"])
-    models = [_trained(config, s, ds).eval() for s in (0, 1)]
+    ds = stand_in_data(config["in_shape"])
+    models = [trained(config, s, ds).eval() for s in (0, 1)]
     kwargs = {"grouping": grouping, "importance": importance, "progress": False}
     plain = fuse(copy.deepcopy(models), ds.x_train, ds.y_train, **kwargs).model
     with torch.device("meta"):
@@ -175,8 +175,8 @@ def test_chain_grouping_sees_float64_points(monkeypatch: pytest.MonkeyPatch) -> 
     """On the CPU (and CUDA) the grouping's distances and centroids are float64."""
     from wslib.fusion import hfkf
 
-    ds = _data()
-    models = [_trained(MLP, s, ds).eval() for s in (0, 1)]
+    ds = stand_in_data()
+    models = [trained(MLP, s, ds).eval() for s in (0, 1)]
     dtypes: list[torch.dtype] = []
     original = hfkf.group_labels
 

@@ -9,8 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.kit import SIGNAL, cnn1d, mlp
-from wslib.core.models import build_model
+from tests.kit import SIGNAL, class_blocks, cnn1d, mlp, seeded_model
 from wslib.core.train import predict
 from wslib.fusion.hfkf import (
     Grouping,
@@ -26,19 +25,9 @@ MLP = mlp([12, 8], **SIGNAL)
 CNN = cnn1d([4, 6], **SIGNAL)
 
 
-def _model(config: dict, seed: int) -> nn.Module:
-    torch.manual_seed(seed)
-    return build_model(config).eval()
-
-
 def _inputs(n: int, seed: int, scale: float = 1.0) -> torch.Tensor:
     gen = torch.Generator().manual_seed(seed)
     return scale * torch.randn(n, 1, 40, generator=gen)
-
-
-def _fusion_set(per_class: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    y = torch.arange(10).repeat_interleave(per_class)
-    return _inputs(len(y), seed), y
 
 
 def _first_pre_activation(
@@ -71,8 +60,8 @@ def _silenced(model: nn.Module, x: torch.Tensor, neuron: int = 0) -> nn.Module:
 def test_self_fusion_returns_the_model_off_the_fusion_set(
     config, grouping, seed, dead, per_class
 ):
-    x, y = _fusion_set(per_class, seed)
-    model = _model(config, seed)
+    x, y = class_blocks(per_class, seed)
+    model = seeded_model(config, seed)
     x_test = _inputs(400, seed + 100, scale=3.0)
     if dead:
         model = _silenced(model, x)
@@ -85,15 +74,15 @@ def test_self_fusion_returns_the_model_off_the_fusion_set(
 
 def test_gradient_retrofit_starts_at_the_aligned_parents():
     """No gradient steps: the fused model is the prior, here the model itself."""
-    model = _model(MLP, 0)
-    x, y = _fusion_set(4, 0)
+    model = seeded_model(MLP, 0)
+    x, y = class_blocks(4, 0)
     res = fuse(
         [model, copy.deepcopy(model)],
         x,
         y,
         "hf",
         "gradient",
-        fused=_model(MLP, 1),
+        fused=seeded_model(MLP, 1),
         gradient=GradientConfig(max_epochs=0),
         progress=False,
     )
@@ -130,7 +119,7 @@ def _brute_prior(
 
 def test_aligned_prior_is_the_weighted_average_of_summed_incoming_weights():
     tiny = mlp([4, 3], [1, 3], 2)
-    models = [_model(tiny, 0), _model(tiny, 1)]
+    models = [seeded_model(tiny, 0), seeded_model(tiny, 1)]
     layers = [[m.linears[i] for m in models] for i in range(3)]
     level0 = [np.array([0, 1, 2, 2]), np.array([1, 0, 2, 0])]  # two into one
     level1 = [np.array([0, 1, 1]), np.array([1, 0, 0])]

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.kit import resnet1d, transformer1d
+from tests.kit import class_blocks, resnet1d, transformer1d
 from wslib.core.models import build_model
 from wslib.fusion import residual
 from wslib.fusion.hfkf import fuse
@@ -49,9 +49,7 @@ CASES: dict[str, tuple[dict, str, str, GradientConfig, dict]] = {
 
 def _setup(config: dict, dtype: torch.dtype = torch.float32) -> dict[str, Any]:
     """Two base models (BatchNorm statistics from one train-mode pass) and a fusion set."""
-    gen = torch.Generator().manual_seed(0)
-    y = torch.arange(3).repeat_interleave(8)
-    x = torch.randn(len(y), 1, 12, generator=gen, dtype=dtype)
+    x, y = class_blocks(8, 0, n_classes=3, in_shape=[1, 12], dtype=dtype)
     models = []
     for s in (0, 1):
         torch.manual_seed(s)
