@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.kit import SIGNAL, mlp, resnet1d, toy_tensors
+from tests.kit import SIGNAL, drawn_models, mlp, resnet1d, toy_tensors
 from wslib.core.interpolation import (
     barrier,
     evaluate_states,
@@ -20,8 +20,7 @@ RESNET = resnet1d([8, 16], **SIGNAL, blocks_per_stage=1)
 
 
 def test_endpoints_are_the_modes() -> None:
-    torch.manual_seed(0)
-    ma, mb = build_model(RESNET), build_model(RESNET)
+    ma, mb = drawn_models(RESNET, 2, train=True)
     a, b = ma.state_dict(), mb.state_dict()
     for k, v in lerp_state(a, b, 0.0).items():
         assert torch.equal(v, a[k])
@@ -69,8 +68,7 @@ def test_bn_stats_are_recomputed_exactly() -> None:
 
 def test_path_ends_match_model_evaluation() -> None:
     x, y = toy_tensors(96, [1, 40], 10)
-    torch.manual_seed(0)
-    ma, mb = build_model(RESNET), build_model(RESNET)
+    ma, mb = drawn_models(RESNET, 2, train=True)
     res = linear_path(
         ma, ma.state_dict(), mb.state_dict(), np.linspace(0, 1, 3), x, y, progress=False
     )

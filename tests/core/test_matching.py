@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tests.kit import SIGNAL, cnn1d, mlp, resnet1d
+from tests.kit import SIGNAL, cnn1d, drawn_models, mlp, resnet1d
 from wslib.core.matching import align, match_scales, scale_distance, weight_matching
 from wslib.core.models import build_model
 from wslib.core.neurons import (
@@ -39,8 +39,7 @@ def test_recovers_a_hidden_permutation() -> None:
 
 
 def test_alignment_keeps_the_function_and_moves_towards_a() -> None:
-    torch.manual_seed(0)
-    ma, mb = build_model(MLP), build_model(MLP)
+    ma, mb = drawn_models(MLP, 2, train=True)
     structure = ma.neuron_structure()
     a = {k: v.clone() for k, v in ma.state_dict().items()}
     b = {k: v.clone() for k, v in mb.state_dict().items()}
