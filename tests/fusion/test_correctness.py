@@ -15,6 +15,7 @@ from tests.kit import (
     class_blocks,
     cnn1d,
     mlp,
+    pair,
     resnet1d,
     seeded_model,
     transformer1d,
@@ -164,7 +165,7 @@ def test_gradient_retrofit_selects_on_the_held_out_part():
 
 @pytest.mark.parametrize("config", [MLP, CNN], ids=["mlp", "cnn"])
 def test_fused_gradient_variant_matches_the_linear_one(config):
-    models = [seeded_model(config, s) for s in (0, 1)]
+    models = pair(config)
     x, y = class_blocks(16)
     lin = fuse(models, x, y, "kf", "linear", progress=False)
     grad = fuse(models, x, y, "kf", "gradient", progress=False)
@@ -187,7 +188,7 @@ def test_gradient_config_rejects_bad_settings():
 
 def test_importance_moves_the_targets_to_the_weighted_centroids():
     """Level 0 of an MLP is affine in the input, so the fused level equals its targets exactly."""
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     x, y = class_blocks(12)
     scores = [_skewed(m, 10 + i) for i, m in enumerate(models)]
     level = chain_levels(models[0])[0]
@@ -265,7 +266,7 @@ def test_each_class_logit_follows_its_owner_with_per_class_shares():
 
 def test_theorem1_parts_are_those_of_the_fused_output():
     """Cost, clustering and approximation error recomputed from the fused model's own outputs."""
-    models = [seeded_model(CNN, s) for s in (0, 1)]
+    models = pair(CNN)
     x, y = class_blocks(12)
     scores = [_skewed(m, i) for i, m in enumerate(models)]
     res = fuse(models, x, y, "hf", "linear", "conductance", scores=scores)
@@ -289,7 +290,7 @@ def test_theorem1_parts_are_those_of_the_fused_output():
 
 def test_cost_reports_the_fused_outputs_not_the_targets():
     """Level 0 of an MLP is exact, level 1 is not: the approximation error tells them apart."""
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     x, y = class_blocks(12)
     res = fuse(models, x, y, "kf", "linear", progress=False)
     level1 = chain_levels(models[0])[1]
@@ -308,7 +309,7 @@ def test_cost_reports_the_fused_outputs_not_the_targets():
 
 
 def test_importance_average_weights_rows_by_their_neurons():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     states = [m.state_dict() for m in models]
     level = chain_levels(models[0])[0]
     w0 = np.r_[np.ones(6), np.zeros(6)]
@@ -324,7 +325,7 @@ def test_importance_average_weights_rows_by_their_neurons():
 
 @pytest.mark.parametrize("method", ["otfusion", "rebasin_wm", "rebasin_am"])
 def test_aligners_use_importance(method):
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     x, y = class_blocks(12)
     scores = [_skewed(m, i) for i, m in enumerate(models)]
     plain = fuse_by(method, models, x, y)
@@ -351,7 +352,7 @@ def test_transport_marginals_are_the_importance():
 
 
 def test_permuted_importance_average_permutes_the_scores_with_the_neurons():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     structure = models[0].neuron_structure()
     levels = chain_levels(models[0])
     perm = random_permutations(structure, torch.Generator().manual_seed(2))
@@ -373,7 +374,7 @@ def test_permuted_importance_average_permutes_the_scores_with_the_neurons():
 
 
 def test_rebasin_without_scores_is_plain_averaging_of_aligned_models():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     x, _ = class_blocks(12)
     uniform = [
         {
@@ -429,7 +430,7 @@ def test_deeplift_on_the_resnet_is_not_gradient_times_delta():
 
 
 def test_class_weights_with_an_empty_class_are_rejected():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     x, y = class_blocks(12)
     weights = np.ones((2, 10))
     weights[:, 4] = 0.0
@@ -443,7 +444,7 @@ def test_class_weights_with_an_empty_class_are_rejected():
 
 @pytest.mark.parametrize("widths", [[8, 8], [16, 8]], ids=["narrower", "wider"])
 def test_hf_into_another_width_is_rejected(widths):
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     x, y = class_blocks(12)
     target = seeded_model({**MLP, "widths": widths}, 2)
     with pytest.raises(ValueError, match="needs equal widths"):
@@ -458,7 +459,7 @@ def test_kf_across_numbers_of_classes_is_rejected():
 
 
 def test_labels_out_of_range_are_rejected():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     x, y = class_blocks(12)
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 10\)"):
         fuse(models, x, torch.where(y == 9, 10, y), "kf", progress=False)
@@ -469,7 +470,7 @@ def test_labels_out_of_range_are_rejected():
 
 
 def test_nan_weights_or_inputs_are_named():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     x, y = class_blocks(12)
     with torch.no_grad():
         models[1].linears[1].weight[0, 0] = float("nan")
@@ -486,14 +487,14 @@ def test_nan_weights_or_inputs_are_named():
 
 
 def test_a_fusion_set_smaller_than_the_fan_in_warns():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     x, y = class_blocks(2)  # 20 examples, 41 unknowns per neuron at level 0
     with pytest.warns(UserWarning, match="underdetermined"):
         fuse(models, x, y, "kf", progress=False)
 
 
 def test_scores_of_another_importance_are_rejected():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     x, y = class_blocks(12)
     deep = [model_importance(m, x, y, "deeplift", progress=False) for m in models]
     with pytest.raises(ValueError, match="computed with 'deeplift'"):
@@ -590,7 +591,7 @@ def test_kf_compresses_a_deeper_mlp_into_a_shallower_one():
 
 
 def test_attribution_share_gives_a_class_to_the_model_that_attributes_it():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     with torch.no_grad():
         models[1].linears[-1].weight[3] = 0.0  # model 1 cannot attribute class 3
     x, y = class_blocks(4)
@@ -716,7 +717,7 @@ def test_gradient_config_blocks_must_be_a_bool():
 
 
 def test_ensemble_class_weights_are_a_buffer_that_follows_the_members():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     ens = Ensemble(models, np.ones((2, 10)))
     assert "class_weights" in dict(ens.named_buffers())
     assert ens.class_weights.device == next(models[0].parameters()).device

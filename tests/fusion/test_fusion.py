@@ -15,6 +15,7 @@ from tests.kit import (
     cnn1d,
     drawn_models,
     mlp,
+    pair,
     resnet1d,
     seeded_model,
     transformer1d,
@@ -175,7 +176,7 @@ def test_permuted_copy_fuses_back_to_the_model():
     "grouping,retrofit", [("hf", "linear"), ("kf", "linear"), ("kf", "gradient")]
 )
 def test_theorem1_decomposition_is_exact(grouping, retrofit):
-    models = [seeded_model(CNN, s) for s in (0, 1)]
+    models = pair(CNN)
     x, y = class_blocks(12)
     result = fuse(
         models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
@@ -228,7 +229,7 @@ def test_importance_scores_are_nonnegative_and_uniform_is_ones():
 
 
 def test_class_weighted_ensemble_follows_the_owner_of_each_class():
-    models = [seeded_model(MLP, s) for s in (0, 1)]
+    models = pair(MLP)
     share = class_share(np.array([[5] * 5 + [0] * 5, [0] * 5 + [5] * 5]))
     x, _ = class_blocks(2)
     ens = predict(Ensemble(models, share), x).exp()
@@ -302,7 +303,7 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path):
     ds = load_dataset("cifar10", tmp_path)
     x, y = ds.x_train[:20], ds.y_train[:20]
     vgg = {"name": "vgg11", "in_shape": [3, 32, 32], "n_classes": 10, "width": 0.0625}
-    models = [seeded_model(vgg, s) for s in (0, 1)]
+    models = pair(vgg)
     for grouping, retrofit in (("hf", "linear"), ("kf", "gradient")):
         fused = fuse(
             models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
@@ -327,10 +328,10 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path):
             "patch_size": 8,
         },
     ):
-        pair = [seeded_model(config, s) for s in (0, 1)]
-        fused = rebasin_weight_matching(pair, x_bn=x)
+        models = pair(config)
+        fused = rebasin_weight_matching(models, x_bn=x)
         assert torch.isfinite(predict(fused, ds.x_test)).all()
-        fused = fuse(pair, x, y, "kf", "linear", "deeplift", progress=False).model
+        fused = fuse(models, x, y, "kf", "linear", "deeplift", progress=False).model
         assert torch.isfinite(predict(fused, ds.x_test)).all()
 
 
