@@ -8,9 +8,10 @@ so a test states them where they matter and the random draws stay the same:
   (default: ``in_shape`` :data:`IN`, 3 classes; ``**SIGNAL`` for the 40-step,
   10-class signals of the core and fusion tests), and :data:`MLP`,
   :data:`RESNET`, :data:`TRANSFORMER`, the LLPF tests' models;
-- seeded untrained models: :func:`seeded_model`, :func:`seeded_models` (a seed
-  each), :func:`drawn_models` (one seed, drawn in turn), :func:`pair`,
-  :func:`pair_states` and :func:`trained_model`;
+- seeded models: :func:`seeded_model`, :func:`seeded_models` (a seed each),
+  :func:`drawn_models` (one seed, drawn in turn), :func:`pair`,
+  :func:`pair_states`, and :func:`trained_model` (fitted with a recipe);
+  :func:`same_state` compares two state dicts;
 - toy data: :func:`toy_tensors` and :func:`toy_dataset` (Gaussian inputs,
   random or cyclic labels), :func:`class_blocks` (labels in blocks of a class),
   :func:`balanced_dataset` (10 classes in turn, test inputs drawn after the
@@ -145,6 +146,11 @@ def pair_states(config: dict = MLP) -> tuple[nn.Module, dict, dict]:
     """Model A (seed 0, train mode) and the state dicts of A and B (seed 1)."""
     a, b = pair(config, train=True)
     return a, a.state_dict(), b.state_dict()
+
+
+def same_state(s: dict, t: dict) -> bool:
+    """Whether every tensor of state dict ``s`` equals ``t``'s of the same name."""
+    return all(torch.equal(s[k], t[k]) for k in s)
 
 
 # --- toy data ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from tests.kit import pair_states, toy_tensors
+from tests.kit import pair_states, same_state, toy_tensors
 from wslib.core.interpolation import lerp_state
 from wslib.llpf.autoneb import autoneb, neb_step
 from wslib.llpf.curves import curve_point, fit_curve, lr_factor
@@ -35,10 +35,6 @@ from wslib.llpf.layerwise import (
 
 FROZEN = Refine(lr=1e-12, batch_size=16, r_min=1, r_max=1, threshold=1e9)
 REFINE = Refine(lr=0.05, batch_size=16, r_min=2, r_max=4, threshold=0.0)
-
-
-def same(s: dict, t: dict) -> bool:
-    return all(torch.equal(s[k], t[k]) for k in s)
 
 
 def full_loss(model: nn.Module, state: dict, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -251,7 +247,7 @@ def test_m2o_phase_ends_on_the_target_sphere_at_the_expected_tick(
     switch = path.states[expected]
     reached = tensor_variances(switch, names)
     assert all(reached[n] == pytest.approx(vd[n], rel=0.011) for n in names)
-    assert same(path.states[-1], dest)
+    assert same_state(path.states[-1], dest)
 
 
 def test_m2o_stops_once_the_target_is_reached_before_refinement() -> None:
@@ -294,7 +290,7 @@ def test_finished_m2o_run_is_not_extended_on_resume(tmp_path) -> None:
     for _ in range(2):
         again = m2o(model, a, x, y, **options)
         assert again.ticks == first.ticks
-        assert all(same(s, t) for s, t in zip(first.states, again.states))
+        assert all(same_state(s, t) for s, t in zip(first.states, again.states))
 
 
 def test_checkpoint_of_another_path_seed_is_not_resumed(tmp_path) -> None:
@@ -306,7 +302,7 @@ def test_checkpoint_of_another_path_seed_is_not_resumed(tmp_path) -> None:
     fresh = m2m(model, a, b, x, y, seed=2, **options)
     with pytest.warns(UserWarning, match="another run"):
         other = m2m(model, a, b, x, y, seed=2, checkpoint=ckpt, **options)
-    assert all(same(s, t) for s, t in zip(fresh.states, other.states))
+    assert all(same_state(s, t) for s, t in zip(fresh.states, other.states))
 
 
 # --- refusals and warnings ---------------------------------------------------
@@ -364,7 +360,7 @@ def test_m2o_out_of_ticks_before_the_target_warns() -> None:
             refine=REFINE,
             progress=False,
         )
-    assert same(path.states[-1], small)
+    assert same_state(path.states[-1], small)
 
 
 def test_m2m_last_tick_long_jump_warns() -> None:

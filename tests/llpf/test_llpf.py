@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.kit import MLP, RESNET, TRANSFORMER, pair_states, toy_tensors
+from tests.kit import MLP, RESNET, TRANSFORMER, pair_states, same_state, toy_tensors
 from wslib.core.models import build_model
 from wslib.core.norms import norm_parameter_names
 from wslib.llpf.evaluation import evaluate_path
@@ -27,10 +27,6 @@ class Interrupt(RuntimeError):
     """Raised by a callback to simulate a killed run."""
 
 
-def same(s: dict, t: dict) -> bool:
-    return all(torch.equal(s[k], t[k]) for k in s)
-
-
 @pytest.mark.parametrize("config", [MLP, RESNET, TRANSFORMER])
 def test_m2m_path_starts_and_ends_on_the_modes(config: dict) -> None:
     model, a, b = pair_states(config)
@@ -38,8 +34,8 @@ def test_m2m_path_starts_and_ends_on_the_modes(config: dict) -> None:
     path = m2m(
         model, a, b, x, y, ticks=6, refine=REFINE, record_every=2, progress=False
     )
-    assert same(path.states[0], a)
-    assert same(path.states[-1], b)
+    assert same_state(path.states[0], a)
+    assert same_state(path.states[-1], b)
     assert path.ticks == [0, 2, 4, 6]
     assert path.grad_steps == sorted(path.grad_steps) and path.total_grad_steps > 0
 
@@ -51,7 +47,7 @@ def test_m2m_between_identical_modes_ends_on_them() -> None:
     path = m2m(
         model, a, a, x, y, ticks=4, refine=REFINE, record_every=2, progress=False
     )
-    assert same(path.states[0], a) and same(path.states[-1], a)
+    assert same_state(path.states[0], a) and same_state(path.states[-1], a)
 
 
 def test_data_flow_stages_follow_module_order() -> None:
@@ -130,8 +126,8 @@ def test_m2m_is_deterministic_per_seed() -> None:
         )
         for s in (3, 3, 4)
     ]
-    assert all(same(s, t) for s, t in zip(run[0].states, run[1].states))
-    assert not same(run[0].states[2], run[2].states[2])
+    assert all(same_state(s, t) for s, t in zip(run[0].states, run[1].states))
+    assert not same_state(run[0].states[2], run[2].states[2])
 
 
 def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
@@ -166,7 +162,7 @@ def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
     assert torch.load(ckpt / "index.pt", weights_only=True)["tick"] == 6
     resumed = m2m(model, a, b, x, y, checkpoint=ckpt, checkpoint_every=3, **options)
     assert resumed.ticks == full.ticks and resumed.grad_steps == full.grad_steps
-    assert all(same(s, t) for s, t in zip(full.states, resumed.states))
+    assert all(same_state(s, t) for s, t in zip(full.states, resumed.states))
 
 
 def test_unreadable_checkpoint_is_ignored_with_a_warning(tmp_path) -> None:
@@ -179,7 +175,7 @@ def test_unreadable_checkpoint_is_ignored_with_a_warning(tmp_path) -> None:
         path = m2m(
             model, a, b, x, y, ticks=3, refine=REFINE, checkpoint=ckpt, progress=False
         )
-    assert same(path.states[-1], b)
+    assert same_state(path.states[-1], b)
 
 
 def test_m2o_shrinks_weights_and_leaves_norm_layers() -> None:
@@ -233,7 +229,7 @@ def test_hybrid_reaches_destination_across_spheres() -> None:
         record_every=2,
         progress=False,
     )
-    assert same(path.states[0], a) and same(path.states[-1], small)
+    assert same_state(path.states[0], a) and same_state(path.states[-1], small)
     assert "m2o" in path.phase and path.phase[-1] == "m2m"
 
 
@@ -279,7 +275,7 @@ def test_curve_keeps_endpoints_and_trains_the_bend(kind: str) -> None:
     path = fit_curve(
         model, a, b, x, y, kind=kind, steps=5, batch_size=16, n_eval=5, progress=False
     )
-    assert same(path.states[0], a) and same(path.states[-1], b)
+    assert same_state(path.states[0], a) and same_state(path.states[-1], b)
     assert path.total_grad_steps == 5 and len(path.states) == 5
     untrained = fit_curve(
         model, a, b, x, y, kind=kind, steps=0, n_eval=5, progress=False
@@ -314,7 +310,7 @@ def test_autoneb_keeps_endpoints_and_inserts_pivots() -> None:
         max_pivots=5,
         progress=False,
     )
-    assert same(path.states[0], a) and same(path.states[-1], b)
+    assert same_state(path.states[0], a) and same_state(path.states[-1], b)
     assert len(path.states) == 5  # 3 pivots, then insertions up to max_pivots
     assert path.total_grad_steps >= 3 + 3  # one step per interior pivot per iteration
     with pytest.raises(ValueError, match="one learning rate per cycle"):
@@ -364,9 +360,9 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config: dict) -> None:
         record_every=1,
         progress=False,
     )
-    assert same(path.states[-1], b)
+    assert same_state(path.states[-1], b)
     half = {k: v * 0.5 if v.is_floating_point() else v for k, v in b.items()}
-    assert same(
+    assert same_state(
         hybrid(
             model,
             a,
