@@ -28,6 +28,7 @@ from wslib.core.interpolation import linear_path
 from wslib.core.matching import align
 from wslib.core.neurons import (
     StateDict,
+    neuron_structure,
     permute_state,
     random_permutations,
     random_scales,
@@ -133,7 +134,7 @@ def symmetry_check(
     gen = torch.Generator().manual_seed(seed)
     rows, states = [], {}
     for name, model in models.items():
-        structure = model.neuron_structure()
+        structure = neuron_structure(model)
         state = model.state_dict()
         perms = random_permutations(structure, gen)
         permuted = permute_state(state, structure, perms)
@@ -191,8 +192,11 @@ def lines_between(
     the seed of weight matching's group order.
     """
     sa, sb = a.state_dict(), b.state_dict()
-    aligned = align(sa, sb, a.neuron_structure(), seed=seed)
-    return tuple(straight_line(a, sa, end, ts, ds, test) for end in (sb, aligned))
+    aligned = align(sa, sb, neuron_structure(a), seed=seed)
+    return (
+        straight_line(a, sa, sb, ts, ds, test),
+        straight_line(a, sa, aligned, ts, ds, test),
+    )
 
 
 def barrier_sweep(

@@ -17,7 +17,7 @@ import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -25,9 +25,11 @@ from torch import nn
 
 from wslib.core.neurons import NeuronGroup, NeuronStructure, Role, Slot
 
-_CONV = {1: nn.Conv1d, 2: nn.Conv2d}
-_BN = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d}
-_POOL = {
+Conv = nn.Conv1d | nn.Conv2d
+BatchNorm = nn.BatchNorm1d | nn.BatchNorm2d
+_CONV: dict[int, type[Conv]] = {1: nn.Conv1d, 2: nn.Conv2d}
+_BN: dict[int, type[BatchNorm]] = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d}
+_POOL: dict[str, dict[int, type[nn.Module]]] = {
     "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d},
     "max": {1: nn.MaxPool1d, 2: nn.MaxPool2d},
 }
@@ -129,7 +131,7 @@ class MLP(nn.Module):
                 (*linear_out(f"linears.{i}"), *linear_in(f"linears.{i + 1}")),
                 self.rescalable,
             )
-            for i, layer in enumerate(self.linears[:-1])
+            for i, layer in enumerate(cast("Sequence[nn.Linear]", self.linears[:-1]))
         )
         return NeuronStructure(tuple(groups))
 
@@ -137,7 +139,7 @@ class MLP(nn.Module):
 # --- plain conv nets (cnn1d, vgg11) -----------------------------------------------------------
 
 
-def _he_init(conv: nn.Module) -> nn.Module:
+def _he_init(conv: Conv) -> Conv:
     """He-normal weights keep the signal scale through deep ReLU stacks without BatchNorm."""
     nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
     return conv
@@ -183,17 +185,19 @@ class ConvNet(nn.Module):
             if item == "P":
                 layers.append(_POOL[pool][dims](2))
                 continue
-            self.convs.append((len(layers), item))
+            width = cast(int, item)
+            self.convs.append((len(layers), width))
             conv = _CONV[dims](
-                channels, item, kernel_size, padding=kernel_size // 2, bias=not bn
+                channels, width, kernel_size, padding=kernel_size // 2, bias=not bn
             )
             layers.append(_he_init(conv))
-            layers.extend([_BN[dims](item)] if bn else [])
+            layers.extend([_BN[dims](width)] if bn else [])
             layers.append(nn.ReLU())
-            channels = item
+            channels = width
         self.features = nn.Sequential(*layers)
         self.bn = bn
         self.fully_conv = head == "conv"
+        self.head: Conv | nn.Linear
         if self.fully_conv:
             self.head_block = 1
             self.head = _CONV[dims](
@@ -232,12 +236,15 @@ class ConvNet(nn.Module):
 # --- ResNets (resnet1d, resnet18) -------------------------------------------------------------
 
 
-def _conv(dims: int, c_in: int, c_out: int, kernel_size: int, stride: int) -> nn.Module:
+def _conv(dims: int, c_in: int, c_out: int, kernel_size: int, stride: int) -> Conv:
     return _CONV[dims](c_in, c_out, kernel_size, stride, kernel_size // 2, bias=False)
 
 
 class ConvBN(nn.Sequential):
     """Bias-free conv followed by BatchNorm (children ``conv`` and ``bn``)."""
+
+    conv: Conv
+    bn: BatchNorm
 
     def __init__(
         self, dims: int, c_in: int, c_out: int, kernel_size: int, stride: int
@@ -329,7 +336,7 @@ class ResNet(nn.Module):
             stream, self.stem.bn.num_features, conv_bn_out("stem.conv", "stem.bn")
         )
         for s, stage in enumerate(self.stages):
-            for b, block in enumerate(stage):
+            for b, block in enumerate(cast("Sequence[BasicBlock]", stage)):
                 p, inner = f"stages.{s}.{b}", f"stage{s}.block{b}"
                 open_group(
                     inner, block.bn1.num_features, conv_bn_out(f"{p}.conv1", f"{p}.bn1")
@@ -438,14 +445,16 @@ class Transformer(nn.Module):
     def neuron_structure(self) -> NeuronStructure:
         stream = [*linear_out("embed"), Slot("pos", 2, "out")]
         mlps = []
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(cast("Sequence[TransformerBlock]", self.blocks)):
             p = f"blocks.{i}"
             stream += [*norm_free(f"{p}.norm1"), *linear_in(f"{p}.attn.qkv")]
             stream += [*linear_out(f"{p}.attn.proj"), *norm_free(f"{p}.norm2")]
             stream += [*linear_in(f"{p}.mlp.fc1"), *linear_out(f"{p}.mlp.fc2")]
             hidden = (*linear_out(f"{p}.mlp.fc1"), *linear_in(f"{p}.mlp.fc2"))
             mlps.append(
-                NeuronGroup(f"block{i}.mlp", block.mlp.fc1.out_features, hidden)
+                NeuronGroup(
+                    f"block{i}.mlp", cast(nn.Linear, block.mlp.fc1).out_features, hidden
+                )
             )
         stream += [*norm_free("norm"), *linear_in("head")]
         width = self.head.in_features
@@ -565,7 +574,7 @@ def cifar_nv(in_shape: Sequence[int], n_classes: int, width: float = 1.0) -> Con
     CIFAR-10. The channel counts (``_CIFAR_NV_PLAN``, scaled by ``width``) are
     this library's choice.
     """
-    plan = [p if p == "P" else _scaled([p], width)[0] for p in _CIFAR_NV_PLAN]
+    plan = [p if isinstance(p, str) else _scaled([p], width)[0] for p in _CIFAR_NV_PLAN]
     shape = _check_shape(in_shape, 2, "cifar_nv")
     return ConvNet(shape, n_classes, plan, 3, "max", False, "conv")
 
@@ -580,7 +589,7 @@ def vgg11(
     in_shape: Sequence[int], n_classes: int, width: float = 1.0, bn: bool = False
 ) -> ConvNet:
     """VGG-11 convolutions (3x3, ReLU, max pool) with a single Linear head."""
-    plan = [p if p == "P" else _scaled([p], width)[0] for p in _VGG11_PLAN]
+    plan = [p if isinstance(p, str) else _scaled([p], width)[0] for p in _VGG11_PLAN]
     return ConvNet(_check_shape(in_shape, 2, "vgg11"), n_classes, plan, 3, "max", bn)
 
 

@@ -196,7 +196,7 @@ def fit(
     dev = pick_device(device)
     images = dev.type == "cuda" and x.dim() == 4  # channels_last suits cuDNN convs
     layout = torch.channels_last if images else torch.contiguous_format
-    model.to(dev, memory_format=layout)
+    model.to(dev, memory_format=layout)  # type: ignore[call-overload]  # torch's stubs lack this overload
     x, y = x.to(dev, memory_format=layout), y.to(dev)
     autocast = precision_autocast(dev, recipe.precision)
     # the shuffling generator sits on the device (on a CPU: the CPU's stream)

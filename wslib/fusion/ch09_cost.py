@@ -5,7 +5,7 @@ the shares of its terms, importance agreement, KF's target map and fused accurac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -114,7 +114,8 @@ def fused_accuracies(costs: pd.DataFrame) -> dict[str, dict[str, dict[str, float
         "test acc"
     ].first()
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for (a, m, imp), acc in first.items():
+    for key, acc in first.items():
+        a, m, imp = cast(tuple[str, str, str], key)
         out.setdefault(a, {}).setdefault(m, {})[imp] = float(acc)
     return out
 

@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -20,6 +20,9 @@ import torch
 from pandas.io.formats.style import Styler
 from torch import nn
 from tqdm.auto import tqdm
+
+if TYPE_CHECKING:
+    from pandas.io.formats.style_render import CSSDict
 
 from wslib.core.data import Dataset, balanced_subset
 from wslib.core.seeds import derive_seed
@@ -220,7 +223,8 @@ class RegimeStudy:
         self, settings: Iterable[tuple[str, int, int]], progress: bool = True
     ) -> tuple[pd.DataFrame, dict[str, list[float]]]:
         """Every setting (cached): one row per setting, method and importance; fusion seconds per method."""
-        runs, seconds = [], {m: [] for m in self.methods}
+        runs: list[dict[str, Any]] = []
+        seconds: dict[str, list[float]] = {m: [] for m in self.methods}
         for r, n, s in tqdm(list(settings), desc="settings", disable=not progress):
             res = self.cached_setting(r, n, s)
             runs += [{"regime": r, "n": n, "seed": s, **row} for row in res["rows"]]
@@ -350,7 +354,10 @@ def styled_accuracy_table(
     def bold(column: pd.Series) -> list[str]:
         return ["font-weight: bold" if b else "" for b in best[column.name]]
 
-    cells = {"selector": "td, th", "props": "white-space: nowrap; padding: 1px 6px;"}
+    cells: CSSDict = {
+        "selector": "td, th",
+        "props": "white-space: nowrap; padding: 1px 6px;",
+    }
     return table.style.apply(bold, axis=0).set_table_styles([cells])
 
 
@@ -359,6 +366,7 @@ def nested_accuracies(
 ) -> dict[str, dict[str, dict[str, dict[str, dict[str, float]]]]]:
     """``acc[regime][str(n)][method][importance] = {"mean", "std"}`` for the results file."""
     acc: dict = {r: {str(n): {} for n in n_models} for r in regimes}
+    row: Any  # a row of the summary (named tuple)
     for row in summary.itertuples():
         acc[row.regime][str(row.n)].setdefault(row.method, {})[row.importance] = {
             "mean": float(row.mean),
@@ -461,7 +469,8 @@ def _chosen(
     ]
     if not len(rows):
         raise ValueError(f"no runs of {list(methods)} for {regime}, n={n}")
-    return rows.loc[rows[_selection_column(rows)].idxmax()]
+    best: Any = rows[_selection_column(rows)].idxmax()  # a label of the index
+    return cast(pd.Series, rows.loc[best])
 
 
 def _spread(*rows: pd.Series | None) -> float | None:
@@ -469,7 +478,8 @@ def _spread(*rows: pd.Series | None) -> float | None:
     standard deviation (points); None when a cell has a single run or none."""
     if any(r is None or int(r["runs"]) < 2 for r in rows):
         return None
-    return float(100 * max(r["std"] for r in rows))
+    cells = [r for r in rows if r is not None]  # every one of them (checked above)
+    return float(100 * max(r["std"] for r in cells))
 
 
 def gradient_word(gap: float) -> str:
@@ -513,7 +523,7 @@ def headline_numbers(
         )
         return float(100 * np.nanmean(diff.to_numpy()))
 
-    out: dict[str, float | int | str] = {
+    out: dict[str, Any] = {
         "n0": int(n0),
         "n_max": int(n_max),
         "sh_best_name": sh_name,

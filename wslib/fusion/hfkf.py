@@ -52,6 +52,7 @@ import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -64,6 +65,7 @@ from wslib.fusion.levels import (
     GROUPINGS,
     RESIDUAL_ARCHS,
     RETROFITS,
+    Affine,
     FusionResult,
     GradientConfig,
     chain_levels,
@@ -112,7 +114,7 @@ def head_grouping(n_models: int, n_classes: int) -> Grouping:
 
 
 def aligned_rows(
-    module: nn.Module, inputs: np.ndarray | None, k_in: int, dtype: torch.dtype
+    module: Affine, inputs: np.ndarray | None, k_in: int, dtype: torch.dtype
 ) -> torch.Tensor:
     """One base model's affine layer over the fused inputs, ``(out, fan_in [+ 1])``.
 
@@ -136,7 +138,7 @@ def aligned_rows(
 
 
 def aligned_prior(
-    modules: Sequence[nn.Module],
+    modules: Sequence[Affine],
     out: Grouping,
     weights: np.ndarray,
     inputs: Grouping | None,
@@ -185,14 +187,15 @@ def has_alignment(
 def level_prior(
     models: Sequence[nn.Module],
     name: str,
-    module: nn.Module,
+    module: Affine,
     out: Grouping,
     weights: np.ndarray,
     inputs: Grouping | None,
 ) -> torch.Tensor | None:
     """:func:`aligned_prior` of base level ``name`` for the fused ``module``; None
     (the zero prior) when its shape is not the fused layer's (another kernel or input size)."""
-    prior = aligned_prior([m.get_submodule(name) for m in models], out, weights, inputs)
+    layers = [cast(Affine, m.get_submodule(name)) for m in models]
+    prior = aligned_prior(layers, out, weights, inputs)
     fan_in = module.weight[0].numel() + (module.bias is not None)
     return prior if prior.shape == (fan_in, module.weight.shape[0]) else None
 
@@ -229,8 +232,8 @@ def attribution_share(
     labels = y.cpu().numpy()
     out = np.zeros((len(models), n_classes))
     for i, m in enumerate(models):
-        per_example = example_scores(m, chain_levels(m)[-2], x, y, method).sum(1)
-        per_example = per_example.cpu().numpy()
+        scores = example_scores(m, chain_levels(m)[-2], x, y, method).sum(1)
+        per_example = scores.cpu().numpy()
         for c in np.unique(labels):
             out[i, c] = float(per_example[labels == c].mean())
     total = out.sum(0, keepdims=True)
@@ -327,7 +330,9 @@ def fuse(
         )
     level_map = {} if residual else depth_map(levels, fused_levels)
     n_classes = check_same_classes([*models], residual, levels)
-    fused_head = fused.head if residual else fused.get_submodule(fused_levels[-1])
+    fused_head = cast(
+        Affine, fused.head if residual else fused.get_submodule(fused_levels[-1])
+    )
     if fused_head.weight.shape[0] != n_classes:
         raise ValueError(
             f"the fused model has {fused_head.weight.shape[0]} classes, the models "
@@ -347,10 +352,13 @@ def fuse(
     outs = [layer_io(m, levels, x) for m in models]
     result = FusionResult(fused, fused_levels)
     previous: Grouping | None = None  # the first level reads the data
+    points: torch.Tensor | None
+    labels: np.ndarray | None
+    w: np.ndarray | None
     bar = tqdm(fused_levels, desc=grouping, disable=not progress, leave=False)
     for li, fused_name in enumerate(bar):
         name = level_map[fused_name]  # the base models' level it reproduces
-        module = fused.get_submodule(fused_name)
+        module = cast(Affine, fused.get_submodule(fused_name))
         if li < len(fused_levels) - 1:  # grouped on the models' device
             points = torch.cat([neuron_matrix(o[name]) for o in outs])
             points = points.to(device, solve_dtype(device))
@@ -390,7 +398,7 @@ def fuse(
                     gradient,
                     derive_seed(seed, "level", li),
                 )
-        if points is not None:
+        if points is not None and w is not None and labels is not None:
             out = neuron_matrix(layer_io(fused, [fused_name], x)[fused_name])
             result.costs.append(
                 {"level": fused_name, **cost_decomposition(points, w, labels, out)}

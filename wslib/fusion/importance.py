@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from captum.attr import LayerConductance, LayerDeepLift
@@ -39,16 +40,17 @@ def _untie_activations(model: nn.Module) -> nn.Module:
     """
     model = copy.deepcopy(model).eval()
     if hasattr(model, "act") and hasattr(model, "linears"):
-        acts = nn.ModuleList(copy.deepcopy(model.act) for _ in model.linears[:-1])
-        model.acts = acts
+        mlp: Any = model  # an MLP (wslib.core.models.MLP) or a model laid out like one
+        acts = nn.ModuleList(copy.deepcopy(mlp.act) for _ in mlp.linears[:-1])
+        mlp.acts = acts
 
         def forward(x: torch.Tensor) -> torch.Tensor:
             x = x.flatten(1)
-            for layer, act in zip(model.linears[:-1], model.acts):
+            for layer, act in zip(mlp.linears[:-1], mlp.acts):
                 x = act(layer(x))
-            return model.linears[-1](x)
+            return mlp.linears[-1](x)
 
-        model.forward = forward
+        mlp.forward = forward
     return model
 
 
@@ -103,7 +105,8 @@ def neuron_importance(
     )
     for name in layers:
         layer = model.get_submodule(name)
-        total, count = None, 0
+        total: torch.Tensor | None = None
+        count = 0
         for idx in batches(len(x), batch_size):
             xb, yb = x[idx].to(dev), y[idx].to(dev)
             att = _channel_first(
@@ -113,6 +116,7 @@ def neuron_importance(
             total = per_neuron.sum(1) if total is None else total + per_neuron.sum(1)
             count += per_neuron.shape[1]
             bar.update()
+        assert total is not None  # x holds at least one example (checked above)
         scores[name] = (total / count).cpu()
     bar.close()
     return Scores(scores, method)
