@@ -162,7 +162,9 @@ def check_same_classes(
 ) -> int:
     """The common number of classes of ``models`` (heads); a ValueError when they differ."""
     counts = [
-        cast(Affine, m.head if residual else m.get_submodule(levels[-1])).weight.shape[0]
+        cast(Affine, m.head if residual else m.get_submodule(levels[-1])).weight.shape[
+            0
+        ]
         for m in models
     ]
     if len(set(counts)) > 1:

@@ -27,10 +27,18 @@ from torch import nn
 from wslib.core.connectivity import mode_config, train_modes
 from wslib.core.data import Dataset
 from wslib.llpf.ch03_m2m import cached_peak_anatomy
-from wslib.llpf.ch04_baselines import compare_methods, methods_by_model, tuned_methods, tuning_budget, tuning_run, tuning_seed, tuning_sweep
+from wslib.llpf.ch04_baselines import (
+    compare_methods,
+    methods_by_model,
+    tuned_methods,
+    tuning_budget,
+    tuning_run,
+    tuning_seed,
+    tuning_sweep,
+)
 from wslib.llpf.ch05_spheres import M2O_VARIANTS, sphere_configs
-from wslib.llpf.setup import chapter_data, chapter_setup, mode_seeds, path_seed_list
 from wslib.llpf.protocols import PathSetup, hybrid_path, m2m_path, m2o_path
+from wslib.llpf.setup import chapter_data, chapter_setup, mode_seeds, path_seed_list
 from wslib.runs.units import Params, Unit
 from wslib.runs.zoo import Zoo, normalise_config
 
