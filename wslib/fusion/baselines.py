@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 import ot
@@ -32,8 +32,11 @@ from wslib.core.neurons import (
 from wslib.core.norms import has_batchnorm, reset_bn_stats
 from wslib.core.train import batches, model_device, predict
 from wslib.fusion.hfkf import fuse, model_importance
+from wslib.fusion.importance import ImportanceName
 from wslib.fusion.levels import (
     GradientConfig,
+    GroupingName,
+    RetrofitName,
     chain_levels,
     check_same_architecture,
     check_scores,
@@ -42,7 +45,8 @@ from wslib.fusion.levels import (
     normalised_scores,
 )
 
-OT_COSTS = ("activation", "weight")
+OTCostName = Literal["activation", "weight"]
+OT_COSTS: tuple[OTCostName, ...] = ("activation", "weight")
 
 
 def average_states(
@@ -175,7 +179,7 @@ def _align_in(w: torch.Tensor, p_prev: torch.Tensor | None) -> torch.Tensor:
 def otfusion(
     models: Sequence[nn.Module],
     x: torch.Tensor | None = None,
-    cost: str = "activation",
+    cost: OTCostName = "activation",
     scores: Sequence[Mapping[str, torch.Tensor]] | None = None,
 ) -> nn.Module:
     """OTFusion: align every model to model 0 level by level with exact OT, then average.
@@ -404,8 +408,20 @@ def _standardised(m: torch.Tensor) -> torch.Tensor:
 
 # --- one entry point for the chapters ---------------------------------------------------------
 
+MethodName = Literal[
+    "averaging",
+    "ensemble",
+    "last_layer_kd",
+    "otfusion",
+    "rebasin_wm",
+    "rebasin_am",
+    "hf_linear",
+    "hf_gradient",
+    "kf_linear",
+    "kf_gradient",
+]
 #: Every fusion method of chapters 10-12, baselines and HF / KF variants.
-METHODS = (
+METHODS: tuple[MethodName, ...] = (
     "averaging",
     "ensemble",
     "last_layer_kd",
@@ -417,18 +433,23 @@ METHODS = (
     "kf_linear",
     "kf_gradient",
 )
-HF_KF = ("hf_linear", "hf_gradient", "kf_linear", "kf_gradient")
+HF_KF: tuple[MethodName, ...] = ("hf_linear", "hf_gradient", "kf_linear", "kf_gradient")
 #: The methods that take neuron importance scores.
-USES_IMPORTANCE = (*HF_KF, "otfusion", "rebasin_wm", "rebasin_am")
+USES_IMPORTANCE: tuple[MethodName, ...] = (
+    *HF_KF,
+    "otfusion",
+    "rebasin_wm",
+    "rebasin_am",
+)
 
 
 def fuse_by(
-    method: str,
+    method: MethodName,
     models: Sequence[nn.Module],
     x: torch.Tensor,
     y: torch.Tensor,
     class_weights: np.ndarray | None = None,
-    importance: str = "uniform",
+    importance: ImportanceName = "uniform",
     scores: Sequence[dict[str, torch.Tensor]] | None = None,
     fused: nn.Module | None = None,
     ridge: float = 1e-8,
@@ -453,8 +474,8 @@ def fuse_by(
             models,
             x,
             y,
-            grouping,
-            retrofit,
+            cast(GroupingName, grouping),
+            cast(RetrofitName, retrofit),
             importance,
             fused,
             class_weights,

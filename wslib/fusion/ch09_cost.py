@@ -21,7 +21,10 @@ from wslib.core.train import (
 from wslib.fusion.hfkf import (
     fuse,
 )
+from wslib.fusion.importance import ImportanceName
 from wslib.fusion.levels import (
+    GROUPINGS,
+    RETROFITS,
     GradientConfig,
     kmeans_groups,
     layer_io,
@@ -35,7 +38,7 @@ def cost_decompositions(
     x: torch.Tensor,
     y: torch.Tensor,
     ds: Dataset,
-    importances: Sequence[str],
+    importances: Sequence[ImportanceName],
     gradient: GradientConfig,
     seed: int = 0,
     progress: bool = True,
@@ -50,8 +53,8 @@ def cost_decompositions(
     jobs = [
         (a, g, r, imp)
         for a in models
-        for g in ("hf", "kf")
-        for r in ("linear", "gradient")
+        for g in GROUPINGS
+        for r in RETROFITS
         for imp in importances
     ]
     rows = []

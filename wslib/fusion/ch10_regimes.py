@@ -31,12 +31,13 @@ from wslib.core.train import (
     full_precision,
     predict,
 )
-from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, fuse_by
+from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, MethodName, fuse_by
 from wslib.fusion.hfkf import (
     attribution_share,
     class_share,
     model_importance,
 )
+from wslib.fusion.importance import ImportanceName
 from wslib.fusion.levels import (
     GradientConfig,
 )
@@ -55,7 +56,13 @@ GRADIENT_TIE = 0.5
 """Linear and Gradient variants within this many points (mean over cells) count as a match."""
 
 
-SELF_FUSION_METHODS = ("averaging", "otfusion", "rebasin_wm", "hf_linear", "kf_linear")
+SELF_FUSION_METHODS: tuple[MethodName, ...] = (
+    "averaging",
+    "otfusion",
+    "rebasin_wm",
+    "hf_linear",
+    "kf_linear",
+)
 """Methods that must return a model fused with an exact copy of itself unchanged."""
 
 
@@ -77,8 +84,8 @@ class RegimeStudy:
     recipe: dict[str, Any]
     regimes: dict[str, dict[str, Any]]
     fusion_per_class: int
-    methods: list[str]
-    importances: list[str]
+    methods: list[MethodName]
+    importances: list[ImportanceName]
     ridge: float
     gradient: dict[str, Any]
     run_cache: str | Path | None = None
@@ -167,7 +174,8 @@ class RegimeStudy:
         }
         grad_config = GradientConfig(**self.gradient)
         for method in self.methods:
-            for imp in self.importances if method in USES_IMPORTANCE else ["uniform"]:
+            uniform: list[ImportanceName] = ["uniform"]
+            for imp in self.importances if method in USES_IMPORTANCE else uniform:
                 t0 = time.perf_counter()
                 fused = fuse_by(
                     method,
@@ -238,8 +246,8 @@ def head_rules(
     regime: str,
     n: int,
     s: int,
-    method: str = "kf_linear",
-    importance: str = "conductance",
+    method: MethodName = "kf_linear",
+    importance: ImportanceName = "conductance",
 ) -> dict[str, float]:
     """Test accuracy of one fusion with each head-target rule: data share and attribution share.
 
@@ -572,7 +580,7 @@ def self_fusion(
     x: torch.Tensor,
     y: torch.Tensor,
     x_test: torch.Tensor,
-    methods: Sequence[str] = SELF_FUSION_METHODS,
+    methods: Sequence[MethodName] = SELF_FUSION_METHODS,
     ridge: float = 1e-8,
 ) -> dict[str, float]:
     """Largest output difference on ``x_test`` between ``model`` and its fusion with a copy of itself.

@@ -25,15 +25,17 @@ from wslib.core.train import (
     fit,
     model_device,
 )
-from wslib.fusion.baselines import Ensemble, distill, fuse_by
+from wslib.fusion.baselines import Ensemble, MethodName, distill, fuse_by
 from wslib.fusion.hfkf import (
     augment_fusion_set,
     class_share,
     fuse,
 )
+from wslib.fusion.importance import ImportanceName
 from wslib.fusion.levels import (
     RESIDUAL_ARCHS,
     GradientConfig,
+    RetrofitName,
 )
 from wslib.fusion.protocols import (
     FUSION_CODE,
@@ -164,7 +166,7 @@ def compression(
     gradient: GradientConfig,
     kd_epochs: int,
     seed: int = 0,
-    importances: Sequence[str] = ("uniform", "conductance"),
+    importances: Sequence[ImportanceName] = ("uniform", "conductance"),
 ) -> dict[str, Any]:
     """A wide model compressed into the ``narrow`` config with the fusion set only.
 
@@ -384,7 +386,7 @@ def architecture_zero_shot(
     zoo: Zoo,
     data: dict[str, Any],
     architectures: Mapping[str, Mapping[str, Any]],
-    methods: Sequence[str],
+    methods: Sequence[MethodName],
     x: torch.Tensor,
     y: torch.Tensor,
     gradient: GradientConfig,
@@ -428,7 +430,7 @@ def architecture_zero_shot(
     return rows, skipped
 
 
-GRADIENT_VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
+GRADIENT_VARIANTS: dict[str, tuple[RetrofitName, dict[str, Any]]] = {
     "Linear": ("linear", {}),
     "Gradient, affine steps": ("gradient", {"blocks": False}),
     "Gradient, whole blocks": ("gradient", {"blocks": True}),

@@ -60,7 +60,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from wslib.core.seeds import derive_seed
-from wslib.fusion.importance import example_scores, neuron_importance
+from wslib.fusion.importance import ImportanceName, example_scores, neuron_importance
 from wslib.fusion.levels import (
     GROUPINGS,
     RESIDUAL_ARCHS,
@@ -68,6 +68,8 @@ from wslib.fusion.levels import (
     Affine,
     FusionResult,
     GradientConfig,
+    GroupingName,
+    RetrofitName,
     chain_levels,
     check_finite,
     check_fusion_set,
@@ -218,7 +220,7 @@ def attribution_share(
     models: Sequence[nn.Module],
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str = "conductance",
+    method: ImportanceName = "conductance",
 ) -> np.ndarray:
     """Per-class weight of each model's logits by attribution, ``(n_models, n_classes)``.
 
@@ -244,7 +246,7 @@ def model_importance(
     model: nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str,
+    method: ImportanceName,
     progress: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Importance of the neurons of every hidden level (chains) or neuron group (ResNets, transformers)."""
@@ -259,9 +261,9 @@ def fuse(
     models: Sequence[nn.Module],
     x: torch.Tensor,
     y: torch.Tensor,
-    grouping: str = "kf",
-    retrofit: str = "linear",
-    importance: str = "uniform",
+    grouping: GroupingName = "kf",
+    retrofit: RetrofitName = "linear",
+    importance: ImportanceName = "uniform",
     fused: nn.Module | None = None,
     class_weights: np.ndarray | None = None,
     ridge: float = 1e-8,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from captum.attr import LayerConductance, LayerDeepLift
@@ -20,7 +20,8 @@ from tqdm.auto import tqdm
 from wslib.core.models import TransformerBlock
 from wslib.core.train import batches
 
-IMPORTANCES = ("uniform", "conductance", "deeplift")
+ImportanceName = Literal["uniform", "conductance", "deeplift"]
+IMPORTANCES: tuple[ImportanceName, ...] = ("uniform", "conductance", "deeplift")
 
 
 class Scores(dict):
@@ -59,7 +60,7 @@ def neuron_importance(
     layers: Sequence[str],
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str = "conductance",
+    method: ImportanceName = "conductance",
     batch_size: int = 256,
     n_steps: int = 16,
     progress: bool = True,
@@ -127,7 +128,7 @@ def example_scores(
     layer: str,
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str = "conductance",
+    method: ImportanceName = "conductance",
     batch_size: int = 256,
     n_steps: int = 16,
 ) -> torch.Tensor:
@@ -150,7 +151,7 @@ def example_scores(
     return torch.cat(rows)
 
 
-def _attribution_copy(model: nn.Module, method: str) -> nn.Module:
+def _attribution_copy(model: nn.Module, method: ImportanceName) -> nn.Module:
     """A copy of ``model`` in eval mode to attribute on (DeepLIFT: one ReLU per use)."""
     return (
         _untie_activations(model)
@@ -172,7 +173,7 @@ def _attribute(
     layer: nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str,
+    method: ImportanceName,
     n_steps: int,
 ) -> torch.Tensor:
     if method == "uniform":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -19,8 +19,10 @@ from wslib.core.neurons import neuron_structure
 from wslib.core.norms import is_batchnorm
 from wslib.core.train import batches
 
-GROUPINGS = ("hf", "kf")
-RETROFITS = ("linear", "gradient")
+GroupingName = Literal["hf", "kf"]
+RetrofitName = Literal["linear", "gradient"]
+GROUPINGS: tuple[GroupingName, ...] = ("hf", "kf")
+RETROFITS: tuple[RetrofitName, ...] = ("linear", "gradient")
 _AFFINE = (nn.Linear, nn.Conv1d, nn.Conv2d)
 #: The layers a level is made of (the types of ``_AFFINE``).
 Affine = nn.Linear | nn.Conv1d | nn.Conv2d
@@ -232,7 +234,7 @@ def layer_io(
     model: nn.Module,
     names: Sequence[str],
     x: torch.Tensor,
-    kind: str = "output",
+    kind: Literal["input", "output"] = "output",
     batch_size: int = 512,
 ) -> dict[str, torch.Tensor]:
     """Inputs (``kind="input"``) or outputs of the named modules on ``x`` (CPU, float32).
@@ -444,7 +446,7 @@ def group_labels(
     sizes: Sequence[int],
     weights: np.ndarray,
     k: int,
-    grouping: str,
+    grouping: GroupingName,
     seed: int = 0,
 ) -> np.ndarray:
     """HF or KF labels of every model's neurons into ``k`` groups.
@@ -624,7 +626,7 @@ def retrofit_linear(
     set_affine(module, step if prior is None else prior.to(step) + step)
 
 
-OPTIMIZERS = ("lbfgs", "adam")
+OPTIMIZERS: tuple[Literal["lbfgs", "adam"], ...] = ("lbfgs", "adam")
 
 
 @dataclass(frozen=True)
@@ -653,7 +655,7 @@ class GradientConfig:
     max_epochs: int = 100
     patience: int = 0
     val_fraction: float = 0.0
-    optimizer: str = "lbfgs"
+    optimizer: Literal["lbfgs", "adam"] = "lbfgs"
     blocks: bool = True
 
     def __post_init__(self) -> None:

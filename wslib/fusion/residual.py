@@ -87,11 +87,13 @@ from wslib.core.models import BasicBlock, ResNet, Transformer, TransformerBlock
 from wslib.core.neurons import neuron_structure
 from wslib.core.seeds import derive_seed
 from wslib.core.train import model_device
-from wslib.fusion.importance import Scores, neuron_importance
+from wslib.fusion.importance import ImportanceName, Scores, neuron_importance
 from wslib.fusion.levels import (
     Affine,
     FusionResult,
     GradientConfig,
+    GroupingName,
+    RetrofitName,
     cost_decomposition,
     design_matrix,
     group_labels,
@@ -315,7 +317,7 @@ def residual_importance(
     model: nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str,
+    method: ImportanceName,
     progress: bool = True,
 ) -> Scores:
     """Importance of every neuron group of a residual model (mean over the group's modules)."""
@@ -536,7 +538,7 @@ def _group_targets(
     base: Sequence[Taps],
     scores: Sequence[dict[str, torch.Tensor]],
     fused_sizes: dict[str, int],
-    grouping: str,
+    grouping: GroupingName,
     tokens: bool,
     seed: int,
     dtype: torch.dtype = torch.float64,
@@ -565,8 +567,8 @@ def _group_targets(
 def fuse_residual(
     models: Sequence[nn.Module],
     x: torch.Tensor,
-    grouping: str,
-    retrofit: str,
+    grouping: GroupingName,
+    retrofit: RetrofitName,
     fused: nn.Module,
     head_weights: np.ndarray,
     scores: Sequence[dict[str, torch.Tensor]],

@@ -31,6 +31,8 @@ from wslib.core.neurons import neuron_structure
 from wslib.core.seeds import derive_seed
 from wslib.core.train import Recipe, evaluate, fit
 from wslib.fusion import GradientConfig, fuse, fuse_by
+from wslib.fusion.baselines import MethodName
+from wslib.fusion.levels import RetrofitName
 from wslib.llpf import evaluate_path, fit_curve, m2m
 from wslib.llpf.protocols import PathSetup
 from wslib.runs.cache import cached_run
@@ -39,7 +41,7 @@ from wslib.runs.zoo import Zoo
 from wslib.synthesis.alignment import alignment_study, pathcond_gauge, with_state
 from wslib.synthesis.conditioning import path_conditioning
 
-KF_VARIANTS = ("linear", "gradient")
+KF_VARIANTS: tuple[RetrofitName, ...] = ("linear", "gradient")
 PATHS = ("LLPF", "straight line", "Bezier")
 WORDS = {"lower": "lower", "higher": "higher", "none": "no different"}
 
@@ -168,7 +170,7 @@ def fused_model(
     a: nn.Module,
     b: nn.Module,
     fusion: tuple[torch.Tensor, torch.Tensor],
-    variant: str,
+    variant: RetrofitName,
     settings: Mapping[str, Any],
     ds: Dataset,
     seed: int,
@@ -390,7 +392,7 @@ def gauge_fusion(
     regimes: Mapping[str, Sequence[Sequence[nn.Module]]],
     ds: Dataset,
     fusion: tuple[torch.Tensor, torch.Tensor],
-    methods: Sequence[str],
+    methods: Sequence[MethodName],
     seed: int,
 ) -> dict[str, Any]:
     """Question 4: ``result[regime][method]{with, without, verdict}`` over seeds.
@@ -588,7 +590,7 @@ def cached_gauge_fusion(
     regimes: Mapping[str, Sequence[Sequence[nn.Module]]],
     ds: Dataset,
     fusion: tuple[torch.Tensor, torch.Tensor],
-    methods: Sequence[str],
+    methods: Sequence[MethodName],
     seed: int,
 ) -> dict[str, Any]:
     """:func:`gauge_fusion`, cached under ``root`` by ``key`` and code."""
