@@ -57,7 +57,14 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from wslib.core.models import build_model
-from wslib.core.train import Recipe, fit, model_device, pick_device, seed_everything
+from wslib.core.train import (
+    PrecisionName,
+    Recipe,
+    fit,
+    model_device,
+    pick_device,
+    seed_everything,
+)
 from wslib.synthesis.alignment import STEPS as ALIGNMENT_STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,7 +259,11 @@ def timed(fn: Callable[[], Any], device: torch.device) -> float:
 
 
 def time_steps(
-    config: dict[str, Any], batch: int, steps: int, device: torch.device, precision: str
+    config: dict[str, Any],
+    batch: int,
+    steps: int,
+    device: torch.device,
+    precision: PrecisionName,
 ) -> float:
     """Seconds per training step of ``config`` (``fit``, after a warm-up epoch of 5 steps).
 

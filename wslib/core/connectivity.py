@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pandas as pd
@@ -36,7 +36,8 @@ from wslib.core.neurons import (
 )
 from wslib.core.train import evaluate, full_precision, model_device
 
-SYMMETRIES = ("permutation", "rescaling")
+SymmetryName = Literal["permutation", "rescaling"]
+SYMMETRIES: tuple[SymmetryName, ...] = ("permutation", "rescaling")
 OUTPUT_DIFFS = ("max output diff (eval)", "max output diff (train)")
 
 
@@ -156,7 +157,7 @@ def symmetry_check(
     return pd.DataFrame(rows), states
 
 
-def largest_output_diff(table: pd.DataFrame, symmetry: str) -> float:
+def largest_output_diff(table: pd.DataFrame, symmetry: SymmetryName) -> float:
     """Largest output difference of one symmetry over all models and both modes."""
     return float(table.loc[table.symmetry == symmetry, list(OUTPUT_DIFFS)].max().max())
 

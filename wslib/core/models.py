@@ -17,7 +17,7 @@ import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -33,7 +33,13 @@ _POOL: dict[str, dict[int, type[nn.Module]]] = {
     "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d},
     "max": {1: nn.MaxPool1d, 2: nn.MaxPool2d},
 }
-_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
+ActivationName = Literal["relu", "gelu", "silu"]
+PoolName = Literal["max", "avg"]
+_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+}
 _VGG11_PLAN = (64, "P", 128, "P", 256, 256, "P", 512, 512, "P", 512, 512, "P")
 _RESNET18_WIDTHS = (64, 128, 256, 512)
 _CIFAR_NV_PLAN = (128, 128, 128, "P", 256, 256, 256, "P", 320, 320)
@@ -100,7 +106,7 @@ class MLP(nn.Module):
         in_shape: Sequence[int],
         n_classes: int,
         widths: Sequence[int],
-        activation: str = "relu",
+        activation: ActivationName = "relu",
         output_bias: bool = True,
     ) -> None:
         super().__init__()
@@ -166,9 +172,9 @@ class ConvNet(nn.Module):
         n_classes: int,
         plan: Sequence[int | str],
         kernel_size: int = 3,
-        pool: str = "max",
+        pool: PoolName = "max",
         bn: bool = False,
-        head: str = "flatten",
+        head: Literal["flatten", "conv"] = "flatten",
     ) -> None:
         super().__init__()
         if kernel_size % 2 == 0:
@@ -481,7 +487,7 @@ def mlp(
     in_shape: Sequence[int],
     n_classes: int,
     widths: Sequence[int] = (256, 256),
-    activation: str = "relu",
+    activation: ActivationName = "relu",
     output_bias: bool = True,
 ) -> MLP:
     """Fully connected net on the flattened input (``output_bias``: a bias in the head)."""
@@ -493,7 +499,7 @@ def cnn1d(
     n_classes: int,
     channels: Sequence[int] = (32, 32, 32),
     kernel_size: int = 5,
-    pool: str | None = "max",
+    pool: PoolName | None = "max",
     fully_conv: bool = False,
     bn: bool = False,
 ) -> ConvNet:
@@ -507,7 +513,7 @@ def cnn2d(
     n_classes: int,
     channels: Sequence[int] = (32, 64, 128),
     kernel_size: int = 3,
-    pool: str | None = "max",
+    pool: PoolName | None = "max",
     fully_conv: bool = False,
     bn: bool = False,
 ) -> ConvNet:
@@ -525,12 +531,12 @@ def _staged_cnn(
     n_classes: int,
     channels: Sequence[int],
     kernel_size: int,
-    pool: str | None,
+    pool: PoolName | None,
     fully_conv: bool,
     bn: bool,
 ) -> ConvNet:
     plan = [c for ch in channels for c in ((ch, "P") if pool else (ch,))]
-    head = "conv" if fully_conv else "flatten"
+    head: Literal["flatten", "conv"] = "conv" if fully_conv else "flatten"
     return ConvNet(shape, n_classes, plan, kernel_size, pool or "max", bn, head)
 
 

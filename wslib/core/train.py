@@ -6,16 +6,19 @@ import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-OPTIMIZERS = ("sgd", "adam")
-SCHEDULES = ("constant", "cosine")
-PRECISIONS = ("fp32", "bf16")
+OptimizerName = Literal["sgd", "adam"]
+ScheduleName = Literal["constant", "cosine"]
+PrecisionName = Literal["fp32", "bf16"]
+OPTIMIZERS: tuple[OptimizerName, ...] = ("sgd", "adam")
+SCHEDULES: tuple[ScheduleName, ...] = ("constant", "cosine")
+PRECISIONS: tuple[PrecisionName, ...] = ("fp32", "bf16")
 
 
 def seed_everything(seed: int) -> None:
@@ -90,12 +93,14 @@ class Recipe:
     epochs: int = 30
     batch_size: int = 128
     lr: float = 0.05
-    optimizer: str = "sgd"
+    optimizer: OptimizerName = "sgd"
     momentum: float = 0.9
     weight_decay: float = 5e-4
-    schedule: str = "cosine"
+    schedule: ScheduleName = "cosine"
     augment: bool = False
-    precision: str = "fp32"  # "bf16": forward and loss under bfloat16 autocast
+    precision: PrecisionName = (
+        "fp32"  # "bf16": forward and loss under bfloat16 autocast
+    )
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:

@@ -18,6 +18,7 @@ from wslib.core.models import ResNet, Transformer
 from wslib.core.neurons import neuron_structure
 from wslib.core.norms import is_batchnorm
 from wslib.core.train import batches
+from wslib.fusion.importance import ImportanceName
 
 GroupingName = Literal["hf", "kf"]
 RetrofitName = Literal["linear", "gradient"]
@@ -200,7 +201,9 @@ def head_weights(
 
 
 def check_scores(
-    scores: Sequence[Mapping[str, torch.Tensor]], importance: str, n_models: int
+    scores: Sequence[Mapping[str, torch.Tensor]],
+    importance: ImportanceName,
+    n_models: int,
 ) -> None:
     """Raise a ValueError when ``scores`` do not belong to ``importance`` or to every model.
 
