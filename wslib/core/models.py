@@ -25,6 +25,7 @@ from torch import nn
 
 from wslib.core.neurons import NeuronGroup, NeuronStructure, Role, Slot
 
+#: The convolutions and BatchNorms of the book's models (1-D or 2-D).
 Conv = nn.Conv1d | nn.Conv2d
 BatchNorm = nn.BatchNorm1d | nn.BatchNorm2d
 _CONV: dict[int, type[Conv]] = {1: nn.Conv1d, 2: nn.Conv2d}
@@ -33,6 +34,7 @@ _POOL: dict[str, dict[int, type[nn.Module]]] = {
     "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d},
     "max": {1: nn.MaxPool1d, 2: nn.MaxPool2d},
 }
+#: The activations and pooling layers a model config may name.
 ActivationName = Literal["relu", "gelu", "silu"]
 PoolName = Literal["max", "avg"]
 _ACTIVATIONS: dict[str, type[nn.Module]] = {

@@ -20,6 +20,7 @@ from wslib.core.norms import is_batchnorm
 from wslib.core.train import batches
 from wslib.fusion.importance import ImportanceName
 
+#: The groupings and retrofits of HF / KF (the tuples below list them at run time).
 GroupingName = Literal["hf", "kf"]
 RetrofitName = Literal["linear", "gradient"]
 GROUPINGS: tuple[GroupingName, ...] = ("hf", "kf")
@@ -164,12 +165,11 @@ def check_same_classes(
     models: Sequence[nn.Module], residual: bool, levels: Sequence[str]
 ) -> int:
     """The common number of classes of ``models`` (heads); a ValueError when they differ."""
-    counts = [
-        cast(Affine, m.head if residual else m.get_submodule(levels[-1])).weight.shape[
-            0
-        ]
+    heads = [
+        cast(Affine, m.head if residual else m.get_submodule(levels[-1]))
         for m in models
     ]
+    counts = [h.weight.shape[0] for h in heads]
     if len(set(counts)) > 1:
         raise ValueError(
             f"the models have {counts} classes; "
