@@ -12,7 +12,7 @@
 #   make data [DATA="mnist fashion_mnist cifar10 cifar100"]   download image data sets (gpu profile)
 #   make gpu-check  on a CUDA machine (<= 5 min): smoke notebooks on the GPU, step timings,
 #                   the gpu book's estimated time per chapter
-#   make test      lint (ruff format --check, ruff check, lint-imports), then pytest
+#   make test      lint (ruff format --check, ruff check, lint-imports, mypy), then pytest
 #   make test-fast lint, then the tests not marked slow (no notebook, book or browser)
 #   make mutants [LISTS="tests/llpf/planted_bugs.yaml ..."] [JOBS=J]   plant each listed
 #                  bug alone in a scratch copy and check that its tests fail (hours)
@@ -102,11 +102,13 @@ gpu-check: $(STAMP)
 	$(PY) notebooks/gpu_check.py $(if $(ALLOW_CPU_ON),--allow-cpu)
 
 # ruff covers .py files and notebooks (pyproject.toml: extend-include); the
-# layers contract of pyproject.toml is checked by lint-imports.
+# layers contract of pyproject.toml is checked by lint-imports; mypy checks the
+# types of wslib and the scripts (the files and settings of [tool.mypy]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .

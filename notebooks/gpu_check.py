@@ -46,7 +46,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import run as runner
@@ -57,7 +57,14 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from wslib.core.models import build_model
-from wslib.core.train import Recipe, fit, model_device, pick_device, seed_everything
+from wslib.core.train import (
+    PrecisionName,
+    Recipe,
+    fit,
+    model_device,
+    pick_device,
+    seed_everything,
+)
 from wslib.synthesis.alignment import STEPS as ALIGNMENT_STEPS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -252,7 +259,11 @@ def timed(fn: Callable[[], Any], device: torch.device) -> float:
 
 
 def time_steps(
-    config: dict[str, Any], batch: int, steps: int, device: torch.device, precision: str
+    config: dict[str, Any],
+    batch: int,
+    steps: int,
+    device: torch.device,
+    precision: PrecisionName,
 ) -> float:
     """Seconds per training step of ``config`` (``fit``, after a warm-up epoch of 5 steps).
 
@@ -339,11 +350,11 @@ def tf32_difference(
     alone: TF32's on a GPU (cuDNN's default), float32's without it.
     """
     from wslib.core.connectivity import max_output_diff
-    from wslib.core.neurons import random_scales, rescale_state
+    from wslib.core.neurons import neuron_structure, random_scales, rescale_state
 
     torch.manual_seed(0)
     model = build_model(config).to(device).eval()
-    structure = model.neuron_structure()
+    structure = neuron_structure(model)
     scales = random_scales(structure, 1.0, torch.Generator().manual_seed(0))
     state = rescale_state(model.state_dict(), structure, scales)
     x = torch.randn(64, *config["in_shape"])
@@ -363,6 +374,7 @@ def tf32_difference(
 def print_hot_spots(quick: bool) -> None:
     """Time the CPU-side hot spots on one thread at reduced scale (they stay on the CPU)."""
     from wslib.core.matching import weight_matching
+    from wslib.core.neurons import neuron_structure
     from wslib.fusion.levels import level_widths
     from wslib.pathcond.rescaling import pathcond_rescale
 
@@ -379,7 +391,7 @@ def print_hot_spots(quick: bool) -> None:
         widths = level_widths(a)
         lloyd, hungarian = (sum(t) for t in zip(*map(grouping_host_seconds, widths)))
         start = time.perf_counter()
-        weight_matching(a.state_dict(), b.state_dict(), a.neuron_structure())
+        weight_matching(a.state_dict(), b.state_dict(), neuron_structure(a))
         matching = time.perf_counter() - start
         net = build_model(
             {
@@ -533,8 +545,8 @@ class Work:
     on one thread (:data:`CPU_SECONDS`), the same on any device.
     """
 
-    kind: str
-    model: dict[str, Any] | None
+    kind: Literal["train", "eval", "ticks", "floor", "solve", "cpu"]
+    model: dict[str, Any] | None  # None for floor, solve and cpu
     amount: float
     batch: int = 256
     record_every: int = 0
@@ -551,7 +563,8 @@ class Counter:
     """Collects a chapter's work; a model the zoo already holds is not trained again."""
 
     def __init__(self, zoo: set[str]) -> None:
-        self.zoo, self.items = zoo, []
+        self.zoo = zoo
+        self.items: list[Work] = []
 
     def train(
         self, data: dict, model: dict, recipe: dict, seed: Any, fraction: float = 1.0
@@ -935,8 +948,10 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
     total = 0.0
     for w in items:
         if w.kind == "train":
+            assert w.model is not None  # train, eval and ticks name their model
             total += w.amount * step(w.model, w.batch, runs=w.runs)
         elif w.kind == "eval":
+            assert w.model is not None
             total += evaluation(w.model, w.amount)
         elif w.kind == "floor":
             total += w.amount * rates.floor_s
@@ -945,6 +960,7 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
         elif w.kind == "cpu":
             total += w.amount
         elif w.kind == "ticks":
+            assert w.model is not None
             per = rates.refine_step_s
             if bf16:
                 per *= rates.bf16_step_s / rates.step_s

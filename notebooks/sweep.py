@@ -284,7 +284,8 @@ def progress(done: int, running: int, failed: int, total: int) -> None:
 
 def sweep(jobs: list[Job], submit: Callable[[Job], Handle], width: int) -> list[Job]:
     """Run ``jobs``, at most ``width`` at once; return those that failed."""
-    queue, running, failed, finished = list(jobs), {}, [], 0
+    queue, failed, finished = list(jobs), [], 0
+    running: dict[Job, Handle] = {}
     while queue or running:
         while queue and len(running) < width:
             job = queue.pop(0)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pandas as pd
@@ -28,6 +28,7 @@ from wslib.core.interpolation import linear_path
 from wslib.core.matching import align
 from wslib.core.neurons import (
     StateDict,
+    neuron_structure,
     permute_state,
     random_permutations,
     random_scales,
@@ -35,7 +36,9 @@ from wslib.core.neurons import (
 )
 from wslib.core.train import evaluate, full_precision, model_device
 
-SYMMETRIES = ("permutation", "rescaling")
+#: The two symmetries :func:`symmetry_check` applies.
+SymmetryName = Literal["permutation", "rescaling"]
+SYMMETRIES: tuple[SymmetryName, ...] = ("permutation", "rescaling")
 OUTPUT_DIFFS = ("max output diff (eval)", "max output diff (train)")
 
 
@@ -133,7 +136,7 @@ def symmetry_check(
     gen = torch.Generator().manual_seed(seed)
     rows, states = [], {}
     for name, model in models.items():
-        structure = model.neuron_structure()
+        structure = neuron_structure(model)
         state = model.state_dict()
         perms = random_permutations(structure, gen)
         permuted = permute_state(state, structure, perms)
@@ -155,7 +158,7 @@ def symmetry_check(
     return pd.DataFrame(rows), states
 
 
-def largest_output_diff(table: pd.DataFrame, symmetry: str) -> float:
+def largest_output_diff(table: pd.DataFrame, symmetry: SymmetryName) -> float:
     """Largest output difference of one symmetry over all models and both modes."""
     return float(table.loc[table.symmetry == symmetry, list(OUTPUT_DIFFS)].max().max())
 
@@ -191,8 +194,11 @@ def lines_between(
     the seed of weight matching's group order.
     """
     sa, sb = a.state_dict(), b.state_dict()
-    aligned = align(sa, sb, a.neuron_structure(), seed=seed)
-    return tuple(straight_line(a, sa, end, ts, ds, test) for end in (sb, aligned))
+    aligned = align(sa, sb, neuron_structure(a), seed=seed)
+    return (
+        straight_line(a, sa, sb, ts, ds, test),
+        straight_line(a, sa, aligned, ts, ds, test),
+    )
 
 
 def barrier_sweep(

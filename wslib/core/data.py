@@ -22,7 +22,7 @@ import random
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -220,7 +220,7 @@ def _cached_mnist1d(folder: Path, args: dict) -> dict[str, np.ndarray]:
 
 def _save_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     with open(path, "wb") as f:  # a file object: np.savez would append ".npz" to a name
-        np.savez(f, **arrays)
+        np.savez(f, **cast(dict[str, Any], arrays))
 
 
 def _generate_mnist1d(args: dict) -> dict[str, np.ndarray]:

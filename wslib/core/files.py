@@ -39,7 +39,7 @@ import torch
 try:  # POSIX; elsewhere entries are not locked (a second process computes its own copy)
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None
+    fcntl = None  # type: ignore[assignment]
 
 
 def stable_hash(obj: Any, length: int = 20) -> str:
@@ -76,6 +76,8 @@ def code_version(*packages: str) -> str:
     h = hashlib.sha256()
     for name in sorted(packages):
         module = importlib.import_module(name)
+        if module.__file__ is None:
+            raise ValueError(f"{name} has no source file (a namespace package?)")
         root = Path(module.__file__)
         files = (
             sorted(root.parent.rglob("*.py")) if root.name == "__init__.py" else [root]
@@ -86,7 +88,7 @@ def code_version(*packages: str) -> str:
     return h.hexdigest()[:16]
 
 
-def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
+def atomic_write(path: str | Path, write: Callable[[Path], object]) -> Path:
     """Call ``write(tmp)`` on a unique temporary file next to ``path``, then rename it into place."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

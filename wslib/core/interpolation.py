@@ -44,10 +44,10 @@ def lerp_state(
     return out
 
 
-def barrier(losses: Sequence[float]) -> float:
+def barrier(losses: Sequence[float] | np.ndarray) -> float:
     """Max loss on the path minus the mean of the two endpoint losses."""
-    losses = np.asarray(losses, dtype=float)
-    return float(losses.max() - 0.5 * (losses[0] + losses[-1]))
+    values = np.asarray(losses, dtype=float)
+    return float(values.max() - 0.5 * (values[0] + values[-1]))
 
 
 def evaluate_states(
@@ -64,10 +64,15 @@ def evaluate_states(
     When the model has BatchNorm, its statistics are recomputed on the
     training data for every state before evaluating it.
     """
+    test: tuple[torch.Tensor, torch.Tensor] | None = None
+    if x_test is not None:
+        if y_test is None:
+            raise ValueError("x_test is given without y_test; give both or neither")
+        test = (x_test, y_test)
     probe = copy.deepcopy(model)
     bn = has_batchnorm(probe)
     keys = ["train_loss", "train_acc"] + (
-        ["test_loss", "test_acc"] if x_test is not None else []
+        ["test_loss", "test_acc"] if test is not None else []
     )
     out: dict[str, list[float]] = {k: [] for k in keys}
     for state in tqdm(states, desc="evaluate path", disable=not progress, leave=False):
@@ -77,8 +82,8 @@ def evaluate_states(
         loss, acc = evaluate(probe, x_train, y_train)
         out["train_loss"].append(loss)
         out["train_acc"].append(acc)
-        if x_test is not None:
-            loss, acc = evaluate(probe, x_test, y_test)
+        if test is not None:
+            loss, acc = evaluate(probe, *test)
             out["test_loss"].append(loss)
             out["test_acc"].append(acc)
     return {k: np.array(v) for k, v in out.items()}

@@ -17,7 +17,7 @@ import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -25,13 +25,23 @@ from torch import nn
 
 from wslib.core.neurons import NeuronGroup, NeuronStructure, Role, Slot
 
-_CONV = {1: nn.Conv1d, 2: nn.Conv2d}
-_BN = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d}
-_POOL = {
+#: The convolutions and BatchNorms of the book's models (1-D or 2-D).
+Conv = nn.Conv1d | nn.Conv2d
+BatchNorm = nn.BatchNorm1d | nn.BatchNorm2d
+_CONV: dict[int, type[Conv]] = {1: nn.Conv1d, 2: nn.Conv2d}
+_BN: dict[int, type[BatchNorm]] = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d}
+_POOL: dict[str, dict[int, type[nn.Module]]] = {
     "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d},
     "max": {1: nn.MaxPool1d, 2: nn.MaxPool2d},
 }
-_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}
+#: The activations and pooling layers a model config may name.
+ActivationName = Literal["relu", "gelu", "silu"]
+PoolName = Literal["max", "avg"]
+_ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+}
 _VGG11_PLAN = (64, "P", 128, "P", 256, 256, "P", 512, 512, "P", 512, 512, "P")
 _RESNET18_WIDTHS = (64, 128, 256, 512)
 _CIFAR_NV_PLAN = (128, 128, 128, "P", 256, 256, 256, "P", 320, 320)
@@ -98,7 +108,7 @@ class MLP(nn.Module):
         in_shape: Sequence[int],
         n_classes: int,
         widths: Sequence[int],
-        activation: str = "relu",
+        activation: ActivationName = "relu",
         output_bias: bool = True,
     ) -> None:
         super().__init__()
@@ -129,7 +139,7 @@ class MLP(nn.Module):
                 (*linear_out(f"linears.{i}"), *linear_in(f"linears.{i + 1}")),
                 self.rescalable,
             )
-            for i, layer in enumerate(self.linears[:-1])
+            for i, layer in enumerate(cast("Sequence[nn.Linear]", self.linears[:-1]))
         )
         return NeuronStructure(tuple(groups))
 
@@ -137,7 +147,7 @@ class MLP(nn.Module):
 # --- plain conv nets (cnn1d, vgg11) -----------------------------------------------------------
 
 
-def _he_init(conv: nn.Module) -> nn.Module:
+def _he_init(conv: Conv) -> Conv:
     """He-normal weights keep the signal scale through deep ReLU stacks without BatchNorm."""
     nn.init.kaiming_normal_(conv.weight, nonlinearity="relu")
     return conv
@@ -164,9 +174,9 @@ class ConvNet(nn.Module):
         n_classes: int,
         plan: Sequence[int | str],
         kernel_size: int = 3,
-        pool: str = "max",
+        pool: PoolName = "max",
         bn: bool = False,
-        head: str = "flatten",
+        head: Literal["flatten", "conv"] = "flatten",
     ) -> None:
         super().__init__()
         if kernel_size % 2 == 0:
@@ -183,17 +193,19 @@ class ConvNet(nn.Module):
             if item == "P":
                 layers.append(_POOL[pool][dims](2))
                 continue
-            self.convs.append((len(layers), item))
+            width = cast(int, item)
+            self.convs.append((len(layers), width))
             conv = _CONV[dims](
-                channels, item, kernel_size, padding=kernel_size // 2, bias=not bn
+                channels, width, kernel_size, padding=kernel_size // 2, bias=not bn
             )
             layers.append(_he_init(conv))
-            layers.extend([_BN[dims](item)] if bn else [])
+            layers.extend([_BN[dims](width)] if bn else [])
             layers.append(nn.ReLU())
-            channels = item
+            channels = width
         self.features = nn.Sequential(*layers)
         self.bn = bn
         self.fully_conv = head == "conv"
+        self.head: Conv | nn.Linear
         if self.fully_conv:
             self.head_block = 1
             self.head = _CONV[dims](
@@ -232,12 +244,15 @@ class ConvNet(nn.Module):
 # --- ResNets (resnet1d, resnet18) -------------------------------------------------------------
 
 
-def _conv(dims: int, c_in: int, c_out: int, kernel_size: int, stride: int) -> nn.Module:
+def _conv(dims: int, c_in: int, c_out: int, kernel_size: int, stride: int) -> Conv:
     return _CONV[dims](c_in, c_out, kernel_size, stride, kernel_size // 2, bias=False)
 
 
 class ConvBN(nn.Sequential):
     """Bias-free conv followed by BatchNorm (children ``conv`` and ``bn``)."""
+
+    conv: Conv
+    bn: BatchNorm
 
     def __init__(
         self, dims: int, c_in: int, c_out: int, kernel_size: int, stride: int
@@ -329,7 +344,7 @@ class ResNet(nn.Module):
             stream, self.stem.bn.num_features, conv_bn_out("stem.conv", "stem.bn")
         )
         for s, stage in enumerate(self.stages):
-            for b, block in enumerate(stage):
+            for b, block in enumerate(cast("Sequence[BasicBlock]", stage)):
                 p, inner = f"stages.{s}.{b}", f"stage{s}.block{b}"
                 open_group(
                     inner, block.bn1.num_features, conv_bn_out(f"{p}.conv1", f"{p}.bn1")
@@ -438,14 +453,16 @@ class Transformer(nn.Module):
     def neuron_structure(self) -> NeuronStructure:
         stream = [*linear_out("embed"), Slot("pos", 2, "out")]
         mlps = []
-        for i, block in enumerate(self.blocks):
+        for i, block in enumerate(cast("Sequence[TransformerBlock]", self.blocks)):
             p = f"blocks.{i}"
             stream += [*norm_free(f"{p}.norm1"), *linear_in(f"{p}.attn.qkv")]
             stream += [*linear_out(f"{p}.attn.proj"), *norm_free(f"{p}.norm2")]
             stream += [*linear_in(f"{p}.mlp.fc1"), *linear_out(f"{p}.mlp.fc2")]
             hidden = (*linear_out(f"{p}.mlp.fc1"), *linear_in(f"{p}.mlp.fc2"))
             mlps.append(
-                NeuronGroup(f"block{i}.mlp", block.mlp.fc1.out_features, hidden)
+                NeuronGroup(
+                    f"block{i}.mlp", cast(nn.Linear, block.mlp.fc1).out_features, hidden
+                )
             )
         stream += [*norm_free("norm"), *linear_in("head")]
         width = self.head.in_features
@@ -472,7 +489,7 @@ def mlp(
     in_shape: Sequence[int],
     n_classes: int,
     widths: Sequence[int] = (256, 256),
-    activation: str = "relu",
+    activation: ActivationName = "relu",
     output_bias: bool = True,
 ) -> MLP:
     """Fully connected net on the flattened input (``output_bias``: a bias in the head)."""
@@ -484,7 +501,7 @@ def cnn1d(
     n_classes: int,
     channels: Sequence[int] = (32, 32, 32),
     kernel_size: int = 5,
-    pool: str | None = "max",
+    pool: PoolName | None = "max",
     fully_conv: bool = False,
     bn: bool = False,
 ) -> ConvNet:
@@ -498,7 +515,7 @@ def cnn2d(
     n_classes: int,
     channels: Sequence[int] = (32, 64, 128),
     kernel_size: int = 3,
-    pool: str | None = "max",
+    pool: PoolName | None = "max",
     fully_conv: bool = False,
     bn: bool = False,
 ) -> ConvNet:
@@ -516,12 +533,12 @@ def _staged_cnn(
     n_classes: int,
     channels: Sequence[int],
     kernel_size: int,
-    pool: str | None,
+    pool: PoolName | None,
     fully_conv: bool,
     bn: bool,
 ) -> ConvNet:
     plan = [c for ch in channels for c in ((ch, "P") if pool else (ch,))]
-    head = "conv" if fully_conv else "flatten"
+    head: Literal["flatten", "conv"] = "conv" if fully_conv else "flatten"
     return ConvNet(shape, n_classes, plan, kernel_size, pool or "max", bn, head)
 
 
@@ -565,7 +582,7 @@ def cifar_nv(in_shape: Sequence[int], n_classes: int, width: float = 1.0) -> Con
     CIFAR-10. The channel counts (``_CIFAR_NV_PLAN``, scaled by ``width``) are
     this library's choice.
     """
-    plan = [p if p == "P" else _scaled([p], width)[0] for p in _CIFAR_NV_PLAN]
+    plan = [p if isinstance(p, str) else _scaled([p], width)[0] for p in _CIFAR_NV_PLAN]
     shape = _check_shape(in_shape, 2, "cifar_nv")
     return ConvNet(shape, n_classes, plan, 3, "max", False, "conv")
 
@@ -580,7 +597,7 @@ def vgg11(
     in_shape: Sequence[int], n_classes: int, width: float = 1.0, bn: bool = False
 ) -> ConvNet:
     """VGG-11 convolutions (3x3, ReLU, max pool) with a single Linear head."""
-    plan = [p if p == "P" else _scaled([p], width)[0] for p in _VGG11_PLAN]
+    plan = [p if isinstance(p, str) else _scaled([p], width)[0] for p in _VGG11_PLAN]
     return ConvNet(_check_shape(in_shape, 2, "vgg11"), n_classes, plan, 3, "max", bn)
 
 

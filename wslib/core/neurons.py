@@ -20,7 +20,7 @@ PathCond, ENorm) is written against this structure.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal, cast
 
 import torch
 
@@ -78,7 +78,8 @@ def neuron_structure(model: torch.nn.Module) -> NeuronStructure:
             f"{type(model).__name__} does not describe its neurons; build the model with "
             "wslib.core.models.build_model or add a neuron_structure() method to it."
         )
-    return model.neuron_structure()
+    structure: NeuronStructure = cast(Any, model).neuron_structure()
+    return structure
 
 
 def expand_index(perm: torch.Tensor, block: int) -> torch.Tensor:

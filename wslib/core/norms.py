@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import torch
 from torch import nn
 
@@ -11,7 +13,9 @@ BN_TYPES = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d, nn.SyncBatchNorm)
 NORM_TYPES = (*BN_TYPES, nn.LayerNorm, nn.GroupNorm)
 
 
-def is_batchnorm(module: nn.Module) -> bool:
+def is_batchnorm(
+    module: nn.Module,
+) -> TypeGuard[nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d | nn.SyncBatchNorm]:
     """Whether ``module`` is a BatchNorm layer (any dimension)."""
     return isinstance(module, BN_TYPES)
 

@@ -114,8 +114,8 @@ def fit_stacked(
         total_loss = torch.zeros(n, dtype=torch.float64, device=dev)
         correct = torch.zeros(n, dtype=torch.long, device=dev)
         orders = [batches(len(x), recipe.batch_size, g) for g in gens]
-        for idx in zip(*orders):
-            idx = torch.stack(idx).to(dev)  # (runs, batch)
+        for batch in zip(*orders):
+            idx = torch.stack(batch).to(dev)  # (runs, batch)
             xb, yb = x[idx], y[idx]
             leaves = {k: v.requires_grad_() for k, v in params.items()}
             with autocast:

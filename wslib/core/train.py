@@ -6,16 +6,20 @@ import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-OPTIMIZERS = ("sgd", "adam")
-SCHEDULES = ("constant", "cosine")
-PRECISIONS = ("fp32", "bf16")
+#: The choices of a :class:`Recipe` (the tuples below list them at run time).
+OptimizerName = Literal["sgd", "adam"]
+ScheduleName = Literal["constant", "cosine"]
+PrecisionName = Literal["fp32", "bf16"]
+OPTIMIZERS: tuple[OptimizerName, ...] = ("sgd", "adam")
+SCHEDULES: tuple[ScheduleName, ...] = ("constant", "cosine")
+PRECISIONS: tuple[PrecisionName, ...] = ("fp32", "bf16")
 
 
 def seed_everything(seed: int) -> None:
@@ -90,12 +94,14 @@ class Recipe:
     epochs: int = 30
     batch_size: int = 128
     lr: float = 0.05
-    optimizer: str = "sgd"
+    optimizer: OptimizerName = "sgd"
     momentum: float = 0.9
     weight_decay: float = 5e-4
-    schedule: str = "cosine"
+    schedule: ScheduleName = "cosine"
     augment: bool = False
-    precision: str = "fp32"  # "bf16": forward and loss under bfloat16 autocast
+    precision: PrecisionName = (
+        "fp32"  # "bf16": forward and loss under bfloat16 autocast
+    )
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -196,7 +202,7 @@ def fit(
     dev = pick_device(device)
     images = dev.type == "cuda" and x.dim() == 4  # channels_last suits cuDNN convs
     layout = torch.channels_last if images else torch.contiguous_format
-    model.to(dev, memory_format=layout)
+    model.to(dev, memory_format=layout)  # type: ignore[call-overload]  # torch's stubs lack this overload
     x, y = x.to(dev, memory_format=layout), y.to(dev)
     autocast = precision_autocast(dev, recipe.precision)
     # the shuffling generator sits on the device (on a CPU: the CPU's stream)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 import ot
@@ -23,12 +23,20 @@ from torch import nn
 
 from wslib.core.files import tensor_digest
 from wslib.core.matching import weight_matching
-from wslib.core.neurons import NeuronStructure, StateDict, permute_state
+from wslib.core.neurons import (
+    NeuronStructure,
+    StateDict,
+    neuron_structure,
+    permute_state,
+)
 from wslib.core.norms import has_batchnorm, reset_bn_stats
 from wslib.core.train import batches, model_device, predict
 from wslib.fusion.hfkf import fuse, model_importance
+from wslib.fusion.importance import ImportanceName
 from wslib.fusion.levels import (
     GradientConfig,
+    GroupingName,
+    RetrofitName,
     chain_levels,
     check_same_architecture,
     check_scores,
@@ -37,7 +45,9 @@ from wslib.fusion.levels import (
     normalised_scores,
 )
 
-OT_COSTS = ("activation", "weight")
+#: The ground costs of :func:`otfusion`.
+OTCostName = Literal["activation", "weight"]
+OT_COSTS: tuple[OTCostName, ...] = ("activation", "weight")
 
 
 def average_states(
@@ -55,9 +65,8 @@ def average_states(
         if not first.is_floating_point():
             out[key] = first.clone()
             continue
-        out[key] = sum(float(wi) * s[key].double() for wi, s in zip(w, states)).to(
-            first.dtype
-        )
+        total = sum(float(wi) * s[key].double() for wi, s in zip(w, states))
+        out[key] = cast(torch.Tensor, total).to(first.dtype)
     return out
 
 
@@ -92,6 +101,8 @@ class Ensemble(nn.Module):
     ``(n_models, n_classes)``; it is a buffer created on the first member's
     device, so it follows the members when the ensemble is moved.
     """
+
+    class_weights: torch.Tensor | None
 
     def __init__(
         self, models: Sequence[nn.Module], class_weights: np.ndarray | None = None
@@ -169,7 +180,7 @@ def _align_in(w: torch.Tensor, p_prev: torch.Tensor | None) -> torch.Tensor:
 def otfusion(
     models: Sequence[nn.Module],
     x: torch.Tensor | None = None,
-    cost: str = "activation",
+    cost: OTCostName = "activation",
     scores: Sequence[Mapping[str, torch.Tensor]] | None = None,
 ) -> nn.Module:
     """OTFusion: align every model to model 0 level by level with exact OT, then average.
@@ -191,14 +202,19 @@ def otfusion(
     levels = chain_levels(models[0])
     states = _cpu_states(models)
     acts = (
-        [layer_io(m, levels[:-1], x) for m in models] if cost == "activation" else None
+        [layer_io(m, levels[:-1], x) for m in models]
+        if cost == "activation" and x is not None  # x is given for activations (above)
+        else None
     )
     marg = [
         _level_weights(levels[:-1], states[j], scores, j) for j in range(len(models))
     ]
-    aligned, aligned_w = [states[0]], [marg[0]]
+    aligned = [states[0]]
+    aligned_w: list[Mapping[str, Any]] = [marg[0]]
     for j in range(1, len(models)):
-        state, p_prev, weights = dict(states[j]), None, {}
+        state = dict(states[j])
+        p_prev: torch.Tensor | None = None
+        weights: dict[str, torch.Tensor] = {}
         for li, name in enumerate(levels):
             w = _align_in(state[f"{name}.weight"].double(), p_prev)
             if li == len(levels) - 1:  # the head (with or without a bias)
@@ -207,6 +223,7 @@ def otfusion(
             b = state[f"{name}.bias"].double()
             w0 = states[0][f"{name}.weight"].double()
             if cost == "activation":
+                assert acts is not None  # computed for activation costs
                 fa, fb = neuron_matrix(acts[j][name]), neuron_matrix(acts[0][name])
             else:
                 fa = torch.cat([w.reshape(len(w), -1), b[:, None]], 1)
@@ -320,11 +337,12 @@ def rebasin_weight_matching(
     the importance of the neurons they came from (:func:`importance_average`).
     """
     check_same_architecture(models)
-    structure = models[0].neuron_structure()
+    structure = neuron_structure(models[0])
     states = _cpu_states(models)
-    perms = [None] + [matched(states[0], s, structure, seed) for s in states[1:]]
+    matchings = [matched(states[0], s, structure, seed) for s in states[1:]]
+    perms: list[dict[str, torch.Tensor] | None] = [None, *matchings]
     aligned = [states[0]] + [
-        permute_state(s, structure, p) for s, p in zip(states[1:], perms[1:])
+        permute_state(s, structure, p) for s, p in zip(states[1:], matchings)
     ]
     if scores is None:
         fused = average_states(aligned)
@@ -341,12 +359,13 @@ def permuted_importance_average(
 ) -> StateDict:
     """:func:`importance_average` of permuted chain states, each score permuted with its neurons."""
     levels = chain_levels(models[0])[:-1]
-    groups = [g.name for g in models[0].neuron_structure().groups]
+    groups = [g.name for g in neuron_structure(models[0]).groups]
     weights = []
     for j, state in enumerate(aligned):
         w = _level_weights(levels, state, scores, j)
-        if perms[j] is not None:
-            w = {lv: w[lv][perms[j][g].cpu().numpy()] for g, lv in zip(groups, levels)}
+        perm = perms[j]
+        if perm is not None:
+            w = {lv: w[lv][perm[g].cpu().numpy()] for g, lv in zip(groups, levels)}
         weights.append(w)
     return importance_average(aligned, weights, levels)
 
@@ -361,18 +380,19 @@ def rebasin_activation_matching(
     by the neurons' importance when ``scores`` are given."""
     check_same_architecture(models)
     levels = chain_levels(models[0])
-    groups = models[0].neuron_structure().groups
+    groups = neuron_structure(models[0]).groups
     acts = [layer_io(m, levels[:-1], x) for m in models]
     states = _cpu_states(models)
-    aligned, all_perms = [states[0]], [None]
+    aligned = [states[0]]
+    all_perms: list[dict[str, torch.Tensor] | None] = [None]
     for j in range(1, len(models)):
-        perms = {}
+        perms: dict[str, torch.Tensor] = {}
         for group, name in zip(groups, levels[:-1]):
             a = _standardised(neuron_matrix(F.relu(acts[0][name])))
             b = _standardised(neuron_matrix(F.relu(acts[j][name])))
             _, cols = linear_sum_assignment((a @ b.T).cpu().numpy(), maximize=True)
             perms[group.name] = torch.as_tensor(cols, dtype=torch.long)
-        aligned.append(permute_state(states[j], models[0].neuron_structure(), perms))
+        aligned.append(permute_state(states[j], neuron_structure(models[0]), perms))
         all_perms.append(perms)
     fused = (
         average_states(aligned)
@@ -389,8 +409,21 @@ def _standardised(m: torch.Tensor) -> torch.Tensor:
 
 # --- one entry point for the chapters ---------------------------------------------------------
 
+#: The fusion methods of :func:`fuse_by` (:data:`METHODS` lists them at run time).
+MethodName = Literal[
+    "averaging",
+    "ensemble",
+    "last_layer_kd",
+    "otfusion",
+    "rebasin_wm",
+    "rebasin_am",
+    "hf_linear",
+    "hf_gradient",
+    "kf_linear",
+    "kf_gradient",
+]
 #: Every fusion method of chapters 10-12, baselines and HF / KF variants.
-METHODS = (
+METHODS: tuple[MethodName, ...] = (
     "averaging",
     "ensemble",
     "last_layer_kd",
@@ -402,18 +435,23 @@ METHODS = (
     "kf_linear",
     "kf_gradient",
 )
-HF_KF = ("hf_linear", "hf_gradient", "kf_linear", "kf_gradient")
+HF_KF: tuple[MethodName, ...] = ("hf_linear", "hf_gradient", "kf_linear", "kf_gradient")
 #: The methods that take neuron importance scores.
-USES_IMPORTANCE = (*HF_KF, "otfusion", "rebasin_wm", "rebasin_am")
+USES_IMPORTANCE: tuple[MethodName, ...] = (
+    *HF_KF,
+    "otfusion",
+    "rebasin_wm",
+    "rebasin_am",
+)
 
 
 def fuse_by(
-    method: str,
+    method: MethodName,
     models: Sequence[nn.Module],
     x: torch.Tensor,
     y: torch.Tensor,
     class_weights: np.ndarray | None = None,
-    importance: str = "uniform",
+    importance: ImportanceName = "uniform",
     scores: Sequence[dict[str, torch.Tensor]] | None = None,
     fused: nn.Module | None = None,
     ridge: float = 1e-8,
@@ -438,8 +476,8 @@ def fuse_by(
             models,
             x,
             y,
-            grouping,
-            retrofit,
+            cast(GroupingName, grouping),
+            cast(RetrofitName, retrofit),
             importance,
             fused,
             class_weights,

@@ -5,7 +5,7 @@ the shares of its terms, importance agreement, KF's target map and fused accurac
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -21,7 +21,10 @@ from wslib.core.train import (
 from wslib.fusion.hfkf import (
     fuse,
 )
+from wslib.fusion.importance import ImportanceName
 from wslib.fusion.levels import (
+    GROUPINGS,
+    RETROFITS,
     GradientConfig,
     kmeans_groups,
     layer_io,
@@ -35,7 +38,7 @@ def cost_decompositions(
     x: torch.Tensor,
     y: torch.Tensor,
     ds: Dataset,
-    importances: Sequence[str],
+    importances: Sequence[ImportanceName],
     gradient: GradientConfig,
     seed: int = 0,
     progress: bool = True,
@@ -50,8 +53,8 @@ def cost_decompositions(
     jobs = [
         (a, g, r, imp)
         for a in models
-        for g in ("hf", "kf")
-        for r in ("linear", "gradient")
+        for g in GROUPINGS
+        for r in RETROFITS
         for imp in importances
     ]
     rows = []
@@ -114,7 +117,8 @@ def fused_accuracies(costs: pd.DataFrame) -> dict[str, dict[str, dict[str, float
         "test acc"
     ].first()
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for (a, m, imp), acc in first.items():
+    for key, acc in first.items():
+        a, m, imp = cast(tuple[str, str, str], key)
         out.setdefault(a, {}).setdefault(m, {})[imp] = float(acc)
     return out
 

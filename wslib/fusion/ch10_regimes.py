@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -21,6 +21,9 @@ from pandas.io.formats.style import Styler
 from torch import nn
 from tqdm.auto import tqdm
 
+if TYPE_CHECKING:
+    from pandas.io.formats.style_render import CSSDict
+
 from wslib.core.data import Dataset, balanced_subset
 from wslib.core.seeds import derive_seed
 from wslib.core.train import (
@@ -28,12 +31,13 @@ from wslib.core.train import (
     full_precision,
     predict,
 )
-from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, fuse_by
+from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, MethodName, fuse_by
 from wslib.fusion.hfkf import (
     attribution_share,
     class_share,
     model_importance,
 )
+from wslib.fusion.importance import ImportanceName
 from wslib.fusion.levels import (
     GradientConfig,
 )
@@ -52,7 +56,13 @@ GRADIENT_TIE = 0.5
 """Linear and Gradient variants within this many points (mean over cells) count as a match."""
 
 
-SELF_FUSION_METHODS = ("averaging", "otfusion", "rebasin_wm", "hf_linear", "kf_linear")
+SELF_FUSION_METHODS: tuple[MethodName, ...] = (
+    "averaging",
+    "otfusion",
+    "rebasin_wm",
+    "hf_linear",
+    "kf_linear",
+)
 """Methods that must return a model fused with an exact copy of itself unchanged."""
 
 
@@ -74,8 +84,8 @@ class RegimeStudy:
     recipe: dict[str, Any]
     regimes: dict[str, dict[str, Any]]
     fusion_per_class: int
-    methods: list[str]
-    importances: list[str]
+    methods: list[MethodName]
+    importances: list[ImportanceName]
     ridge: float
     gradient: dict[str, Any]
     run_cache: str | Path | None = None
@@ -164,7 +174,8 @@ class RegimeStudy:
         }
         grad_config = GradientConfig(**self.gradient)
         for method in self.methods:
-            for imp in self.importances if method in USES_IMPORTANCE else ["uniform"]:
+            uniform: list[ImportanceName] = ["uniform"]
+            for imp in self.importances if method in USES_IMPORTANCE else uniform:
                 t0 = time.perf_counter()
                 fused = fuse_by(
                     method,
@@ -220,7 +231,8 @@ class RegimeStudy:
         self, settings: Iterable[tuple[str, int, int]], progress: bool = True
     ) -> tuple[pd.DataFrame, dict[str, list[float]]]:
         """Every setting (cached): one row per setting, method and importance; fusion seconds per method."""
-        runs, seconds = [], {m: [] for m in self.methods}
+        runs: list[dict[str, Any]] = []
+        seconds: dict[str, list[float]] = {m: [] for m in self.methods}
         for r, n, s in tqdm(list(settings), desc="settings", disable=not progress):
             res = self.cached_setting(r, n, s)
             runs += [{"regime": r, "n": n, "seed": s, **row} for row in res["rows"]]
@@ -234,8 +246,8 @@ def head_rules(
     regime: str,
     n: int,
     s: int,
-    method: str = "kf_linear",
-    importance: str = "conductance",
+    method: MethodName = "kf_linear",
+    importance: ImportanceName = "conductance",
 ) -> dict[str, float]:
     """Test accuracy of one fusion with each head-target rule: data share and attribution share.
 
@@ -350,7 +362,10 @@ def styled_accuracy_table(
     def bold(column: pd.Series) -> list[str]:
         return ["font-weight: bold" if b else "" for b in best[column.name]]
 
-    cells = {"selector": "td, th", "props": "white-space: nowrap; padding: 1px 6px;"}
+    cells: CSSDict = {
+        "selector": "td, th",
+        "props": "white-space: nowrap; padding: 1px 6px;",
+    }
     return table.style.apply(bold, axis=0).set_table_styles([cells])
 
 
@@ -359,6 +374,7 @@ def nested_accuracies(
 ) -> dict[str, dict[str, dict[str, dict[str, dict[str, float]]]]]:
     """``acc[regime][str(n)][method][importance] = {"mean", "std"}`` for the results file."""
     acc: dict = {r: {str(n): {} for n in n_models} for r in regimes}
+    row: Any  # a row of the summary (named tuple)
     for row in summary.itertuples():
         acc[row.regime][str(row.n)].setdefault(row.method, {})[row.importance] = {
             "mean": float(row.mean),
@@ -461,7 +477,8 @@ def _chosen(
     ]
     if not len(rows):
         raise ValueError(f"no runs of {list(methods)} for {regime}, n={n}")
-    return rows.loc[rows[_selection_column(rows)].idxmax()]
+    best: Any = rows[_selection_column(rows)].idxmax()  # a label of the index
+    return cast(pd.Series, rows.loc[best])
 
 
 def _spread(*rows: pd.Series | None) -> float | None:
@@ -469,7 +486,8 @@ def _spread(*rows: pd.Series | None) -> float | None:
     standard deviation (points); None when a cell has a single run or none."""
     if any(r is None or int(r["runs"]) < 2 for r in rows):
         return None
-    return float(100 * max(r["std"] for r in rows))
+    cells = [r for r in rows if r is not None]  # every one of them (checked above)
+    return float(100 * max(r["std"] for r in cells))
 
 
 def gradient_word(gap: float) -> str:
@@ -513,7 +531,7 @@ def headline_numbers(
         )
         return float(100 * np.nanmean(diff.to_numpy()))
 
-    out: dict[str, float | int | str] = {
+    out: dict[str, Any] = {
         "n0": int(n0),
         "n_max": int(n_max),
         "sh_best_name": sh_name,
@@ -562,7 +580,7 @@ def self_fusion(
     x: torch.Tensor,
     y: torch.Tensor,
     x_test: torch.Tensor,
-    methods: Sequence[str] = SELF_FUSION_METHODS,
+    methods: Sequence[MethodName] = SELF_FUSION_METHODS,
     ridge: float = 1e-8,
 ) -> dict[str, float]:
     """Largest output difference on ``x_test`` between ``model`` and its fusion with a copy of itself.

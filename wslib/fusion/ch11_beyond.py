@@ -9,7 +9,7 @@ import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -25,15 +25,17 @@ from wslib.core.train import (
     fit,
     model_device,
 )
-from wslib.fusion.baselines import Ensemble, distill, fuse_by
+from wslib.fusion.baselines import Ensemble, MethodName, distill, fuse_by
 from wslib.fusion.hfkf import (
     augment_fusion_set,
     class_share,
     fuse,
 )
+from wslib.fusion.importance import ImportanceName
 from wslib.fusion.levels import (
     RESIDUAL_ARCHS,
     GradientConfig,
+    RetrofitName,
 )
 from wslib.fusion.protocols import (
     FUSION_CODE,
@@ -48,7 +50,7 @@ from wslib.runs.stats import epochs_to
 from wslib.runs.verdicts import compare
 from wslib.runs.zoo import Zoo
 
-AUGMENTATION = {"shift": 3, "noise": 0.1}
+AUGMENTATION: dict[str, Any] = {"shift": 3, "noise": 0.1}
 """Settings of :func:`~wslib.fusion.hfkf.augment_fusion_set` in the size sweep."""
 
 
@@ -79,6 +81,10 @@ def finetune_curves(
     for name, model in tqdm(starts.items(), desc="fine-tuning", disable=not progress):
         model = copy.deepcopy(model)
         accs = [accuracy(model, ds)]
+
+        def record(epoch: int, m: nn.Module, accs: list[float] = accs) -> None:
+            accs.append(accuracy(m, ds))
+
         fit(
             model,
             ds.x_train,
@@ -86,7 +92,7 @@ def finetune_curves(
             recipe,
             seed,
             progress=False,
-            on_epoch=lambda epoch, m, accs=accs: accs.append(accuracy(m, ds)),
+            on_epoch=record,
         )
         curves[name] = accs
     return curves
@@ -160,7 +166,7 @@ def compression(
     gradient: GradientConfig,
     kd_epochs: int,
     seed: int = 0,
-    importances: Sequence[str] = ("uniform", "conductance"),
+    importances: Sequence[ImportanceName] = ("uniform", "conductance"),
 ) -> dict[str, Any]:
     """A wide model compressed into the ``narrow`` config with the fusion set only.
 
@@ -263,9 +269,10 @@ def kf_versus_distillation(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     )
     kf = table[[c for c in table.columns if c.startswith("kf_")]].max(axis=1)
     gap = 100 * (kf - table["distillation"])
+    by_size = cast("list[tuple[int, float]]", list(gap.items()))
     return {
-        "gap": {int(k): float(v) for k, v in gap.items()},
-        "kf_wins_at": [int(k) for k, v in gap.items() if v > 0],
+        "gap": {int(k): float(v) for k, v in by_size},
+        "kf_wins_at": [int(k) for k, v in by_size if v > 0],
         "n_sizes": len(gap),
     }
 
@@ -379,7 +386,7 @@ def architecture_zero_shot(
     zoo: Zoo,
     data: dict[str, Any],
     architectures: Mapping[str, Mapping[str, Any]],
-    methods: Sequence[str],
+    methods: Sequence[MethodName],
     x: torch.Tensor,
     y: torch.Tensor,
     gradient: GradientConfig,
@@ -423,7 +430,7 @@ def architecture_zero_shot(
     return rows, skipped
 
 
-GRADIENT_VARIANTS = {
+GRADIENT_VARIANTS: dict[str, tuple[RetrofitName, dict[str, Any]]] = {
     "Linear": ("linear", {}),
     "Gradient, affine steps": ("gradient", {"blocks": False}),
     "Gradient, whole blocks": ("gradient", {"blocks": True}),

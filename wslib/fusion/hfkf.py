@@ -52,6 +52,7 @@ import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -59,13 +60,16 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from wslib.core.seeds import derive_seed
-from wslib.fusion.importance import example_scores, neuron_importance
+from wslib.fusion.importance import ImportanceName, example_scores, neuron_importance
 from wslib.fusion.levels import (
     GROUPINGS,
     RESIDUAL_ARCHS,
     RETROFITS,
+    Affine,
     FusionResult,
     GradientConfig,
+    GroupingName,
+    RetrofitName,
     chain_levels,
     check_finite,
     check_fusion_set,
@@ -112,7 +116,7 @@ def head_grouping(n_models: int, n_classes: int) -> Grouping:
 
 
 def aligned_rows(
-    module: nn.Module, inputs: np.ndarray | None, k_in: int, dtype: torch.dtype
+    module: Affine, inputs: np.ndarray | None, k_in: int, dtype: torch.dtype
 ) -> torch.Tensor:
     """One base model's affine layer over the fused inputs, ``(out, fan_in [+ 1])``.
 
@@ -136,7 +140,7 @@ def aligned_rows(
 
 
 def aligned_prior(
-    modules: Sequence[nn.Module],
+    modules: Sequence[Affine],
     out: Grouping,
     weights: np.ndarray,
     inputs: Grouping | None,
@@ -185,14 +189,15 @@ def has_alignment(
 def level_prior(
     models: Sequence[nn.Module],
     name: str,
-    module: nn.Module,
+    module: Affine,
     out: Grouping,
     weights: np.ndarray,
     inputs: Grouping | None,
 ) -> torch.Tensor | None:
     """:func:`aligned_prior` of base level ``name`` for the fused ``module``; None
     (the zero prior) when its shape is not the fused layer's (another kernel or input size)."""
-    prior = aligned_prior([m.get_submodule(name) for m in models], out, weights, inputs)
+    layers = [cast(Affine, m.get_submodule(name)) for m in models]
+    prior = aligned_prior(layers, out, weights, inputs)
     fan_in = module.weight[0].numel() + (module.bias is not None)
     return prior if prior.shape == (fan_in, module.weight.shape[0]) else None
 
@@ -215,7 +220,7 @@ def attribution_share(
     models: Sequence[nn.Module],
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str = "conductance",
+    method: ImportanceName = "conductance",
 ) -> np.ndarray:
     """Per-class weight of each model's logits by attribution, ``(n_models, n_classes)``.
 
@@ -229,8 +234,8 @@ def attribution_share(
     labels = y.cpu().numpy()
     out = np.zeros((len(models), n_classes))
     for i, m in enumerate(models):
-        per_example = example_scores(m, chain_levels(m)[-2], x, y, method).sum(1)
-        per_example = per_example.cpu().numpy()
+        scores = example_scores(m, chain_levels(m)[-2], x, y, method).sum(1)
+        per_example = scores.cpu().numpy()
         for c in np.unique(labels):
             out[i, c] = float(per_example[labels == c].mean())
     total = out.sum(0, keepdims=True)
@@ -241,7 +246,7 @@ def model_importance(
     model: nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str,
+    method: ImportanceName,
     progress: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Importance of the neurons of every hidden level (chains) or neuron group (ResNets, transformers)."""
@@ -256,9 +261,9 @@ def fuse(
     models: Sequence[nn.Module],
     x: torch.Tensor,
     y: torch.Tensor,
-    grouping: str = "kf",
-    retrofit: str = "linear",
-    importance: str = "uniform",
+    grouping: GroupingName = "kf",
+    retrofit: RetrofitName = "linear",
+    importance: ImportanceName = "uniform",
     fused: nn.Module | None = None,
     class_weights: np.ndarray | None = None,
     ridge: float = 1e-8,
@@ -327,7 +332,9 @@ def fuse(
         )
     level_map = {} if residual else depth_map(levels, fused_levels)
     n_classes = check_same_classes([*models], residual, levels)
-    fused_head = fused.head if residual else fused.get_submodule(fused_levels[-1])
+    fused_head = cast(
+        Affine, fused.head if residual else fused.get_submodule(fused_levels[-1])
+    )
     if fused_head.weight.shape[0] != n_classes:
         raise ValueError(
             f"the fused model has {fused_head.weight.shape[0]} classes, the models "
@@ -347,10 +354,13 @@ def fuse(
     outs = [layer_io(m, levels, x) for m in models]
     result = FusionResult(fused, fused_levels)
     previous: Grouping | None = None  # the first level reads the data
+    points: torch.Tensor | None
+    labels: np.ndarray | None
+    w: np.ndarray | None
     bar = tqdm(fused_levels, desc=grouping, disable=not progress, leave=False)
     for li, fused_name in enumerate(bar):
         name = level_map[fused_name]  # the base models' level it reproduces
-        module = fused.get_submodule(fused_name)
+        module = cast(Affine, fused.get_submodule(fused_name))
         if li < len(fused_levels) - 1:  # grouped on the models' device
             points = torch.cat([neuron_matrix(o[name]) for o in outs])
             points = points.to(device, solve_dtype(device))
@@ -390,7 +400,7 @@ def fuse(
                     gradient,
                     derive_seed(seed, "level", li),
                 )
-        if points is not None:
+        if points is not None and w is not None and labels is not None:
             out = neuron_matrix(layer_io(fused, [fused_name], x)[fused_name])
             result.costs.append(
                 {"level": fused_name, **cost_decomposition(points, w, labels, out)}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Any, Literal
 
 import torch
 from captum.attr import LayerConductance, LayerDeepLift
@@ -19,7 +20,9 @@ from tqdm.auto import tqdm
 from wslib.core.models import TransformerBlock
 from wslib.core.train import batches
 
-IMPORTANCES = ("uniform", "conductance", "deeplift")
+#: The neuron importance methods (:data:`IMPORTANCES` lists them at run time).
+ImportanceName = Literal["uniform", "conductance", "deeplift"]
+IMPORTANCES: tuple[ImportanceName, ...] = ("uniform", "conductance", "deeplift")
 
 
 class Scores(dict):
@@ -39,16 +42,17 @@ def _untie_activations(model: nn.Module) -> nn.Module:
     """
     model = copy.deepcopy(model).eval()
     if hasattr(model, "act") and hasattr(model, "linears"):
-        acts = nn.ModuleList(copy.deepcopy(model.act) for _ in model.linears[:-1])
-        model.acts = acts
+        mlp: Any = model  # an MLP (wslib.core.models.MLP) or a model laid out like one
+        acts = nn.ModuleList(copy.deepcopy(mlp.act) for _ in mlp.linears[:-1])
+        mlp.acts = acts
 
         def forward(x: torch.Tensor) -> torch.Tensor:
             x = x.flatten(1)
-            for layer, act in zip(model.linears[:-1], model.acts):
+            for layer, act in zip(mlp.linears[:-1], mlp.acts):
                 x = act(layer(x))
-            return model.linears[-1](x)
+            return mlp.linears[-1](x)
 
-        model.forward = forward
+        mlp.forward = forward
     return model
 
 
@@ -57,7 +61,7 @@ def neuron_importance(
     layers: Sequence[str],
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str = "conductance",
+    method: ImportanceName = "conductance",
     batch_size: int = 256,
     n_steps: int = 16,
     progress: bool = True,
@@ -103,7 +107,8 @@ def neuron_importance(
     )
     for name in layers:
         layer = model.get_submodule(name)
-        total, count = None, 0
+        total: torch.Tensor | None = None
+        count = 0
         for idx in batches(len(x), batch_size):
             xb, yb = x[idx].to(dev), y[idx].to(dev)
             att = _channel_first(
@@ -113,6 +118,7 @@ def neuron_importance(
             total = per_neuron.sum(1) if total is None else total + per_neuron.sum(1)
             count += per_neuron.shape[1]
             bar.update()
+        assert total is not None  # x holds at least one example (checked above)
         scores[name] = (total / count).cpu()
     bar.close()
     return Scores(scores, method)
@@ -123,7 +129,7 @@ def example_scores(
     layer: str,
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str = "conductance",
+    method: ImportanceName = "conductance",
     batch_size: int = 256,
     n_steps: int = 16,
 ) -> torch.Tensor:
@@ -146,7 +152,7 @@ def example_scores(
     return torch.cat(rows)
 
 
-def _attribution_copy(model: nn.Module, method: str) -> nn.Module:
+def _attribution_copy(model: nn.Module, method: ImportanceName) -> nn.Module:
     """A copy of ``model`` in eval mode to attribute on (DeepLIFT: one ReLU per use)."""
     return (
         _untie_activations(model)
@@ -168,7 +174,7 @@ def _attribute(
     layer: nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str,
+    method: ImportanceName,
     n_steps: int,
 ) -> torch.Tensor:
     if method == "uniform":

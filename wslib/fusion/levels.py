@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
@@ -15,12 +15,19 @@ from sklearn.cluster import KMeans
 from torch import nn
 
 from wslib.core.models import ResNet, Transformer
+from wslib.core.neurons import neuron_structure
 from wslib.core.norms import is_batchnorm
 from wslib.core.train import batches
+from wslib.fusion.importance import ImportanceName
 
-GROUPINGS = ("hf", "kf")
-RETROFITS = ("linear", "gradient")
+#: The groupings and retrofits of HF / KF (the tuples below list them at run time).
+GroupingName = Literal["hf", "kf"]
+RetrofitName = Literal["linear", "gradient"]
+GROUPINGS: tuple[GroupingName, ...] = ("hf", "kf")
+RETROFITS: tuple[RetrofitName, ...] = ("linear", "gradient")
 _AFFINE = (nn.Linear, nn.Conv1d, nn.Conv2d)
+#: The layers a level is made of (the types of ``_AFFINE``).
+Affine = nn.Linear | nn.Conv1d | nn.Conv2d
 RESIDUAL_ARCHS = (ResNet, Transformer)  # fused by wslib.fusion.residual
 
 
@@ -51,8 +58,8 @@ def chain_levels(model: nn.Module) -> list[str]:
             "neuron-level fusion needs models without BatchNorm (build cnn1d/vgg11 with bn=False)"
         )
     names: list[str] = []
-    consumer = None
-    for group in model.neuron_structure().groups:
+    consumer: str | None = None
+    for group in neuron_structure(model).groups:
         out_w = [
             s.name
             for s in group.slots
@@ -75,6 +82,10 @@ def chain_levels(model: nn.Module) -> list[str]:
             )
         names.append(producer)
         consumer = ins[0].removesuffix(".weight")
+    if consumer is None:
+        raise ValueError(
+            f"{type(model).__name__} has no hidden neurons; there is nothing to fuse"
+        )
     names.append(consumer)
     for name in names:
         if not isinstance(model.get_submodule(name), _AFFINE):
@@ -84,7 +95,7 @@ def chain_levels(model: nn.Module) -> list[str]:
 
 def level_widths(model: nn.Module) -> list[int]:
     """Number of neurons of each hidden level."""
-    return [g.size for g in model.neuron_structure().groups]
+    return [g.size for g in neuron_structure(model).groups]
 
 
 def check_same_architecture(
@@ -154,10 +165,11 @@ def check_same_classes(
     models: Sequence[nn.Module], residual: bool, levels: Sequence[str]
 ) -> int:
     """The common number of classes of ``models`` (heads); a ValueError when they differ."""
-    counts = [
-        (m.head if residual else m.get_submodule(levels[-1])).weight.shape[0]
+    heads = [
+        cast(Affine, m.head if residual else m.get_submodule(levels[-1]))
         for m in models
     ]
+    counts = [h.weight.shape[0] for h in heads]
     if len(set(counts)) > 1:
         raise ValueError(
             f"the models have {counts} classes; "
@@ -189,7 +201,9 @@ def head_weights(
 
 
 def check_scores(
-    scores: Sequence[Mapping[str, torch.Tensor]], importance: str, n_models: int
+    scores: Sequence[Mapping[str, torch.Tensor]],
+    importance: ImportanceName,
+    n_models: int,
 ) -> None:
     """Raise a ValueError when ``scores`` do not belong to ``importance`` or to every model.
 
@@ -223,7 +237,7 @@ def layer_io(
     model: nn.Module,
     names: Sequence[str],
     x: torch.Tensor,
-    kind: str = "output",
+    kind: Literal["input", "output"] = "output",
     batch_size: int = 512,
 ) -> dict[str, torch.Tensor]:
     """Inputs (``kind="input"``) or outputs of the named modules on ``x`` (CPU, float32).
@@ -435,7 +449,7 @@ def group_labels(
     sizes: Sequence[int],
     weights: np.ndarray,
     k: int,
-    grouping: str,
+    grouping: GroupingName,
     seed: int = 0,
 ) -> np.ndarray:
     """HF or KF labels of every model's neurons into ``k`` groups.
@@ -494,7 +508,7 @@ def solve_dtype(device: torch.device) -> torch.dtype:
 
 
 def design_matrix(
-    module: nn.Module, inputs: torch.Tensor, dtype: torch.dtype = torch.float64
+    module: Affine, inputs: torch.Tensor, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """Rows of the affine map's inputs, ``(samples, fan_in)``, in neuron_matrix's sample order."""
     x = inputs.to(dtype)
@@ -504,7 +518,8 @@ def design_matrix(
             if x.dim() == 2
             else x.reshape(-1, module.in_features)
         )
-    k, s, p = module.kernel_size, module.stride, module.padding
+    k, s = module.kernel_size, module.stride
+    p = cast(tuple[int, ...], module.padding)  # the book's convs pad by numbers
     if isinstance(module, nn.Conv1d):
         x = F.pad(x, (p[0], p[0])).unfold(2, k[0], s[0])  # (N, C, L, k)
         return x.permute(0, 2, 1, 3).reshape(-1, x.shape[1] * k[0])
@@ -527,13 +542,17 @@ def ridge_solve(
     dtype of the rows, and ``ridge`` is relative to its mean diagonal.
     """
     per_example = targets.shape[1] // n
-    gram, rhs, total_rows = None, None, 0
+    gram: torch.Tensor | None = None
+    rhs: torch.Tensor | None = None
+    total_rows = 0
     for start in range(0, n, chunk):
         a = rows(slice(start, start + chunk))
         t = targets[:, start * per_example : start * per_example + len(a)].to(a)
         total_rows += len(a)
         gram = a.T @ a if gram is None else gram + a.T @ a
         rhs = a.T @ t.T if rhs is None else rhs + a.T @ t.T
+    if gram is None or rhs is None:
+        raise ValueError(f"no examples to fit (n={n})")
     if total_rows < len(gram):
         warnings.warn(
             f"least squares with {total_rows} samples for {len(gram)} unknowns per neuron "
@@ -546,7 +565,7 @@ def ridge_solve(
     return torch.linalg.solve(gram + lam * eye, rhs)
 
 
-def set_affine(module: nn.Module, sol: torch.Tensor) -> None:
+def set_affine(module: Affine, sol: torch.Tensor) -> None:
     """Write a solution in :func:`ridge_solve`'s layout, ``(fan_in [+ 1], k)``, into an affine layer.
 
     The last row is the bias when the layer has one.
@@ -555,13 +574,13 @@ def set_affine(module: nn.Module, sol: torch.Tensor) -> None:
     with torch.no_grad():
         w = sol[: len(sol) - bias].T.reshape(module.weight.shape)
         module.weight.copy_(w.to(module.weight))
-        if bias:
+        if module.bias is not None:
             module.bias.copy_(sol[-1].to(module.bias))
 
 
 @torch.no_grad()
 def affine_outputs(
-    module: nn.Module, inputs: torch.Tensor, batch_size: int = 512
+    module: Affine, inputs: torch.Tensor, batch_size: int = 512
 ) -> torch.Tensor:
     """The layer's outputs on ``inputs`` as :func:`neuron_matrix` rows, on its device.
 
@@ -574,7 +593,7 @@ def affine_outputs(
 
 
 def retrofit_linear(
-    module: nn.Module,
+    module: Affine,
     inputs: torch.Tensor,
     targets: torch.Tensor,
     ridge: float = 1e-8,
@@ -610,7 +629,7 @@ def retrofit_linear(
     set_affine(module, step if prior is None else prior.to(step) + step)
 
 
-OPTIMIZERS = ("lbfgs", "adam")
+OPTIMIZERS: tuple[Literal["lbfgs", "adam"], ...] = ("lbfgs", "adam")
 
 
 @dataclass(frozen=True)
@@ -639,7 +658,7 @@ class GradientConfig:
     max_epochs: int = 100
     patience: int = 0
     val_fraction: float = 0.0
-    optimizer: str = "lbfgs"
+    optimizer: Literal["lbfgs", "adam"] = "lbfgs"
     blocks: bool = True
 
     def __post_init__(self) -> None:
@@ -673,6 +692,7 @@ def minimise(
     with torch.no_grad():
         start_loss = select_loss()
     best, best_values = start_loss, [p.detach().clone() for p in params]
+    opt: torch.optim.Optimizer
 
     def consider() -> bool:
         nonlocal best, best_values
@@ -685,14 +705,14 @@ def minimise(
 
     if config.optimizer == "lbfgs" and config.max_epochs > 0:
         with torch.no_grad():
-            scale = float(train_loss())
+            loss_scale = float(train_loss())
         opt = torch.optim.LBFGS(
             params,
             lr=config.lr,
             max_iter=config.max_epochs,
             history_size=20,
             tolerance_grad=1e-12,
-            tolerance_change=1e-9 * scale,  # stop once the loss stalls
+            tolerance_change=1e-9 * loss_scale,  # stop once the loss stalls
             line_search_fn="strong_wolfe",
         )
 
@@ -783,7 +803,7 @@ class FusionResult:
 
     model: nn.Module
     levels: list[str]
-    costs: list[dict[str, float]] = field(default_factory=list)
+    costs: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
     block_fits: list[dict[str, Any]] = field(default_factory=list)
     """Per block fitted end to end: its name and the block-output MSE at the start and the end."""

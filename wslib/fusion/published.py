@@ -14,6 +14,7 @@ from wslib.runs.published import FUSION, beside_paper, run_setting
 def measured_accuracies(summary: pd.DataFrame) -> dict[str, str]:
     """``"method/regime/n"`` -> this run's accuracy (%, the variant chosen on validation, mean ± std)."""
     out = {}
+    row: Any  # a row of the summary (named tuple)
     for method in summary.method.unique():
         for row in best_importance(summary, method).itertuples():
             out[f"{method}/{row.regime}/{row.n}"] = (

@@ -76,19 +76,24 @@ import functools
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wslib.core.models import ResNet, Transformer, TransformerBlock
+from wslib.core.models import BasicBlock, ResNet, Transformer, TransformerBlock
+from wslib.core.neurons import neuron_structure
 from wslib.core.seeds import derive_seed
 from wslib.core.train import model_device
-from wslib.fusion.importance import Scores, neuron_importance
+from wslib.fusion.importance import ImportanceName, Scores, neuron_importance
 from wslib.fusion.levels import (
+    Affine,
     FusionResult,
     GradientConfig,
+    GroupingName,
+    RetrofitName,
     cost_decomposition,
     design_matrix,
     group_labels,
@@ -101,6 +106,7 @@ from wslib.fusion.levels import (
 )
 
 Taps = dict[str, torch.Tensor]
+TapsOf = Callable[[nn.Module, torch.Tensor], Taps]
 
 
 # --- taps: every intermediate value the fusion needs --------------------------------------------
@@ -113,7 +119,7 @@ def resnet_taps(model: ResNet, x: torch.Tensor) -> Taps:
     t: Taps = {"x": x, "stem": model.stem(x)}
     cur = F.relu(t["stem"])
     for s, stage in enumerate(model.stages):
-        for b, block in enumerate(stage):
+        for b, block in enumerate(cast("Sequence[BasicBlock]", stage)):
             p = f"stages.{s}.{b}"
             t[f"{p}.in"] = cur
             t[f"{p}.bn1"] = block.bn1(block.conv1(cur))
@@ -135,8 +141,9 @@ def transformer_taps(model: Transformer, x: torch.Tensor) -> Taps:
         len(x), model.pos.shape[1], 1, dtype=x.dtype, device=x.device
     )
     cur = t["embed"]
-    for i, block in enumerate(model.blocks):
+    for i, block in enumerate(cast("Sequence[TransformerBlock]", model.blocks)):
         p = f"blocks.{i}"
+        mlp: Any = block.mlp  # a Sequential of fc1, act and fc2
         t[f"{p}.in"] = cur
         t[f"{p}.norm1"] = block.norm1(cur)
         t[f"{p}.qkv"] = block.attn.qkv(t[f"{p}.norm1"])
@@ -144,9 +151,9 @@ def transformer_taps(model: Transformer, x: torch.Tensor) -> Taps:
         t[f"{p}.attn_sum"] = cur + block.attn.proj(t[f"{p}.mix"])
         cur = t[f"{p}.attn_sum"]
         t[f"{p}.norm2"] = block.norm2(cur)
-        t[f"{p}.fc1"] = block.mlp.fc1(t[f"{p}.norm2"])
-        t[f"{p}.h"] = block.mlp.act(t[f"{p}.fc1"])
-        t[f"{p}.mlp_sum"] = cur + block.mlp.fc2(t[f"{p}.h"])
+        t[f"{p}.fc1"] = mlp.fc1(t[f"{p}.norm2"])
+        t[f"{p}.h"] = mlp.act(t[f"{p}.fc1"])
+        t[f"{p}.mlp_sum"] = cur + mlp.fc2(t[f"{p}.h"])
         cur = t[f"{p}.mlp_sum"]
     t["pooled"] = model.norm(cur).mean(1)
     t["head"] = model.head(t["pooled"])
@@ -154,7 +161,9 @@ def transformer_taps(model: Transformer, x: torch.Tensor) -> Taps:
 
 
 def block_output(
-    block: nn.Module, x: torch.Tensor, inner: torch.Tensor | None = None
+    block: BasicBlock | TransformerBlock,
+    x: torch.Tensor,
+    inner: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The output of a block on its input ``x``: a BasicBlock's pre-ReLU sum, a transformer block's.
 
@@ -222,7 +231,7 @@ def resnet_plan(model: ResNet) -> list[Step]:
     steps = [Step("stream0", "stem", (Fit("stem.conv", "x", "stem.bn"),))]
     stream = "stream0"
     for s, stage in enumerate(model.stages):
-        for b, block in enumerate(stage):
+        for b, block in enumerate(cast("Sequence[BasicBlock]", stage)):
             p = f"stages.{s}.{b}"
             steps.append(
                 Step(
@@ -231,7 +240,7 @@ def resnet_plan(model: ResNet) -> list[Step]:
                     (Fit(f"{p}.conv1", f"{p}.in", f"{p}.bn1"),),
                 )
             )
-            fits = (Fit(f"{p}.conv2", f"{p}.h", f"{p}.bn2"),)
+            fits: tuple[Fit, ...] = (Fit(f"{p}.conv2", f"{p}.h", f"{p}.bn2"),)
             if block.shortcut is None:
                 steps.append(
                     Step(stream, f"{p}.sum", fits, residual=f"{p}.in", block=p)
@@ -272,14 +281,12 @@ def transformer_plan(model: Transformer) -> list[Step]:
     return steps
 
 
-def _arch(
-    model: nn.Module,
-) -> tuple[Callable[[nn.Module, torch.Tensor], Taps], list[Step], bool]:
-    """Taps function, plan and token layout of a residual model."""
+def _arch(model: nn.Module) -> tuple[TapsOf, list[Step], bool]:
+    """Taps function, plan and token layout of a residual model (and of its kind)."""
     if isinstance(model, ResNet):
-        return resnet_taps, resnet_plan(model), False
+        return cast(TapsOf, resnet_taps), resnet_plan(model), False
     if isinstance(model, Transformer):
-        return transformer_taps, transformer_plan(model), True
+        return cast(TapsOf, transformer_taps), transformer_plan(model), True
     raise TypeError(f"{type(model).__name__} is not a ResNet or Transformer")
 
 
@@ -289,7 +296,7 @@ def importance_modules(model: nn.Module) -> dict[str, list[str]]:
         mods: dict[str, list[str]] = {"stream0": ["stem"]}
         stream = "stream0"
         for s, stage in enumerate(model.stages):
-            for b, block in enumerate(stage):
+            for b, block in enumerate(cast("Sequence[BasicBlock]", stage)):
                 p = f"stages.{s}.{b}"
                 mods[f"stage{s}.block{b}"] = [f"{p}.bn1"]
                 if block.shortcut is not None:
@@ -310,7 +317,7 @@ def residual_importance(
     model: nn.Module,
     x: torch.Tensor,
     y: torch.Tensor,
-    method: str,
+    method: ImportanceName,
     progress: bool = True,
 ) -> Scores:
     """Importance of every neuron group of a residual model (mean over the group's modules)."""
@@ -333,7 +340,11 @@ class _Piece:
         self, model: nn.Module, fit: Fit, source: torch.Tensor, dtype: torch.dtype
     ) -> None:
         self.model, self.fit, self.source, self.dtype = model, fit, source, dtype
-        self.module = model.get_submodule(fit.module) if fit.module != "pos" else None
+        self.module = (
+            cast(Affine, model.get_submodule(fit.module))
+            if fit.module != "pos"
+            else None
+        )
 
     def design(self, sl: slice) -> torch.Tensor:
         if self.module is None:  # position embedding: one indicator column per token
@@ -346,10 +357,12 @@ class _Piece:
     def coefficients(self) -> torch.Tensor:
         """The current map as ``(fan_in, k)`` (BN folded into the conv)."""
         if self.module is None:  # the embedding's bias is folded into the positions
-            return (self.model.pos[0] + self.model.embed.bias).to(self.dtype).clone()
+            model = cast(Transformer, self.model)  # only a transformer has positions
+            bias = cast(torch.Tensor, model.embed.bias)  # the patch embedding has one
+            return (model.pos[0] + bias).to(self.dtype).clone()
         w = self.module.weight.to(self.dtype).reshape(self.module.weight.shape[0], -1)
         if self.fit.bn is not None:
-            bn = self.model.get_submodule(self.fit.bn)
+            bn: Any = self.model.get_submodule(self.fit.bn)  # with running statistics
             scale = (bn.weight / (bn.running_var + bn.eps).sqrt()).to(self.dtype)
             w = w * scale[:, None]
         return w.T.clone()
@@ -358,8 +371,9 @@ class _Piece:
     def write(self, coef: torch.Tensor) -> None:
         """Set the map to ``coef``; BN gets the statistics of the new conv output, undone by gamma/beta."""
         if self.module is None:
-            self.model.pos.copy_(coef[None].to(self.model.pos))
-            self.model.embed.bias.zero_()
+            model = cast(Transformer, self.model)  # only a transformer has positions
+            model.pos.copy_(coef[None].to(model.pos))
+            cast(torch.Tensor, model.embed.bias).zero_()  # the embedding has a bias
             return
         self.module.weight.copy_(
             coef.T.reshape(self.module.weight.shape).to(self.module.weight)
@@ -368,7 +382,7 @@ class _Piece:
             if self.module.bias is not None:
                 self.module.bias.zero_()  # the step's bias is added afterwards
             return
-        bn = self.model.get_submodule(self.fit.bn)
+        bn: Any = self.model.get_submodule(self.fit.bn)  # with running statistics
         out = self.module(self.source).transpose(0, 1).flatten(1)  # (channels, samples)
         mean, var = out.mean(1), out.var(1, unbiased=False)
         bn.running_mean.copy_(mean)
@@ -379,15 +393,17 @@ class _Piece:
     def bias_holder(self) -> torch.Tensor:
         """The tensor to which the step's bias is added (BN beta or the layer's own bias)."""
         if self.fit.bn is not None:
-            return self.model.get_submodule(self.fit.bn).bias
-        return self.module.bias
+            return cast(torch.Tensor, self.model.get_submodule(self.fit.bn).bias)
+        assert self.module is not None  # the position embedding's step has no bias
+        return cast(torch.Tensor, self.module.bias)
 
     @torch.no_grad()
     def current_bias(self) -> torch.Tensor:
         """The current bias of the map (BN folded)."""
         if self.fit.bn is None:
-            return self.module.bias.to(self.dtype).clone()
-        bn = self.model.get_submodule(self.fit.bn)
+            assert self.module is not None  # the position embedding's step has no bias
+            return cast(torch.Tensor, self.module.bias).to(self.dtype).clone()
+        bn: Any = self.model.get_submodule(self.fit.bn)  # with running statistics
         return (
             bn.bias - bn.weight * bn.running_mean / (bn.running_var + bn.eps).sqrt()
         ).to(self.dtype)
@@ -415,7 +431,7 @@ def _solve_gradient(
     t = target.T.float()
     start = [p.coefficients() for p in pieces]
     if bias:
-        start.append(sum(p.current_bias() for p in pieces)[None])
+        start.append(cast(torch.Tensor, sum(p.current_bias() for p in pieces))[None])
     coef = torch.cat(start).float().requires_grad_(True)
     val, train = (
         (
@@ -452,7 +468,7 @@ def _as_output(target: torch.Tensor, like: torch.Tensor, tokens: bool) -> torch.
 
 
 @torch.no_grad()
-def restat_batchnorm(block: nn.Module, x: torch.Tensor) -> None:
+def restat_batchnorm(block: BasicBlock, x: torch.Tensor) -> None:
     """Give a BasicBlock's BatchNorms the statistics of their inputs on ``x``, same eval function.
 
     After an end-to-end fit the running statistics no longer describe the
@@ -460,7 +476,11 @@ def restat_batchnorm(block: nn.Module, x: torch.Tensor) -> None:
     is unchanged.
     """
     inner_in = F.relu(block.bn1(block.conv1(x)))
-    pairs = [(block.conv1, block.bn1, x), (block.conv2, block.bn2, inner_in)]
+    # the BatchNorms with their running statistics
+    pairs: list[tuple[nn.Module, Any, torch.Tensor]] = [
+        (block.conv1, block.bn1, x),
+        (block.conv2, block.bn2, inner_in),
+    ]
     if block.shortcut is not None:
         pairs.append((block.shortcut.conv, block.shortcut.bn, x))
     for conv, bn, source in pairs:
@@ -474,7 +494,7 @@ def restat_batchnorm(block: nn.Module, x: torch.Tensor) -> None:
 
 
 def fit_block(
-    block: nn.Module,
+    block: BasicBlock | TransformerBlock,
     x: torch.Tensor,
     target: torch.Tensor,
     tokens: bool,
@@ -518,7 +538,7 @@ def _group_targets(
     base: Sequence[Taps],
     scores: Sequence[dict[str, torch.Tensor]],
     fused_sizes: dict[str, int],
-    grouping: str,
+    grouping: GroupingName,
     tokens: bool,
     seed: int,
     dtype: torch.dtype = torch.float64,
@@ -527,7 +547,8 @@ def _group_targets(
 
     The grouping, the targets and what it saw stay on the taps' device.
     """
-    targets, seen = {}, {}
+    targets: dict[str, torch.Tensor] = {}
+    seen: dict[str, dict] = {}
     for group in dict.fromkeys(s.group for s in plan if s.group is not None):
         taps = [s.tap for s in plan if s.group == group]
         mats = {tap: [tap_matrix(b[tap], tokens, dtype) for b in base] for tap in taps}
@@ -546,8 +567,8 @@ def _group_targets(
 def fuse_residual(
     models: Sequence[nn.Module],
     x: torch.Tensor,
-    grouping: str,
-    retrofit: str,
+    grouping: GroupingName,
+    retrofit: RetrofitName,
     fused: nn.Module,
     head_weights: np.ndarray,
     scores: Sequence[dict[str, torch.Tensor]],
@@ -573,7 +594,7 @@ def fuse_residual(
             {k: v.to(dev) for k, v in taps_of(m, x.to(model_device(m))).items()}
             for m in models
         ]
-    sizes = {g.name: g.size for g in fused.neuron_structure().groups}
+    sizes = {g.name: g.size for g in neuron_structure(fused).groups}
     targets, seen = _group_targets(
         plan, base, scores, sizes, grouping, tokens, seed, dtype
     )
@@ -611,7 +632,7 @@ def fuse_residual(
         _write(pieces, sol, step.bias)
         if blocks and step.block is not None:
             fit = fit_block(
-                fused.get_submodule(step.block),
+                cast(BasicBlock | TransformerBlock, fused.get_submodule(step.block)),
                 own[f"{step.block}.in"],
                 targets[step.tap],
                 tokens,

@@ -55,7 +55,7 @@ def layer_panels(
 
     Stages are split into as few panels as needed, of sizes that differ by at most one.
     """
-    panels = []
+    panels: list[tuple[str, list[str]]] = []
     for name, lines in single.items():
         stages = list(lines)
         n = -(-len(stages) // per_panel)

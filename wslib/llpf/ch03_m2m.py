@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -138,7 +138,7 @@ def ablation_comparison(table: pd.DataFrame, name: str) -> Comparison:
     """The one verdict rule (:func:`~wslib.runs.verdicts.compare`) on ``name``'s row
     of :func:`ablation_seed_table`: the mean difference (all at once - FDF, ABOVE:
     FDF lower) against its standard deviation over the paired path seeds."""
-    row = table.loc[name]
+    row = cast(pd.Series, table.loc[name])
     std = float(row["difference std"])
     return compare_values(
         float(row["difference mean"]), std if row["seeds"] > 1 else None
@@ -147,7 +147,7 @@ def ablation_comparison(table: pd.DataFrame, name: str) -> Comparison:
 
 def ablation_verdict(table: pd.DataFrame, name: str) -> str:
     """:func:`ablation_comparison` in one phrase, with the numbers it rests on."""
-    row, c = table.loc[name], ablation_comparison(table, name)
+    row, c = cast(pd.Series, table.loc[name]), ablation_comparison(table, name)
     words = c.word(
         above="FDF lower than all at once",
         below="all at once lower than FDF",
@@ -203,7 +203,8 @@ def m2m_metrics(
     if ablation_seeds is not None:
         for n, row in ablation_seeds.iterrows():
             over = {
-                f"over_seeds_{k.replace(' ', '_')}": float(v) for k, v in row.items()
+                f"over_seeds_{cast(str, k).replace(' ', '_')}": float(v)
+                for k, v in row.items()
             }
             metrics["ablation_by_arch"][n].update(over)
     if anatomy is not None:

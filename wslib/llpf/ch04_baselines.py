@@ -5,9 +5,9 @@ methods, the tuning sweep on its own seed, the comparison and the papers' number
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -180,8 +180,10 @@ def tuned_methods(
     for name, base in methods.items():
         out[name] = {label: dict(v) for label, v in base.items()}
         rows = sweep[sweep.model == name]
-        for label, res in rows.groupby("method", sort=False):
-            best = res.loc[res["peak excess"].idxmin(), "setting"]
+        by_method = rows.groupby("method", sort=False)
+        for label, res in cast("Iterable[tuple[str, pd.DataFrame]]", by_method):
+            best_row: Any = res["peak excess"].idxmin()  # a label of the index
+            best = cast(dict[str, Any], res.loc[best_row, "setting"])
             out[name][label] = {**base[label], **best}
     return out
 
@@ -214,14 +216,13 @@ def compare_methods(
         runs[name] = {}
         for s in seeds:
             key = comparison_key(setup, models[name], modes[name], methods[name], s)
-            result = cached_run(
-                run_cache,
-                key,
-                lambda name=name, s=s: compare_at_equal_steps(
+
+            def compute(name: str = name, s: int = s) -> dict[str, Any]:
+                return compare_at_equal_steps(
                     setup, modes[name], methods[name], s, name
-                ),
-                code=CODE,
-            )
+                )
+
+            result = cached_run(run_cache, key, compute, code=CODE)
             for method, res in result.items():
                 runs[name].setdefault(method, []).append(res)
     return runs
@@ -358,7 +359,7 @@ def comparison_results(compare: pd.DataFrame, sweep: pd.DataFrame) -> dict[str, 
     """Chapter 4's results, per model: :func:`comparison_metrics`, the chosen settings
     (``chosen``) and the whole sweep (``sweep``; without the raw settings, NaN as None)."""
 
-    def records(table: pd.DataFrame) -> list[dict[str, Any]]:
+    def records(table: pd.DataFrame) -> list[dict[Hashable, Any]]:
         return [
             {
                 k: (None if isinstance(v, float) and np.isnan(v) else v)

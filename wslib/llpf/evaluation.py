@@ -11,7 +11,8 @@ distance to the destination relative to the start's distance.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -75,7 +76,7 @@ def evaluate_path(
     dense: int = 1,
     stages: Sequence[Sequence[str]] | None = None,
     progress: bool = True,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """All path metrics of the book for one path.
 
     Returns
@@ -94,7 +95,7 @@ def evaluate_path(
     states = path.states if isinstance(path, LLPFPath) else list(path)
     if len(states) < 2:
         raise ValueError("a path needs at least two states (start and end)")
-    res: dict[str, object] = dict(
+    res: dict[str, Any] = dict(
         evaluate_states(model, states, x_train, y_train, x_test, y_test, progress)
     )
     res["dense_loss"] = dense_segments(model, states, x_train, y_train, dense, progress)
@@ -114,7 +115,7 @@ def evaluate_path(
     return res
 
 
-def dense_curve(res: dict[str, object]) -> tuple[np.ndarray, np.ndarray]:
+def dense_curve(res: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """Positions and training losses of the points and the dense segments, in path order."""
     n = len(res["train_loss"])
     dense = np.asarray(

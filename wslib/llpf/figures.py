@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
@@ -46,7 +46,7 @@ def draw_sensitivity(ax: Axes, sweep: pd.DataFrame, chosen: pd.DataFrame) -> Non
     the chosen settings (rows of ``chosen``) are circled.
     """
     for method, rows in sweep.groupby("method", sort=False):
-        colour = label_colour(method)
+        colour = label_colour(cast(str, method))
         plain = rows[rows.momentum.isna() | (rows.momentum > 0)].sort_values("lr")
         ax.plot(plain.lr, plain["peak excess"], "o-", color=colour, ms=4, label=method)
         nomo = rows[rows.momentum == 0].sort_values("lr")
@@ -133,16 +133,16 @@ def draw_tick_sketch(ax: Axes) -> None:
         ax.annotate(
             "", v, u, arrowprops={"arrowstyle": "->", "color": f"C{k}", "lw": 2}
         )
-        ax.text(
-            *(0.5 * (u + v) + offset), text, color=f"C{k}", ha="center", va="center"
-        )
+        x, y = 0.5 * (u + v) + offset
+        ax.text(x, y, text, color=f"C{k}", ha="center", va="center")
     for point, text, offset in (
         (p_i, "$P_i$", (-0.1, 0.08)),
         (d, "$D$", (0.1, 0.05)),
         (projected, "$P_{i+1}$", (0.2, -0.03)),
     ):
         ax.plot(*point, "ko", ms=5)
-        ax.text(*(point + offset), text, ha="center", va="center")
+        x, y = point + offset
+        ax.text(x, y, text, ha="center", va="center")
     ax.plot(0, 0, "k+")
     ax.set_aspect("equal")
     ax.set_xlim(-1.35, 1.35)

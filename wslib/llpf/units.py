@@ -27,10 +27,18 @@ from torch import nn
 from wslib.core.connectivity import mode_config, train_modes
 from wslib.core.data import Dataset
 from wslib.llpf.ch03_m2m import cached_peak_anatomy
-from wslib.llpf.ch04_baselines import compare_methods, methods_by_model, tuned_methods, tuning_budget, tuning_run, tuning_seed, tuning_sweep
+from wslib.llpf.ch04_baselines import (
+    compare_methods,
+    methods_by_model,
+    tuned_methods,
+    tuning_budget,
+    tuning_run,
+    tuning_seed,
+    tuning_sweep,
+)
 from wslib.llpf.ch05_spheres import M2O_VARIANTS, sphere_configs
-from wslib.llpf.setup import chapter_data, chapter_setup, mode_seeds, path_seed_list
 from wslib.llpf.protocols import PathSetup, hybrid_path, m2m_path, m2o_path
+from wslib.llpf.setup import chapter_data, chapter_setup, mode_seeds, path_seed_list
 from wslib.runs.units import Params, Unit
 from wslib.runs.zoo import Zoo, normalise_config
 
@@ -62,7 +70,7 @@ class _Chapter:
             p["profile"],
         )
 
-    def modes(self, name: str) -> tuple[nn.Module, ...]:
+    def modes(self, name: str) -> list[nn.Module]:
         """The two modes of model ``name`` (``models``/``recipes`` chapters)."""
         p = self.p
         one = {name: p["models"][name]}
@@ -133,7 +141,9 @@ def _tuning_units(chapter: _Chapter) -> list[Unit]:
     methods = methods_by_model(p["models"], p["llpf"], p["baselines"])
     seed = tuning_seed(p["seed"])
 
-    def args(name: str) -> tuple:
+    def args(
+        name: str,
+    ) -> tuple[PathSetup, Mapping[str, Any], list[nn.Module], Mapping[str, Any]]:
         return (chapter.setup(), p["models"][name], chapter.modes(name), methods[name])
 
     def budget(name: str) -> Callable[[], object]:
@@ -197,9 +207,16 @@ def sphere_units(params: Params) -> list[Unit]:
     compliance (two models), the hybrid and the sharp-minima M2M path."""
     _need_checkpoints(params, "05_llpf_spheres")
     p, chapter = params, _Chapter(params)
-    keys = ("arch", "recipe", "norm_arch", "norm_recipe", "wd_source", "wd_dest")
     configs = sphere_configs(
-        p["data"], *(p[k] for k in keys), p["sharp_recipe"], p["seed"]
+        p["data"],
+        p["arch"],
+        p["recipe"],
+        p["norm_arch"],
+        p["norm_recipe"],
+        p["wd_source"],
+        p["wd_dest"],
+        p["sharp_recipe"],
+        p["seed"],
     )
     seed = path_seed_list(p["seed"], 1)[0]
 

@@ -47,7 +47,7 @@ from wslib.core.data import Dataset
 from wslib.core.interpolation import linear_path
 from wslib.core.matching import align, match_scales
 from wslib.core.models import MLP
-from wslib.core.neurons import StateDict, rescale_state
+from wslib.core.neurons import StateDict, neuron_structure, rescale_state
 from wslib.pathcond.enorm import enorm_step
 from wslib.pathcond.rescaling import pathcond_rescale
 
@@ -92,7 +92,7 @@ def enorm_gauge(model: nn.Module, cycles: int = 100, rtol: float = 1e-6) -> Stat
 
 def scale_matched(a: StateDict, b: StateDict, model: nn.Module) -> StateDict:
     """B rescaled per neuron to lie closest to A (same function as B)."""
-    structure = model.neuron_structure()
+    structure = neuron_structure(model)
     scales, _ = match_scales(a, b, structure)
     wide = {k: v.double() if v.is_floating_point() else v for k, v in b.items()}
     rescaled = rescale_state(wide, structure, scales)
@@ -119,7 +119,7 @@ def alignment_steps(
 
     ``gauges``: :func:`gauges_of` A and of B, when already computed.
     """
-    structure = a.neuron_structure()
+    structure = neuron_structure(a)
     sa, sb = a.state_dict(), b.state_dict()
     matched = align(sa, sb, structure, seed=seed)
     ga, gb = gauges or (gauges_of(a, in_shape), gauges_of(b, in_shape))

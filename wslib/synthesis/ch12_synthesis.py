@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -27,9 +27,12 @@ from torch import nn
 from wslib.core.data import Dataset
 from wslib.core.interpolation import lerp_state, linear_path
 from wslib.core.matching import align
+from wslib.core.neurons import neuron_structure
 from wslib.core.seeds import derive_seed
 from wslib.core.train import Recipe, evaluate, fit
 from wslib.fusion import GradientConfig, fuse, fuse_by
+from wslib.fusion.baselines import MethodName
+from wslib.fusion.levels import RetrofitName
 from wslib.llpf import evaluate_path, fit_curve, m2m
 from wslib.llpf.protocols import PathSetup
 from wslib.runs.cache import cached_run
@@ -38,7 +41,7 @@ from wslib.runs.zoo import Zoo
 from wslib.synthesis.alignment import alignment_study, pathcond_gauge, with_state
 from wslib.synthesis.conditioning import path_conditioning
 
-KF_VARIANTS = ("linear", "gradient")
+KF_VARIANTS: tuple[RetrofitName, ...] = ("linear", "gradient")
 PATHS = ("LLPF", "straight line", "Bezier")
 WORDS = {"lower": "lower", "higher": "higher", "none": "no different"}
 
@@ -75,7 +78,10 @@ def fusion_set(
     return ds.x_train[chosen], ds.y_train[chosen]
 
 
-def all_pairs(models: Sequence[nn.Module]) -> list[tuple[nn.Module, nn.Module]]:
+_T = TypeVar("_T")
+
+
+def all_pairs(models: Sequence[_T]) -> list[tuple[_T, _T]]:
     """Every pair ``(models[i], models[j])`` with ``i < j``."""
     if len(models) < 2:
         raise ValueError(f"need at least two models for a pair, got {len(models)}")
@@ -164,7 +170,7 @@ def fused_model(
     a: nn.Module,
     b: nn.Module,
     fusion: tuple[torch.Tensor, torch.Tensor],
-    variant: str,
+    variant: RetrofitName,
     settings: Mapping[str, Any],
     ds: Dataset,
     seed: int,
@@ -219,19 +225,21 @@ def pair_study(
     (:func:`~wslib.synthesis.conditioning.path_conditioning` per point).
     """
     ts, llpf = settings["ts"], settings["llpf"]
-    structure = a.neuron_structure()
+    structure = neuron_structure(a)
     out: dict[str, Any] = {"fused_parent": {}, "parent_parent": {}}
     for variant in KF_VARIANTS:
         fused, acc = fused_model(a, b, fusion, variant, settings, ds, seed, train or ds)
         # Each parent permuted to the fused model first, as B is to A for the
         # aligned parents: KF orders its neurons by its own grouping.
-        links = [
+        to_parents = [
             connection(fused, align(fused.state_dict(), p.state_dict(), structure, seed=seed), ds, ts, llpf, seed)
             for p in (a, b)
         ]  # fmt: skip
         out["fused_parent"][variant] = {
-            "barrier": float(np.mean([c["barrier"] for c in links])),
-            "llpf_peak_excess": float(np.mean([c["llpf_peak_excess"] for c in links])),
+            "barrier": float(np.mean([c["barrier"] for c in to_parents])),
+            "llpf_peak_excess": float(
+                np.mean([c["llpf_peak_excess"] for c in to_parents])
+            ),
             **acc,
         }
     matched = align(a.state_dict(), b.state_dict(), structure, seed=seed)
@@ -384,7 +392,7 @@ def gauge_fusion(
     regimes: Mapping[str, Sequence[Sequence[nn.Module]]],
     ds: Dataset,
     fusion: tuple[torch.Tensor, torch.Tensor],
-    methods: Sequence[str],
+    methods: Sequence[MethodName],
     seed: int,
 ) -> dict[str, Any]:
     """Question 4: ``result[regime][method]{with, without, verdict}`` over seeds.
@@ -559,13 +567,17 @@ def cached_pairs(
         pair_seed = derive_seed(seed, "pair", k)
         full = {"question": "pair", **key, "pair": [i, j], "seed": pair_seed}
         full["settings"] = settings
+
+        def study(
+            a: nn.Module = a, b: nn.Module = b, s: int = pair_seed
+        ) -> dict[str, Any]:
+            return pair_study(a, b, ds, fusion, settings, s, train)
+
         runs.append(
             cached_run(
                 root,
                 full,
-                lambda a=a, b=b, s=pair_seed: pair_study(
-                    a, b, ds, fusion, settings, s, train
-                ),
+                study,
                 CODE,
             )
         )
@@ -578,7 +590,7 @@ def cached_gauge_fusion(
     regimes: Mapping[str, Sequence[Sequence[nn.Module]]],
     ds: Dataset,
     fusion: tuple[torch.Tensor, torch.Tensor],
-    methods: Sequence[str],
+    methods: Sequence[MethodName],
     seed: int,
 ) -> dict[str, Any]:
     """:func:`gauge_fusion`, cached under ``root`` by ``key`` and code."""
