@@ -146,10 +146,11 @@ def test_a_model_in_the_zoo_is_trained_once(check, tmp_path):
         path = tmp_path / "gpu.yaml"
         path.write_text(yaml.safe_dump(params))
         items = check.chapter_work(path)["11_fusion_beyond"]
+        model = check.complete_model_configs(resnet["model"], {"name": "cifar10"})
         counted[width] = [
             w
             for w in items
-            if w.kind == "train" and w.model == resnet["model"] and w.batch == 256
+            if w.kind == "train" and w.model == model and w.batch == 256
         ]
     epochs = resnet["recipe"]["epochs"]
     assert [w.amount for w in counted[None]] == [epochs * math.ceil(50_000 / 256)] * 2

@@ -143,6 +143,54 @@ def test_run_records_effective_parameters_and_collapses_injected_cell(
     assert (namespace["width"], namespace["profile"]) == (5, "smoke")
     times = json.loads((run.ROOT / "build/smoke/run_times.json").read_text())
     assert set(times) == {TINY}
+    assert executed.metadata.papermill.input_path == "notebooks/00_tiny.md"
+
+
+def test_fingerprint_follows_the_chapter_source(run: ModuleType) -> None:
+    before = run.code_fingerprint(TINY)
+    path = run.NOTEBOOKS / f"{TINY}.md"
+    path.write_text(path.read_text().replace("A tiny chapter", "A small chapter"))
+    assert run.code_fingerprint(TINY) != before
+
+
+def write_model_chapter(run: ModuleType, profile: dict) -> None:
+    """A chapter ``00_model`` with a data set and a model config, and a smoke profile."""
+    parameters = (
+        'data = {"name": "mnist1d"}\n'
+        'model = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [4]}'
+    )
+    write_notebook(run.NOTEBOOKS / "00_model.md", parameters, "x = 1")
+    (run.PARAMS / "smoke.yaml").write_text(yaml.safe_dump({"00_model": profile}))
+
+
+def test_profile_model_configs_take_the_shape_of_their_data_set(
+    run: ModuleType,
+) -> None:
+    write_model_chapter(run, {"model": {"name": "mlp", "widths": [8]}})
+    params = run.notebook_parameters("00_model", "smoke", None)
+    assert list(params["model"].items()) == [
+        ("name", "mlp"),
+        ("in_shape", [1, 40]),
+        ("n_classes", 10),
+        ("widths", [8]),
+    ]
+    profile = {"data": {"name": "cifar100"}, "model": {"name": "vgg11"}}
+    write_model_chapter(run, profile)
+    params = run.notebook_parameters("00_model", "smoke", None)
+    assert params["model"] == {
+        "name": "vgg11",
+        "in_shape": [3, 32, 32],
+        "n_classes": 100,
+    }
+
+
+def test_a_model_config_without_a_known_data_set_stops_before_running(
+    run: ModuleType, capsys: pytest.CaptureFixture
+) -> None:
+    write_model_chapter(run, {"data": {"name": "svhn"}, "model": {"name": "mlp"}})
+    assert run.main(["--profile", "smoke", "00_model"]) == 2
+    err = capsys.readouterr().err
+    assert "notebooks/params/smoke.yaml, section 00_model" in err and "svhn" in err
 
 
 def test_seed_is_recorded_as_a_parameter(run: ModuleType) -> None:
