@@ -55,7 +55,11 @@ def write_notebook(path: Path, parameters: str, body: str) -> None:
             nbformat.v4.new_code_cell(body),
         ],
         metadata={
-            "kernelspec": {"name": "python3", "display_name": "Python 3"},
+            "kernelspec": {
+                "name": "python3",
+                "display_name": "Python 3",
+                "language": "python",
+            },
             "language_info": {"name": "python"},
         },
     )
