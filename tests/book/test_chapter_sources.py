@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.conftest import NOTEBOOKS, ROOT, chapter, chapters
+from tests.conftest import NOTEBOOKS, ROOT, chapter, chapters, load_script
 
 # the tags the chapters use: Jupyter Book's hide/remove tags and papermill's
 TAGS = {"parameters", "hide-input", "hide-output", "remove-input", "remove-cell"}
@@ -52,3 +52,33 @@ def test_chapter_has_its_parameters_cell_and_known_tags(nb: str) -> None:
     assert tagged[0] is next(c for c in cells if c.cell_type == "code")
     used = {tag for c in cells for tag in c.metadata.get("tags", [])}
     assert used <= TAGS, f"unknown tags {used - TAGS}: a typo, or add them to TAGS"
+
+
+# The cpu values several chapters share are each chapter's visible default
+# (a chapter runs alone); they must stay chapter 1's, or the zoo stops sharing
+# the modes. Chapter -> {its parameter: chapter 1's parameter, entry or None}.
+SHARED = {
+    "02_layerwise": {"models": ("models", None), "recipes": ("recipes", None)},
+    "03_llpf_m2m": {"models": ("models", None), "recipes": ("recipes", None)},
+    "04_llpf_baselines": {"models": ("models", None), "recipes": ("recipes", None)},
+    "05_llpf_spheres": {
+        "arch": ("models", "mlp"),
+        "recipe": ("recipes", "mlp"),
+        "norm_arch": ("models", "resnet"),
+        "norm_recipe": ("recipes", "resnet"),
+    },
+    "12_synthesis": {"models": ("models", None), "recipes": ("recipes", None)},
+}
+
+
+@pytest.mark.parametrize("nb", sorted(SHARED))
+def test_shared_defaults_are_chapter_1s(nb: str) -> None:
+    run = load_script("notebooks/run.py")
+    first, mine = run.default_parameters("01_symmetries"), run.default_parameters(nb)
+    assert mine["data"] == first["data"]
+    for name, (source, entry) in SHARED[nb].items():
+        if entry is not None:
+            assert mine[name] == first[source][entry], name
+        else:  # chapter 1's entries that the chapter has (chapter 3 adds one)
+            shared = {k: v for k, v in mine[name].items() if k in first[source]}
+            assert shared == {k: first[source][k] for k in shared}, name
