@@ -350,9 +350,9 @@ def finish_executed_copy(executed: Path, markdown: str, params: dict[str, Any]) 
     """Insert the run info after the title; collapse and wrap the injected parameters.
 
     The run info is a markdown cell right after the first (title) markdown
-    cell; papermill's record of its input names the chapter's source, not the
-    temporary notebook it ran; papermill's ``injected-parameters`` cell gets :data:`INJECTED_TAG`
-    and its source is rewritten by :func:`injected_source` (same values).
+    cell; papermill's ``injected-parameters`` cell gets :data:`INJECTED_TAG`
+    and its source is rewritten by :func:`injected_source` (same values); its
+    record of the input names the chapter's source, not the temporary notebook.
     """
     notebook = nbformat.read(executed, as_version=4)
     papermill_record = notebook.metadata.setdefault("papermill", {})
