@@ -16,7 +16,8 @@
 #   make test-fast lint, then the tests not marked slow (no notebook, book or browser)
 #   make mutants [LISTS="tests/llpf/planted_bugs.yaml ..."] [JOBS=J]   plant each listed
 #                  bug alone in a scratch copy and check that its tests fail (hours)
-#   make lint | make format | make clean | make clean-data
+#   make lint | make format   ruff on the .py files and the chapters' code cells
+#   make clean | make clean-data
 PROFILE ?= cpu
 SEED ?=
 JOBS ?=
@@ -43,7 +44,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PROFILES := $(sort $(basename $(notdir $(wildcard notebooks/params/*.yaml))))
-NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.ipynb))))
+NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.md))))
 SEED_ARG := $(if $(SEED),--seed $(SEED))$(if $(JOBS), --jobs $(JOBS))$(if $(ALLOW_CPU_ON), --allow-cpu)
 EXECUTED := build/$(PROFILE)$(if $(SEEDS),/seed-$(firstword $(SEEDS)),$(if $(SEED),/seed-$(SEED)))
 SWEEP_ARGS = --profile $(PROFILE) --executor $(EXECUTOR) $(if $(JOBS),--jobs $(JOBS)) \
@@ -101,18 +102,20 @@ data: $(STAMP)
 gpu-check: $(STAMP)
 	$(PY) notebooks/gpu_check.py $(if $(ALLOW_CPU_ON),--allow-cpu)
 
-# ruff covers .py files and notebooks (pyproject.toml: extend-include); the
-# layers contract of pyproject.toml is checked by lint-imports; mypy checks the
-# types of wslib and the scripts (the files and settings of [tool.mypy]).
+# ruff covers the .py files and, through notebooks/lint.py, the chapters' code
+# cells; the layers contract of pyproject.toml is checked by lint-imports; mypy
+# checks the types of wslib and the scripts (the files and settings of [tool.mypy]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
+	$(PY) notebooks/lint.py
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+	$(PY) notebooks/lint.py --fix
 
 test: lint
 	$(PY) -m pytest

@@ -26,6 +26,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import jupytext
 import nbformat
 
 DIFFICULTIES = ("easy", "medium", "hard")
@@ -42,8 +43,9 @@ def option(options: str, name: str) -> str | None:
 
 
 def exercises(chapter: Path) -> list[dict[str, Any]]:
-    """The exercises of one notebook: label, title, difficulty, chapter stem."""
-    notebook = nbformat.read(chapter, as_version=4)
+    """The exercises of one chapter, its source (``.md``) or an executed copy
+    (``.ipynb``): label, title, difficulty, chapter stem."""
+    notebook = jupytext.read(chapter)
     found = []
     for cell in notebook.cells:
         if cell.cell_type != "markdown":

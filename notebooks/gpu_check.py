@@ -56,6 +56,7 @@ import yaml
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from wslib.core.configs import complete_model_configs
 from wslib.core.models import build_model
 from wslib.core.train import (
     PrecisionName,
@@ -887,7 +888,9 @@ def chapter_work(params_file: str | Path | None = None) -> dict[str, list[Work]]
                 "notebooks/gpu_check.py"
             )
         count = CHAPTERS[nb]
-        p = {**runner.default_parameters(nb), **(params.get(nb) or {})}
+        defaults = runner.default_parameters(nb)
+        section = complete_model_configs(params.get(nb) or {}, defaults.get("data"))
+        p = {**defaults, **section}
         counter = Counter(zoo)
         count(p, counter, nb)
         work[nb] = counter.items

@@ -4,10 +4,14 @@ Usage::
 
     python notebooks/run.py --profile cpu [--seed N] [--jobs J] [NB ...]
 
-Each notebook ``notebooks/<nb>.ipynb`` runs with the repository root as working
-directory and the parameters of ``notebooks/params/<profile>.yaml`` (plus
-``profile``, ``results_path`` and, with ``--seed``, ``seed``). The executed copy
-goes to ``build/<profile>/<nb>.ipynb`` and the results file to
+Each chapter ``notebooks/<nb>.md`` (a MyST Markdown notebook: jupytext's
+``md:myst`` format, the reviewed source) is converted to a Jupyter notebook in a
+temporary folder and runs with the repository root as working directory and the
+parameters of ``notebooks/params/<profile>.yaml`` (plus ``profile``,
+``results_path`` and, with ``--seed``, ``seed``; every model config without
+``in_shape`` or ``n_classes`` gets them from its data set,
+:func:`wslib.core.configs.with_data_shape`). The executed copy goes to
+``build/<profile>/<nb>.ipynb`` and the results file to
 ``results/<profile>/<nb>.json`` (under ``seed-<N>/`` with ``--seed``); the
 results file records the notebook, the profile and the effective parameters
 (the notebook's defaults overridden by the injected ones). In each executed
@@ -45,6 +49,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime
@@ -52,12 +57,14 @@ from pathlib import Path
 from pprint import pformat
 from typing import Any
 
+import chapters
 import nbformat
 import papermill
 import torch
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
+from wslib.core.configs import complete_model_configs
 from wslib.core.files import atomic_write, code_version, entry_lock, stable_hash
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,8 +85,13 @@ def available_profiles() -> list[str]:
 
 
 def available_notebooks() -> list[str]:
-    """Notebooks are the stems of ``notebooks/*.ipynb``."""
-    return sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+    """Notebooks are the stems of the chapters ``notebooks/*.md``."""
+    return sorted(p.stem for p in NOTEBOOKS.glob(f"*{chapters.SUFFIX}"))
+
+
+def chapter_path(nb: str) -> Path:
+    """The source of chapter ``nb``: ``notebooks/<nb>.md``."""
+    return NOTEBOOKS / f"{nb}{chapters.SUFFIX}"
 
 
 def fail_usage(kind: str, name: str, valid: list[str]) -> None:
@@ -186,7 +198,7 @@ class UnknownParameter(ValueError):
 
 def default_parameters(nb: str) -> dict[str, Any]:
     """The values of the notebook's ``parameters`` cell (its defaults)."""
-    notebook = nbformat.read(NOTEBOOKS / f"{nb}.ipynb", as_version=4)
+    notebook = chapters.read(chapter_path(nb))
     cell = next(
         (c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])), None
     )
@@ -245,11 +257,20 @@ def same_kind(value: Any, default: Any) -> bool:
 def notebook_parameters(nb: str, profile: str, seed: int | None) -> dict[str, Any]:
     """The profile's parameters for ``nb`` plus those set by this script.
 
+    Every model config of the profile without ``in_shape`` or ``n_classes``
+    gets them from its data set (the profile's ``data``, else the notebook's).
     Raises :class:`UnknownParameter` when the profile names a parameter the
-    notebook does not define (papermill would only warn and ignore it).
+    notebook does not define (papermill would only warn and ignore it) or a
+    model config that cannot be completed.
     """
-    params = dict(load_profile(profile).get(nb) or {})
+    section = load_profile(profile).get(nb) or {}
     valid = default_parameters(nb)
+    try:
+        params = complete_model_configs(section, valid.get("data"))
+    except ValueError as error:
+        raise UnknownParameter(
+            f"notebooks/params/{profile}.yaml, section {nb}: {error}"
+        ) from None
     unknown = sorted(set(params) - set(valid))
     if unknown:
         raise UnknownParameter(
@@ -330,9 +351,12 @@ def finish_executed_copy(executed: Path, markdown: str, params: dict[str, Any]) 
 
     The run info is a markdown cell right after the first (title) markdown
     cell; papermill's ``injected-parameters`` cell gets :data:`INJECTED_TAG`
-    and its source is rewritten by :func:`injected_source` (same values).
+    and its source is rewritten by :func:`injected_source` (same values); its
+    record of the input names the chapter's source, not the temporary notebook.
     """
     notebook = nbformat.read(executed, as_version=4)
+    papermill_record = notebook.metadata.setdefault("papermill", {})
+    papermill_record["input_path"] = f"notebooks/{executed.stem}{chapters.SUFFIX}"
     for cell in notebook.cells:
         tags = cell.metadata.setdefault("tags", [])
         if "injected-parameters" in tags:
@@ -362,7 +386,7 @@ def code_fingerprint(nb: str) -> str:
 
     ``notebooks/sweep.py`` reruns a job whose results carry another fingerprint.
     """
-    notebook = hashlib.sha256((NOTEBOOKS / f"{nb}.ipynb").read_bytes()).hexdigest()
+    notebook = hashlib.sha256(chapter_path(nb).read_bytes()).hexdigest()
     return stable_hash({"wslib": code_version("wslib"), "notebook": notebook})
 
 
@@ -378,17 +402,20 @@ def run_notebook(
     results_file.unlink(missing_ok=True)
     code = code_fingerprint(nb)
     start = time.perf_counter()
-    papermill.execute_notebook(
-        NOTEBOOKS / f"{nb}.ipynb",
-        executed,
-        parameters=params,
-        kernel_name="python3",
-        cwd=ROOT,
-        progress_bar=progress_bar,
-        extra_arguments=[
-            "--IPKernelApp.log_level=ERROR"
-        ],  # no kernel start-up warnings
-    )
+    with tempfile.TemporaryDirectory(prefix="wslib-chapter-") as folder:
+        source = Path(folder) / f"{nb}.ipynb"
+        nbformat.write(chapters.read(chapter_path(nb)), source)
+        papermill.execute_notebook(
+            source,
+            executed,
+            parameters=params,
+            kernel_name="python3",
+            cwd=ROOT,
+            progress_bar=progress_bar,
+            extra_arguments=[
+                "--IPKernelApp.log_level=ERROR"
+            ],  # no kernel start-up warnings
+        )
     seconds = time.perf_counter() - start
     if not results_file.exists():
         raise MissingResults(f"notebook {nb} did not write {params['results_path']}")

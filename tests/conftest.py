@@ -11,12 +11,13 @@ import tempfile
 from pathlib import Path
 from types import ModuleType
 
+import nbformat
 import pytest
 
 from wslib.core.files import ENTRY_LOG
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.md"))
 PROFILES = sorted(p.stem for p in (ROOT / "notebooks" / "params").glob("*.yaml"))
 SMOKE = "smoke"
 
@@ -34,6 +35,35 @@ def load_script(path: str) -> ModuleType:
     finally:
         sys.path.remove(str(file.parent))
     return module
+
+
+chapters = load_script("notebooks/chapters.py")
+
+
+def chapter(nb: str) -> nbformat.NotebookNode:
+    """The source of chapter ``nb`` (``notebooks/<nb>.md``) as a Jupyter notebook."""
+    return chapters.read(ROOT / "notebooks" / f"{nb}{chapters.SUFFIX}")
+
+
+def write_notebook(path: Path, parameters: str, body: str) -> None:
+    """A two-cell chapter at ``path`` (``NN_name.md``, MyST Markdown like the
+    book's): a title, a ``parameters`` cell, then ``body``."""
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# A tiny chapter"),
+            nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(body),
+        ],
+        metadata={
+            "kernelspec": {
+                "name": "python3",
+                "display_name": "Python 3",
+                "language": "python",
+            },
+            "language_info": {"name": "python"},
+        },
+    )
+    chapters.write(notebook, path)
 
 
 READER_FOLDERS = ("build", "results", "book/_build", "book/_student", "data")

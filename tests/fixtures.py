@@ -5,7 +5,6 @@ from __future__ import annotations
 import pickle
 from pathlib import Path
 
-import nbformat
 import numpy as np
 
 
@@ -55,19 +54,3 @@ def write_cifar100(folder: Path, rng: np.random.Generator) -> tuple[list[dict], 
     }
     _pickle(base / "meta", meta)
     return [train], test
-
-
-def write_notebook(path: Path, parameters: str, body: str) -> None:
-    """A two-cell chapter: a title, a ``parameters`` cell, then ``body``."""
-    notebook = nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_markdown_cell("# A tiny chapter"),
-            nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]}),
-            nbformat.v4.new_code_cell(body),
-        ],
-        metadata={
-            "kernelspec": {"name": "python3", "display_name": "Python 3"},
-            "language_info": {"name": "python"},
-        },
-    )
-    nbformat.write(notebook, path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import json
 import re
 import subprocess
 import sys
@@ -11,6 +10,8 @@ import tomllib
 from pathlib import Path
 
 import grimp
+
+from tests.conftest import NOTEBOOKS, chapter
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "wslib"
@@ -82,12 +83,11 @@ def test_no_private_name_imported_across_modules() -> None:
 def test_no_private_name_imported_in_notebooks() -> None:
     """Chapters use the library's public API only."""
     found = []
-    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
-        cells = json.loads(path.read_text())["cells"]
-        for cell in cells:
-            if cell["cell_type"] != "code":
+    for nb in NOTEBOOKS:
+        for cell in chapter(nb).cells:
+            if cell.cell_type != "code":
                 continue
-            source = "".join(cell["source"])
+            source = cell.source
             lines = [
                 ln
                 for ln in source.splitlines()
@@ -95,7 +95,7 @@ def test_no_private_name_imported_in_notebooks() -> None:
             ]
             tree = ast.parse("\n".join(lines))
             found += [
-                f"{path.name}: imports {alias.name} from {node.module}"
+                f"{nb}.md: imports {alias.name} from {node.module}"
                 for node in ast.walk(tree)
                 if isinstance(node, ast.ImportFrom)
                 and (node.module or "").startswith("wslib")

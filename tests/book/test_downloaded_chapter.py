@@ -20,7 +20,9 @@ import sysconfig
 import tomllib
 from pathlib import Path
 
-from tests.conftest import NOTEBOOKS, ROOT, SMOKE, load_script
+import nbformat
+
+from tests.conftest import NOTEBOOKS, ROOT, SMOKE, chapter, chapters, load_script
 
 CHAPTER = "06_pathlifting"  # a short chapter in the smoke profile
 HIDDEN = ("wslib",)  # installed by the setup cell, not seen before
@@ -80,9 +82,8 @@ def test_downloaded_chapter_installs_wslib_and_runs(
 
     folder = tmp_path / "downloaded"
     folder.mkdir()
-    (folder / f"{CHAPTER}.ipynb").write_bytes(
-        (workspace / "notebooks" / f"{CHAPTER}.ipynb").read_bytes()
-    )
+    source = chapters.read(workspace / "notebooks" / f"{CHAPTER}.md")
+    nbformat.write(source, folder / f"{CHAPTER}.ipynb")  # as the book offers it
     run = load_script("notebooks/run.py")
     params = run.notebook_parameters(CHAPTER, SMOKE, None)
     (folder / "params.json").write_text(json.dumps(params))
@@ -111,10 +112,9 @@ def chapter_imports() -> set[str]:
     """The top-level modules the chapters' code cells import (the standard library aside)."""
     found = set()
     for nb in NOTEBOOKS:
-        cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
-        for cell in cells:
-            if cell["cell_type"] == "code":
-                for node in ast.walk(ast.parse("".join(cell["source"]))):
+        for cell in chapter(nb).cells:
+            if cell.cell_type == "code":
+                for node in ast.walk(ast.parse(cell.source)):
                     if isinstance(node, ast.Import):
                         found |= {a.name.split(".")[0] for a in node.names}
                     elif isinstance(node, ast.ImportFrom) and node.level == 0:

@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, chapters
 
 SCRIPT = ROOT / "notebooks" / "gpu_check.py"
 
@@ -88,7 +88,7 @@ def test_quick_run_on_the_cpu_runs_a_chapter_and_prints_timings_and_the_table(ch
         assert timing in out.stdout
     rows = [line for line in out.stdout.splitlines() if line.startswith("| ")]
     chapters = [r.split("|")[1].split()[0] for r in rows[2:-1]]
-    assert chapters == sorted(p.stem for p in (ROOT / "notebooks").glob("*.ipynb"))
+    assert chapters == sorted(p.stem for p in (ROOT / "notebooks").glob("*.md"))
     assert rows[-1].startswith("| **total** |")
 
 
@@ -146,10 +146,11 @@ def test_a_model_in_the_zoo_is_trained_once(check, tmp_path):
         path = tmp_path / "gpu.yaml"
         path.write_text(yaml.safe_dump(params))
         items = check.chapter_work(path)["11_fusion_beyond"]
+        model = check.complete_model_configs(resnet["model"], {"name": "cifar10"})
         counted[width] = [
             w
             for w in items
-            if w.kind == "train" and w.model == resnet["model"] and w.batch == 256
+            if w.kind == "train" and w.model == model and w.batch == 256
         ]
     epochs = resnet["recipe"]["epochs"]
     assert [w.amount for w in counted[None]] == [epochs * math.ceil(50_000 / 256)] * 2
@@ -188,10 +189,10 @@ def test_a_failed_chapter_is_reported_with_its_cell_and_error_and_the_others_go_
     check, tmp_path
 ):
     checkout = check.make_checkout(tmp_path)
-    path = checkout / "notebooks" / "02_layerwise.ipynb"
-    nb = nbformat.read(path, as_version=4)
+    path = checkout / "notebooks" / "02_layerwise.md"
+    nb = chapters.read(path)
     nb.cells.insert(3, nbformat.v4.new_code_cell('raise RuntimeError("planted")'))
-    nbformat.write(nb, path)
+    chapters.write(nb, path)
     statuses = check.run_chapters(
         checkout, ["02_layerwise", "06_pathlifting"], 2, torch.device("cpu")
     )

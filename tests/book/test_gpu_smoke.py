@@ -53,11 +53,12 @@ def test_every_architecture_and_data_set_of_the_gpu_profile_appears() -> None:
 
 
 def _data_sets(tree: Any) -> set[str]:
+    """The data sets of a parameter tree: the values of ``data``, ``cost_data``, ..."""
     names = set()
     if isinstance(tree, dict):
-        if "name" in tree and len(tree) <= 2 and not tree.get("in_shape"):
-            names.add(tree["name"])
-        for v in tree.values():
+        for k, v in tree.items():
+            if k == "data" or k.endswith("_data"):
+                names.add(v["name"])
             names |= _data_sets(v)
     return names
 

@@ -15,7 +15,7 @@ import statistics
 import nbformat
 import pytest
 
-from tests.conftest import NOTEBOOKS, ROOT, load_script
+from tests.conftest import NOTEBOOKS, ROOT, chapter, load_script
 
 course = load_script("book/course.py")
 
@@ -25,8 +25,7 @@ HIDDEN = {"remove-input", "hide-input", "remove-cell", "hide-cell"}
 
 
 def code_cells(nb: str) -> list[nbformat.NotebookNode]:
-    notebook = nbformat.read(ROOT / "notebooks" / f"{nb}.ipynb", as_version=4)
-    return [cell for cell in notebook.cells if cell.cell_type == "code"]
+    return [cell for cell in chapter(nb).cells if cell.cell_type == "code"]
 
 
 def tags(cell: nbformat.NotebookNode) -> set[str]:
@@ -189,11 +188,10 @@ def test_setup_cell_works_from_the_repository_root(nb: str) -> None:
 def test_chapter_opens_with_goals_and_ends_with_takeaways_and_exercises(
     nb: str,
 ) -> None:
-    notebook = nbformat.read(ROOT / "notebooks" / f"{nb}.ipynb", as_version=4)
-    text = [c.source for c in notebook.cells if c.cell_type == "markdown"]
+    text = [c.source for c in chapter(nb).cells if c.cell_type == "markdown"]
     assert "Learning goals" in text[0]
     assert any(t.startswith("## Key takeaways") for t in text)
-    exercises = course.exercises(ROOT / "notebooks" / f"{nb}.ipynb")
+    exercises = course.exercises(ROOT / "notebooks" / f"{nb}.md")
     assert 3 <= len(exercises) <= 5, [e["label"] for e in exercises]
     assert all(e["label"].startswith(f"ex-{nb[:2]}-") for e in exercises)
     assert all(e["difficulty"] in course.DIFFICULTIES for e in exercises)

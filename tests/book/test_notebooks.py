@@ -7,11 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 import yaml
 
-from tests.conftest import NOTEBOOKS, PROFILES, ROOT, SMOKE, WORK
+from tests.conftest import NOTEBOOKS, PROFILES, ROOT, SMOKE, WORK, chapter
 from wslib.runs.sweeps import scalar_metrics
 
 # The top-level keys of each chapter's ``metrics`` (those of the 0.1.0 cpu
@@ -122,10 +121,6 @@ def toc_files() -> set[str]:
     return {chapter["file"] for part in toc["parts"] for chapter in part["chapters"]}
 
 
-def source(nb: str) -> nbformat.NotebookNode:
-    return nbformat.read(ROOT / "notebooks" / f"{nb}.ipynb", as_version=4)
-
-
 def test_there_are_notebooks_and_profiles() -> None:
     assert NOTEBOOKS
     assert {"smoke", "cpu", "gpu"} <= set(PROFILES)
@@ -154,7 +149,7 @@ def test_every_notebook_has_parameters_in_profile(profile: str) -> None:
 def test_notebook_has_one_parameters_cell(nb: str) -> None:
     tagged = [
         cell
-        for cell in source(nb).cells
+        for cell in chapter(nb).cells
         if "parameters" in cell.get("metadata", {}).get("tags", [])
     ]
     assert len(tagged) == 1
@@ -163,7 +158,7 @@ def test_notebook_has_one_parameters_cell(nb: str) -> None:
 
 @pytest.mark.parametrize("nb", NOTEBOOKS)
 def test_source_notebook_has_no_outputs(nb: str) -> None:
-    for cell in source(nb).cells:
+    for cell in chapter(nb).cells:
         if cell.cell_type == "code":
             assert cell.outputs == [], cell.source[:80]
             assert cell.execution_count is None, cell.source[:80]

@@ -3,17 +3,17 @@ chapters to it, and the Colab launch of every chapter."""
 
 from __future__ import annotations
 
-import json
 import pkgutil
 import re
 from pathlib import Path
 
+import nbformat
 import pybtex.database
 import pytest
 import yaml
 
 import wslib
-from tests.conftest import NOTEBOOKS, ROOT, WORK, load_script
+from tests.conftest import NOTEBOOKS, ROOT, WORK, chapter, load_script
 
 slow = pytest.mark.slow  # the tests that read the smoke book
 
@@ -25,10 +25,8 @@ PACKAGES = ("core", "runs", "plotting", "llpf", "pathcond", "fusion", "synthesis
 
 
 def markdown_cells(nb: str) -> str:
-    cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
-    return "\n".join(
-        "".join(c["source"]) for c in cells if c["cell_type"] == "markdown"
-    )
+    cells = chapter(nb).cells
+    return "\n".join(c.source for c in cells if c.cell_type == "markdown")
 
 
 def cited(text: str) -> list[str]:
@@ -132,19 +130,18 @@ def test_names_link_to_the_module_that_defines_them(apilinks) -> None:
 
 @pytest.mark.parametrize("nb", NOTEBOOKS)
 def test_every_chapter_has_the_setup_cell_before_any_import(nb: str) -> None:
-    cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
-    code = [c for c in cells if c["cell_type"] == "code"]
-    assert "parameters" in code[0]["metadata"]["tags"]
-    setup = "".join(code[1]["source"])
+    code = [c for c in chapter(nb).cells if c.cell_type == "code"]
+    assert "parameters" in code[0].metadata["tags"]
+    setup = code[1].source
     assert 'find_spec("wslib") is None' in setup and "WSLIB_SOURCE" in setup
 
 
 def test_pin_install_points_the_setup_cell_at_a_commit(tmp_path: Path) -> None:
     build = load_script("book/build.py")
-    chapter = tmp_path / "ch.ipynb"
-    chapter.write_bytes((ROOT / "notebooks" / f"{NOTEBOOKS[0]}.ipynb").read_bytes())
-    build.pin_install(chapter, "git+https://github.com/a/b@0123abc")
-    text = chapter.read_text()
+    executed = tmp_path / "ch.ipynb"
+    nbformat.write(chapter(NOTEBOOKS[0]), executed)
+    build.pin_install(executed, "git+https://github.com/a/b@0123abc")
+    text = executed.read_text()
     assert "git+https://github.com/a/b@0123abc" in text
     assert "@main" not in text
 

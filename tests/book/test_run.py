@@ -16,8 +16,14 @@ import nbformat
 import pytest
 import yaml
 
-from tests.conftest import NOTEBOOKS, PROFILES, ROOT, load_script
-from tests.fixtures import write_notebook
+from tests.conftest import (
+    NOTEBOOKS,
+    PROFILES,
+    ROOT,
+    chapters,
+    load_script,
+    write_notebook,
+)
 
 TINY = "00_tiny"
 DEFAULTS = {
@@ -39,7 +45,7 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
         "from wslib.runs.results import write_results\n\n"
         'write_results(results_path, {"double": 2 * width, "name": name}, {})'
     )
-    write_notebook(notebooks / f"{TINY}.ipynb", parameters, body)
+    write_notebook(notebooks / f"{TINY}.md", parameters, body)
     monkeypatch.setattr(module, "ROOT", tmp_path)
     monkeypatch.setattr(module, "NOTEBOOKS", notebooks)
     monkeypatch.setattr(module, "PARAMS", notebooks / "params")
@@ -100,8 +106,8 @@ def test_unknown_key_of_a_later_notebook_stops_the_first(
     run: ModuleType, capsys: pytest.CaptureFixture
 ) -> None:
     """All requested notebooks are checked before the first one runs."""
-    first = run.NOTEBOOKS / "00_first.ipynb"
-    first.write_bytes((run.NOTEBOOKS / f"{TINY}.ipynb").read_bytes())
+    first = run.NOTEBOOKS / "00_first.md"
+    first.write_bytes((run.NOTEBOOKS / f"{TINY}.md").read_bytes())
     (run.PARAMS / "smoke.yaml").write_text(
         yaml.safe_dump({"00_first": {}, TINY: {"bogus": 1}})
     )
@@ -137,6 +143,54 @@ def test_run_records_effective_parameters_and_collapses_injected_cell(
     assert (namespace["width"], namespace["profile"]) == (5, "smoke")
     times = json.loads((run.ROOT / "build/smoke/run_times.json").read_text())
     assert set(times) == {TINY}
+    assert executed.metadata.papermill.input_path == "notebooks/00_tiny.md"
+
+
+def test_fingerprint_follows_the_chapter_source(run: ModuleType) -> None:
+    before = run.code_fingerprint(TINY)
+    path = run.NOTEBOOKS / f"{TINY}.md"
+    path.write_text(path.read_text().replace("A tiny chapter", "A small chapter"))
+    assert run.code_fingerprint(TINY) != before
+
+
+def write_model_chapter(run: ModuleType, profile: dict) -> None:
+    """A chapter ``00_model`` with a data set and a model config, and a smoke profile."""
+    parameters = (
+        'data = {"name": "mnist1d"}\n'
+        'model = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [4]}'
+    )
+    write_notebook(run.NOTEBOOKS / "00_model.md", parameters, "x = 1")
+    (run.PARAMS / "smoke.yaml").write_text(yaml.safe_dump({"00_model": profile}))
+
+
+def test_profile_model_configs_take_the_shape_of_their_data_set(
+    run: ModuleType,
+) -> None:
+    write_model_chapter(run, {"model": {"name": "mlp", "widths": [8]}})
+    params = run.notebook_parameters("00_model", "smoke", None)
+    assert list(params["model"].items()) == [
+        ("name", "mlp"),
+        ("in_shape", [1, 40]),
+        ("n_classes", 10),
+        ("widths", [8]),
+    ]
+    profile = {"data": {"name": "cifar100"}, "model": {"name": "vgg11"}}
+    write_model_chapter(run, profile)
+    params = run.notebook_parameters("00_model", "smoke", None)
+    assert params["model"] == {
+        "name": "vgg11",
+        "in_shape": [3, 32, 32],
+        "n_classes": 100,
+    }
+
+
+def test_a_model_config_without_a_known_data_set_stops_before_running(
+    run: ModuleType, capsys: pytest.CaptureFixture
+) -> None:
+    write_model_chapter(run, {"data": {"name": "svhn"}, "model": {"name": "mlp"}})
+    assert run.main(["--profile", "smoke", "00_model"]) == 2
+    err = capsys.readouterr().err
+    assert "notebooks/params/smoke.yaml, section 00_model" in err and "svhn" in err
 
 
 def test_seed_is_recorded_as_a_parameter(run: ModuleType) -> None:
@@ -151,10 +205,10 @@ def test_seed_is_recorded_as_a_parameter(run: ModuleType) -> None:
 def test_notebook_without_results_file_fails(
     run: ModuleType, capsys: pytest.CaptureFixture
 ) -> None:
-    path = run.NOTEBOOKS / f"{TINY}.ipynb"
-    notebook = nbformat.read(path, as_version=4)
+    path = run.NOTEBOOKS / f"{TINY}.md"
+    notebook = chapters.read(path)
     notebook.cells[2].source = "x = 1"
-    nbformat.write(notebook, path)
+    chapters.write(notebook, path)
     write_profile(run, "smoke", {})
     assert run.main(["--profile", "smoke"]) == 1
     assert "did not write results/smoke/00_tiny.json" in capsys.readouterr().err
@@ -186,10 +240,10 @@ def test_every_profile_key_is_a_parameter_of_its_notebook(profile: str) -> None:
 
 def copy_tiny(run: ModuleType, name: str, body: str | None = None) -> None:
     """Another notebook like the tiny one, optionally with another last cell."""
-    notebook = nbformat.read(run.NOTEBOOKS / f"{TINY}.ipynb", as_version=4)
+    notebook = chapters.read(run.NOTEBOOKS / f"{TINY}.md")
     if body is not None:
         notebook.cells[2].source = body
-    nbformat.write(notebook, run.NOTEBOOKS / f"{name}.ipynb")
+    chapters.write(notebook, run.NOTEBOOKS / f"{name}.md")
 
 
 def test_notebooks_side_by_side_compute_on_one_thread_each(run: ModuleType) -> None:

@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT
-from tests.fixtures import write_notebook
+from tests.conftest import ROOT, write_notebook
 
 BODY = (
     "from wslib.runs.results import write_results\n\n"
@@ -33,10 +32,10 @@ def repo(tmp_path: Path) -> Path:
     """A repository root with run.py, part.py, sweep.py, one tiny notebook and a cpu profile."""
     notebooks = tmp_path / "notebooks"
     (notebooks / "params").mkdir(parents=True)
-    for script in ("run.py", "part.py", "sweep.py"):
+    for script in ("chapters.py", "run.py", "part.py", "sweep.py"):
         shutil.copy(ROOT / "notebooks" / script, notebooks / script)
     (notebooks / "params" / "cpu.yaml").write_text("{}\n")
-    tiny_notebook(notebooks / "00_tiny.ipynb")
+    tiny_notebook(notebooks / "00_tiny.md")
     return tmp_path
 
 
@@ -82,7 +81,7 @@ def test_a_restarted_sweep_runs_only_what_is_missing(repo: Path) -> None:
 
 def test_an_edited_notebook_reruns_its_jobs(repo: Path) -> None:
     assert sweep(repo, "--seeds", "1").returncode == 0
-    tiny_notebook(repo / "notebooks/00_tiny.ipynb", BODY.replace("10 *", "100 *"))
+    tiny_notebook(repo / "notebooks/00_tiny.md", BODY.replace("10 *", "100 *"))
     again = sweep(repo, "--seeds", "1")
     assert "1 jobs, 0 already done" in again.stdout
     assert value(repo, 1) == 103
@@ -92,7 +91,7 @@ def test_a_failed_job_is_named_and_the_others_go_on(repo: Path) -> None:
     failing = BODY.replace(
         "write_results(", "assert seed != 2, 'planted'\nwrite_results("
     )
-    tiny_notebook(repo / "notebooks/00_tiny.ipynb", failing)
+    tiny_notebook(repo / "notebooks/00_tiny.md", failing)
     done = sweep(repo, "--seeds", "1", "2")
     assert done.returncode == 1
     assert "00_tiny seed 2 failed" in done.stderr

@@ -1,0 +1,84 @@
+"""The chapters' sources: MyST Markdown notebooks that convert to valid Jupyter
+notebooks and back without loss (cells, tags, metadata, kernel spec)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.conftest import NOTEBOOKS, ROOT, chapter, chapters, load_script
+
+# the tags the chapters use: Jupyter Book's hide/remove tags and papermill's
+TAGS = {"parameters", "hide-input", "hide-output", "remove-input", "remove-cell"}
+CODE_CELL = re.compile(r"^```\{code-cell\}", re.MULTILINE)
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS)
+def test_chapter_is_a_valid_notebook_with_its_kernel(nb: str) -> None:
+    notebook = chapter(nb)
+    nbformat.validate(notebook)
+    assert notebook.metadata.kernelspec == {
+        "display_name": "Python 3",
+        "language": "python",
+        "name": "python3",
+    }
+    text = (ROOT / "notebooks" / f"{nb}.md").read_text()
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    assert len(code) == len(CODE_CELL.findall(text))  # no code cell read as text
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS)
+def test_chapter_survives_the_round_trip(nb: str, tmp_path: Path) -> None:
+    """Written back, a chapter is the same text: what a review reads is what runs."""
+    notebook = chapter(nb)
+    copy = tmp_path / f"{nb}.md"
+    chapters.write(notebook, copy)
+    assert copy.read_text() == (ROOT / "notebooks" / f"{nb}.md").read_text()
+    again = chapters.read(copy)
+    assert [(c.cell_type, c.source, c.metadata) for c in again.cells] == [
+        (c.cell_type, c.source, c.metadata) for c in notebook.cells
+    ]
+    assert again.metadata == notebook.metadata
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS)
+def test_chapter_has_its_parameters_cell_and_known_tags(nb: str) -> None:
+    cells = chapter(nb).cells
+    tagged = [c for c in cells if "parameters" in c.metadata.get("tags", [])]
+    assert [c.metadata.tags for c in tagged] == [["parameters", "hide-input"]]
+    assert tagged[0] is next(c for c in cells if c.cell_type == "code")
+    used = {tag for c in cells for tag in c.metadata.get("tags", [])}
+    assert used <= TAGS, f"unknown tags {used - TAGS}: a typo, or add them to TAGS"
+
+
+# The cpu values several chapters share are each chapter's visible default
+# (a chapter runs alone); they must stay chapter 1's, or the zoo stops sharing
+# the modes. Chapter -> {its parameter: chapter 1's parameter, entry or None}.
+SHARED = {
+    "02_layerwise": {"models": ("models", None), "recipes": ("recipes", None)},
+    "03_llpf_m2m": {"models": ("models", None), "recipes": ("recipes", None)},
+    "04_llpf_baselines": {"models": ("models", None), "recipes": ("recipes", None)},
+    "05_llpf_spheres": {
+        "arch": ("models", "mlp"),
+        "recipe": ("recipes", "mlp"),
+        "norm_arch": ("models", "resnet"),
+        "norm_recipe": ("recipes", "resnet"),
+    },
+    "12_synthesis": {"models": ("models", None), "recipes": ("recipes", None)},
+}
+
+
+@pytest.mark.parametrize("nb", sorted(SHARED))
+def test_shared_defaults_are_chapter_1s(nb: str) -> None:
+    run = load_script("notebooks/run.py")
+    first, mine = run.default_parameters("01_symmetries"), run.default_parameters(nb)
+    assert mine["data"] == first["data"]
+    for name, (source, entry) in SHARED[nb].items():
+        if entry is not None:
+            assert mine[name] == first[source][entry], name
+        else:  # chapter 1's entries that the chapter has (chapter 3 adds one)
+            shared = {k: v for k, v in mine[name].items() if k in first[source]}
+            assert shared == {k: first[source][k] for k in shared}, name

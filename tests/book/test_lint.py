@@ -1,0 +1,68 @@
+"""notebooks/lint.py: ruff on the chapters' code cells, named by chapter, fixed in place."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT, chapters, write_notebook
+
+BAD = "import os\nx = [1,2]\nprint( x )"
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    """A repository root with lint.py, the ruff settings and one chapter."""
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    for script in ("chapters.py", "lint.py"):
+        shutil.copy(ROOT / "notebooks" / script, notebooks / script)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    write_notebook(notebooks / "00_tiny.md", "width = 3", "print(width)")
+    return tmp_path
+
+
+def lint(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "notebooks/lint.py", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_a_clean_chapter_passes(repo: Path) -> None:
+    done = lint(repo)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_badly_formatted_cell_fails_and_is_named(repo: Path) -> None:
+    write_notebook(repo / "notebooks/00_tiny.md", "width = 3", "print( width )")
+    done = lint(repo)
+    assert done.returncode == 1
+    assert "notebooks/00_tiny.md" in done.stdout + done.stderr
+    assert "print(width)" in done.stdout  # the diff
+
+
+def test_a_broken_rule_fails_and_is_named(repo: Path) -> None:
+    write_notebook(repo / "notebooks/00_tiny.md", "width = 3", "import os")
+    done = lint(repo)
+    assert done.returncode == 1
+    assert "notebooks/00_tiny.md:cell" in done.stdout and "F401" in done.stdout
+
+
+def test_fix_rewrites_the_code_cells_and_keeps_the_text(repo: Path) -> None:
+    path = repo / "notebooks/00_tiny.md"
+    write_notebook(path, "width = 3", BAD)
+    done = lint(repo, "--fix")
+    assert "rewrote notebooks/00_tiny.md" in done.stdout
+    notebook = chapters.read(path)
+    assert notebook.cells[0].source == "# A tiny chapter"
+    assert notebook.cells[1].metadata.tags == ["parameters"]
+    assert notebook.cells[2].source == "x = [1, 2]\nprint(x)"
+    assert lint(repo).returncode == 0
