@@ -340,7 +340,7 @@ def rate_range_text(rates: Sequence[float]) -> str:
     return f"from {max(rates):g} down to {min(rates):g}"
 
 
-# --- evaluation summaries ---------------------------------------------------------
+# --- results ----------------------------------------------------------------------
 
 
 def summarise_runs(runs: Sequence[Run], threshold: float = 0.99) -> dict[str, Any]:
@@ -500,6 +500,15 @@ def speedup_verdict(s: dict[str, Any] | None) -> str:
     return "undecided"
 
 
+TUNED_WORDS = {  # a tuned verdict (:func:`tuned_verdict_text`) in words
+    "faster": "sooner on average than the baseline on",
+    "slower": "later on average than the baseline on",
+    "spread": "as soon as the baseline within the spread between seeds on",
+    "tied": "after as many epochs (mean) as the baseline on",
+    "undecided": "in an order the run length leaves open on",
+}
+
+
 def tuned_verdict_text(
     long_summary: dict[Pair, dict[str, Any]], names: Sequence[str]
 ) -> str:
@@ -515,43 +524,38 @@ def tuned_verdict_text(
     """
     if not names:
         raise ValueError("tuned_verdict_text needs at least one configuration name")
-    groups: dict[str, list[str]] = {
-        "faster": [],
-        "slower": [],
-        "spread": [],
-        "tied": [],
-        "undecided": [],
-    }
+    groups: dict[str, list[str]] = {verdict: [] for verdict in TUNED_WORDS}
     for name in names:
         groups[_tuned_verdict(long_summary, name)].append(name)
+    parts = [
+        f"{TUNED_WORDS[k]} " + ", ".join(_epochs_detail(long_summary, n) for n in v)
+        for k, v in groups.items()
+        if v
+    ]
+    parts[0] = "PathCond reaches the threshold " + parts[0]
+    return "; ".join(parts) + "; " + _test_acc_text(long_summary, names)
+
+
+def _test_acc_text(
+    long_summary: dict[Pair, dict[str, Any]], names: Sequence[str]
+) -> str:
+    """Where PathCond's mean test accuracy is higher than the baseline's, in words."""
     higher = [
         n
         for n in names
         if long_summary[(n, "pathcond")]["test_acc"]
         > long_summary[(n, "baseline")]["test_acc"]
     ]
-    words = {
-        "faster": "sooner on average than the baseline on",
-        "slower": "later on average than the baseline on",
-        "spread": "as soon as the baseline within the spread between seeds on",
-        "tied": "after as many epochs (mean) as the baseline on",
-        "undecided": "in an order the run length leaves open on",
-    }
-    parts = [
-        f"{words[k]} " + ", ".join(_epochs_detail(long_summary, n) for n in v)
-        for k, v in groups.items()
-        if v
-    ]
-    parts[0] = "PathCond reaches the threshold " + parts[0]
-    test = (
-        f"its mean test accuracy is higher on {_names(higher)} and not higher on "
-        f"{_names([n for n in names if n not in higher])}"
-        if 0 < len(higher) < len(names)
-        else "its mean test accuracy is "
+    if 0 < len(higher) < len(names):
+        return (
+            f"its mean test accuracy is higher on {_names(higher)} and not higher on "
+            f"{_names([n for n in names if n not in higher])}"
+        )
+    return (
+        "its mean test accuracy is "
         + ("higher" if higher else "not higher")
         + " on every one"
     )
-    return "; ".join(parts) + "; " + test
 
 
 def _epochs_detail(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
