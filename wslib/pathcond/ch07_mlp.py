@@ -81,8 +81,9 @@ def mlp_grid(
     load: bool = True,
     stack: bool | None = None,
 ) -> RunGrid:
-    """Chapter 7's :class:`RunGrid`, cached in :data:`RUNS_DIR`, on the data set ``data``.
+    """Chapter 7's :class:`~wslib.pathcond.grid.RunGrid` on the data set ``data``.
 
+    Its runs are cached in :data:`~wslib.pathcond.protocols.RUNS_DIR`.
     ``data`` holds the arguments of :func:`~wslib.core.data.load_dataset`; with ``load=False``
     nothing is loaded and the grid only lists jobs (training raises).
     ``stack``: see :func:`~wslib.pathcond.training.train_runs`.
@@ -278,7 +279,7 @@ def cost_rows(
     seed: int,
     repeats: int,
 ) -> list[dict[str, Any]]:
-    """:func:`rescale_cost` of each named MLP configuration (default init) on ``ds``."""
+    """:func:`~wslib.pathcond.protocols.rescale_cost` of each named MLP configuration (default init) on ``ds``."""
     rows = []
     for name, cfg in configs.items():
         out = has_output_bias(base, cfg)

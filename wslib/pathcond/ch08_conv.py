@@ -64,7 +64,7 @@ def train_archs(
 def rescale_costs(
     models: dict[str, dict[str, Any]], ds: Dataset, repeats: int = 1
 ) -> list[dict[str, Any]]:
-    """:func:`rescale_cost` of each named model config on ``ds``, one row each."""
+    """:func:`~wslib.pathcond.protocols.rescale_cost` of each named model config on ``ds``, one row each."""
     return [
         {"model": name, **rescale_cost(config, ds, repeats=repeats)}
         for name, config in tqdm(models.items(), desc="cost")
