@@ -31,10 +31,11 @@ The package is layered; a package imports only those listed before it::
                      cached pieces)
     wslib.pathcond   PathCond: rescaling (diag G, the solver), lifting (explicit
                      path-lifting), enorm, training (cached runs, stacked
-                     on a GPU);
-                     experiments (the chapters' protocols), reports (tables,
-                     text, verdicts), figures, units (chapters 7-8 as
-                     independent cached pieces)
+                     on a GPU), grid (cached runs of MLP configurations),
+                     protocols (what the chapters share); one module per
+                     chapter with its protocol, tables, text and verdicts
+                     (ch06_pathlifting, ch07_mlp, ch08_conv); figures, units
+                     (chapters 7-8 as independent cached pieces)
     wslib.fusion     HF / KF fusion: levels (levels, grouping on the models'
                      device, retrofitting), hfkf, residual, importance,
                      baselines; protocols (what the chapters share),

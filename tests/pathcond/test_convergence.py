@@ -6,7 +6,7 @@ import torch
 
 from wslib.core.data import Dataset
 from wslib.core.train import Recipe
-from wslib.pathcond import reports
+from wslib.pathcond.ch08_conv import convergence_rows, convergence_text
 from wslib.pathcond.training import prepare_model, train_run
 
 MLP = {"name": "mlp", "in_shape": [1, 6], "n_classes": 3, "widths": [5, 4]}
@@ -52,10 +52,10 @@ def test_the_text_names_each_run_that_did_not_converge() -> None:
             "last relative drop of F": 1e-13,
         },
     ]
-    text = reports.convergence_text(rows)
+    text = convergence_text(rows)
     assert "1 of 2 runs" in text and "fully_conv (seed 0: 1000 sweeps" in text
     assert "5.0e-08" in text and "resnet_bn" not in text
-    assert "converged in every run" in reports.convergence_text(rows[1:])
+    assert "converged in every run" in convergence_text(rows[1:])
     runs = {
         ("a", "pathcond", 0): {
             "rescale_converged": False,
@@ -64,7 +64,7 @@ def test_the_text_names_each_run_that_did_not_converge() -> None:
         },
         ("a", "baseline", 0): {"rescale_converged": None},
     }
-    assert reports.convergence_rows(runs, {"a": {}}, [0]) == [
+    assert convergence_rows(runs, {"a": {}}, [0]) == [
         {
             "architecture": "a",
             "seed": 0,

@@ -17,7 +17,7 @@ from tests.pathcond.planted import (
     run,
     toy_data,
 )
-from wslib.pathcond.experiments import RunGrid, lifting_spectra, tiny_lifting
+from wslib.pathcond.ch06_pathlifting import lifting_spectra, tiny_lifting
 from wslib.pathcond.figures import (
     draw_activation_curves,
     draw_arch_curves,
@@ -30,6 +30,7 @@ from wslib.pathcond.figures import (
     draw_trajectories,
     panels,
 )
+from wslib.pathcond.grid import RunGrid
 from wslib.plotting import method_colour
 from wslib.runs.stats import RateSearch
 

@@ -26,8 +26,8 @@ from wslib.pathcond.enorm import (
     enorm_step_authors,
     enorm_step_pathcond_variant,
 )
-from wslib.pathcond.experiments import rescale_cost
 from wslib.pathcond.lifting import explicit_path_lifting
+from wslib.pathcond.protocols import rescale_cost
 from wslib.pathcond.rescaling import (
     am_over_gm,
     diag_g,

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.pathcond.test_experiments import BASE, CONFIGS, RECIPE, toy_data
+from tests.pathcond.toy import BASE, CONFIGS, RECIPE, toy_data
 from wslib.core.seeds import derive_seeds
-from wslib.pathcond import experiments, units
-from wslib.pathcond.experiments import RunGrid
+from wslib.pathcond import ch07_mlp, ch08_conv, protocols, units
+from wslib.pathcond import grid as run_grid
+from wslib.pathcond.grid import RunGrid
 from wslib.runs.units import NotCached, by_stage
 
 MLP_NB, CONV_NB = "07_pathcond_mlp", "08_pathcond_conv"
@@ -44,17 +45,17 @@ def no_work(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("listing units loaded data or trained a run")
 
-    for module in (experiments, units):
+    for module in (ch07_mlp, ch08_conv, units):
         monkeypatch.setattr(module, "load_dataset", refuse)
-    monkeypatch.setattr(experiments, "train_runs", refuse)
-    monkeypatch.setattr(experiments, "train_run", refuse)
+    monkeypatch.setattr(run_grid, "train_runs", refuse)
+    monkeypatch.setattr(ch08_conv, "train_run", refuse)
 
 
 def expected_mlp_units(p: dict[str, Any]) -> int:
     methods = sum(len(cfg["methods"]) for cfg in p["configs"].values())
-    sizes = len(p["size_sweep"]["widths"]) * len(experiments.SWEPT_METHODS)
-    acts = len(p["activations"]) * len(experiments.SWEPT_METHODS)
-    swept = len(p["lr_sweep_configs"]) * len(experiments.SWEPT_METHODS)
+    sizes = len(p["size_sweep"]["widths"]) * len(ch07_mlp.SWEPT_METHODS)
+    acts = len(p["activations"]) * len(ch07_mlp.SWEPT_METHODS)
+    swept = len(p["lr_sweep_configs"]) * len(ch07_mlp.SWEPT_METHODS)
     return methods + sizes + acts + 3 * swept  # lr grid, refinement, long runs
 
 
@@ -67,7 +68,7 @@ def test_unit_lists_of_the_profiles(part, no_work, profile):
     assert len(listed) == expected_mlp_units(p)
     stages = by_stage(listed)  # unique names
     assert [s[0].stage for s in stages] == [0, 1, 2]
-    for pair in experiments.swept_pairs(p["lr_sweep_configs"]):
+    for pair in ch07_mlp.swept_pairs(p["lr_sweep_configs"]):
         name = " ".join(pair)
         stage = {u.name: u.stage for u in listed}
         assert [
@@ -113,16 +114,16 @@ def mlp_params(seed: int = 7) -> dict[str, Any]:
 
 @pytest.fixture
 def toy(monkeypatch):
-    monkeypatch.setattr(experiments, "load_dataset", lambda **_: toy_data())
+    monkeypatch.setattr(ch07_mlp, "load_dataset", lambda **_: toy_data())
 
 
 def notebook_protocol(p: dict[str, Any]) -> dict:
     """Chapter 7's calls in the notebook's order; returns the long runs."""
-    seeds, tuning, act_seeds = experiments.mlp_seeds(
+    seeds, tuning, act_seeds = ch07_mlp.mlp_seeds(
         p["seed"], p["n_seeds"], p["n_activation_seeds"]
     )
-    grid = experiments.mlp_grid(p["data"], p["mlp"], p["recipe"], p["configs"], 1)
-    jobs = experiments.default_jobs(
+    grid = ch07_mlp.mlp_grid(p["data"], p["mlp"], p["recipe"], p["configs"], 1)
+    jobs = ch07_mlp.default_jobs(
         grid,
         seeds,
         p["size_sweep"],
@@ -130,13 +131,13 @@ def notebook_protocol(p: dict[str, Any]) -> dict:
         p["activations"],
         act_seeds,
     )
-    with experiments.activation_warnings_ignored():
+    with ch07_mlp.activation_warnings_ignored():
         grid.train(jobs)
-    swept = experiments.swept_pairs(p["lr_sweep_configs"])
-    search = experiments.tune_rates(
+    swept = ch07_mlp.swept_pairs(p["lr_sweep_configs"])
+    search = ch07_mlp.tune_rates(
         grid, swept, p["lr_grid"], p["lr_refine"], tuning, p["long_epochs"]
     )
-    return experiments.evaluate_rates(grid, search.best, seeds, p["long_epochs"])
+    return ch07_mlp.evaluate_rates(grid, search.best, seeds, p["long_epochs"])
 
 
 def run_all(listed) -> None:
@@ -160,13 +161,13 @@ def recorded(monkeypatch, toy) -> list[tuple]:
             out.append({"acc": [recipe.lr] * recipe.epochs})
         return out
 
-    monkeypatch.setattr(experiments, "train_runs", train_runs)
+    monkeypatch.setattr(run_grid, "train_runs", train_runs)
     return calls
 
 
 def test_mlp_units_train_exactly_the_notebook_s_runs(recorded):
     p = mlp_params()
-    evaluation, tuning, _ = experiments.mlp_seeds(p["seed"], p["n_seeds"], 1)
+    evaluation, tuning, _ = ch07_mlp.mlp_seeds(p["seed"], p["n_seeds"], 1)
     per_unit = {}
     for stage in by_stage(units.mlp_units(p)):
         for unit in stage:
@@ -196,7 +197,7 @@ def test_mlp_units_train_exactly_the_notebook_s_runs(recorded):
 
 
 def test_mlp_units_fill_the_cache_the_notebook_reads(toy, monkeypatch, tmp_path):
-    monkeypatch.setattr(experiments, "RUNS_DIR", tmp_path)
+    monkeypatch.setattr(ch07_mlp, "RUNS_DIR", tmp_path)
     p = {
         **mlp_params(seed=3),
         "long_epochs": 2,
@@ -223,10 +224,10 @@ def test_conv_units_train_exactly_the_notebook_s_runs(monkeypatch):
         )
         return {"acc": [0.5]}
 
-    monkeypatch.setattr(experiments, "train_run", train_run)
+    monkeypatch.setattr(ch08_conv, "train_run", train_run)
     own = toy_data()
     own.name = "own"
-    monkeypatch.setattr(experiments, "load_dataset", lambda **_: own)
+    monkeypatch.setattr(ch08_conv, "load_dataset", lambda **_: own)
     monkeypatch.setattr(units, "load_dataset", lambda **_: toy_data())
     spec = {"recipe": RECIPE, "task": "classify"}
     archs = {
@@ -237,12 +238,12 @@ def test_conv_units_train_exactly_the_notebook_s_runs(monkeypatch):
     run_all(units.conv_units(p))
     by_units = list(calls)
     calls.clear()
-    experiments.train_archs(
+    ch08_conv.train_archs(
         archs,
         p["methods"],
         derive_seeds(4, "run", 2),
         toy_data(),
-        experiments.RUNS_DIR,
+        protocols.RUNS_DIR,
     )
     assert sorted(by_units) == sorted(calls) and len(calls) == 8
     assert {c[2] for c in calls if c[0] == "cnn1d"} == {"own"}
@@ -260,27 +261,27 @@ def test_groups_named_alike_are_an_error():
 
 
 def test_a_grid_without_data_lists_but_does_not_train():
-    grid = experiments.mlp_grid({"name": "unused"}, BASE, RECIPE, CONFIGS, load=False)
-    assert grid.ds is None and grid.cache_dir == experiments.RUNS_DIR
+    grid = ch07_mlp.mlp_grid({"name": "unused"}, BASE, RECIPE, CONFIGS, load=False)
+    assert grid.ds is None and grid.cache_dir == protocols.RUNS_DIR
     assert grid.train([]) == []
     with pytest.raises(ValueError, match="no data set"):
         grid.train([grid.job("const", "baseline", 0)])
 
 
 def test_setup_helpers():
-    evaluation, tuning, activation = experiments.mlp_seeds(4, 2, 3)
+    evaluation, tuning, activation = ch07_mlp.mlp_seeds(4, 2, 3)
     assert evaluation == derive_seeds(4, "run", 2) and activation[:2] == evaluation
     assert len(activation) == 3 and tuning not in activation
-    other = experiments.mlp_seeds(5, 2, 1)  # the next sweep seed shares nothing
+    other = ch07_mlp.mlp_seeds(5, 2, 1)  # the next sweep seed shares nothing
     assert not {*evaluation, tuning} & {*other.evaluation, other.tuning}
-    assert experiments.swept_pairs(["a", "b"]) == [
+    assert ch07_mlp.swept_pairs(["a", "b"]) == [
         ("a", "baseline"),
         ("a", "pathcond"),
         ("b", "baseline"),
         ("b", "pathcond"),
     ]
     grid = RunGrid(BASE, None, RECIPE, CONFIGS)
-    jobs = experiments.default_jobs(
+    jobs = ch07_mlp.default_jobs(
         grid, [0, 1], {"config": "low", "widths": [[4]]}, "const", ["gelu", "silu"], [2]
     )
     assert len(jobs) == 8 + 4 + 4
@@ -294,7 +295,7 @@ def test_setup_helpers():
 def test_activation_warnings_ignored_only_silences_gelu_silu():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with experiments.activation_warnings_ignored():
+        with ch07_mlp.activation_warnings_ignored():
             warnings.warn("GELU/SiLU are not positively homogeneous", stacklevel=2)
             warnings.warn("something else", stacklevel=2)
         warnings.warn("GELU/SiLU again", stacklevel=2)

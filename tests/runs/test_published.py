@@ -6,7 +6,7 @@ import pandas as pd
 
 from wslib.fusion.published import measured_accuracies, table1_beside
 from wslib.llpf.ch04_baselines import paper_numbers_beside as llpf_beside
-from wslib.pathcond.reports import paper_numbers_beside as pathcond_beside
+from wslib.pathcond.ch08_conv import paper_numbers_beside as pathcond_beside
 from wslib.runs.published import FUSION, Published, beside_paper, run_setting
 
 ROW = Published("T", {"data": "d", "model": "m", "width": "1.0"}, "q", "1.0", "k")

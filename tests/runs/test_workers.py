@@ -71,7 +71,7 @@ def test_jobs_carry_a_data_key_and_each_worker_loads_the_data_set_once() -> None
     import pickle
 
     from wslib.core.data import DataKey, load_dataset
-    from wslib.pathcond.experiments import RunGrid
+    from wslib.pathcond.grid import RunGrid
 
     ds = load_dataset("digits")
     key = DataKey.of({"name": "digits"}, ds)

@@ -1,4 +1,4 @@
-"""Plain-language names of models and data sets, for the text of the book.
+"""Plain-language names of models, data sets and recipes, for the text of the book.
 
 The chapters quote what a run used ("an MLP 256-256 on MNIST-1D") from its
 parameters, so that the prose stays true in every profile.
@@ -6,7 +6,8 @@ parameters, so that the prose stays true in every profile.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from wslib.core.data import Dataset
@@ -31,8 +32,15 @@ DATA_LABELS = {
 }
 
 
-def describe_model(config: Mapping[str, Any]) -> str:
-    """``"MLP 256-256"``, ``"1-D CNN 32-64-64"``, ``"ResNet-18"``: kind and widths of a model config."""
+def describe_model(config: Mapping[str, Any], detailed: bool = False) -> str:
+    """``"MLP 256-256"``, ``"1-D CNN 32-64-64"``, ``"ResNet-18"``: kind and widths of a model config.
+
+    ``detailed``: the layer sizes and the options that change the network,
+    ``"MLP 40-256-256-10, GELU"``, ``"1-D CNN, channels 32-64, BatchNorm"``
+    (a kind with no details in words is named by its key).
+    """
+    if detailed:
+        return _DETAILS.get(config["name"], lambda c: c["name"])(config)
     label = MODEL_LABELS.get(config["name"], config["name"])
     widths = config.get("widths", config.get("channels"))
     return label if widths is None else f"{label} {'-'.join(map(str, widths))}"
@@ -72,9 +80,22 @@ def describe_models(models: Mapping[str, Mapping[str, Any]]) -> str:
     )
 
 
-def describe_data(ds: Dataset) -> str:
-    """``"MNIST-1D"`` for the data set ``ds``."""
-    return DATA_LABELS.get(ds.name, ds.name)
+def data_label(name: str) -> str:
+    """The name of a data set of :data:`wslib.core.data.DATASETS` as written in text."""
+    return DATA_LABELS.get(name, name)
+
+
+def describe_data(ds: Dataset, detailed: bool = False) -> str:
+    """``"MNIST-1D"`` for the data set ``ds``; ``detailed``: with its size,
+    ``"MNIST-1D (4000 training examples of shape 1×40, 10 classes)"``."""
+    name = data_label(ds.name)
+    if not detailed:
+        return name
+    shape = "×".join(map(str, ds.in_shape))
+    return (
+        f"{name} ({len(ds.x_train)} training examples of shape {shape}, "
+        f"{ds.n_classes} classes)"
+    )
 
 
 def input_size(ds: Dataset) -> int:
@@ -83,3 +104,62 @@ def input_size(ds: Dataset) -> int:
     for n in ds.in_shape:
         size *= n
     return size
+
+
+def percent(fraction: float) -> str:
+    """A fraction as a whole percentage: ``0.99`` -> ``"99%"``."""
+    return f"{fraction:.0%}"
+
+
+def describe_sgd(recipe: Mapping[str, Any]) -> str:
+    """A plain-SGD recipe in words: momentum, weight decay, schedule, batch size."""
+    return (
+        f"momentum {recipe.get('momentum', 0.0):g}, "
+        f"weight decay {recipe.get('weight_decay', 0.0):g}, "
+        f"{recipe.get('schedule', 'constant')} learning rate, "
+        f"batch {recipe['batch_size']}"
+    )
+
+
+def mlp_sizes(config: Mapping[str, Any]) -> str:
+    """The layer sizes of an MLP config, input to output: ``"40-256-256-10"``."""
+    sizes = [math.prod(config["in_shape"]), *config["widths"], config["n_classes"]]
+    return "-".join(map(str, sizes))
+
+
+def _mlp_details(config: Mapping[str, Any]) -> str:
+    act = config.get("activation", "relu")
+    return f"MLP {mlp_sizes(config)}" + ("" if act == "relu" else f", {act.upper()}")
+
+
+def _cnn_details(config: Mapping[str, Any]) -> str:
+    name = config["name"]
+    parts = [f"{name[-2]}-D CNN, channels {'-'.join(map(str, config['channels']))}"]
+    parts += ["average pooling"] if config.get("pool") == "avg" else []
+    parts += ["BatchNorm"] if config.get("bn") else []
+    parts += ["fully convolutional"] if config.get("fully_conv") else []
+    return ", ".join(parts)
+
+
+def _resnet1d_details(config: Mapping[str, Any]) -> str:
+    blocks = config["blocks_per_stage"]
+    return (
+        f"1-D ResNet with BatchNorm, widths {'-'.join(map(str, config['widths']))}, "
+        f"{blocks} block{'s' if blocks > 1 else ''} per stage"
+    )
+
+
+def _width(config: Mapping[str, Any]) -> str:
+    width = config.get("width", 1.0)
+    return "" if width == 1.0 else f", width {width:g}"
+
+
+_DETAILS: dict[str, Callable[[Mapping[str, Any]], str]] = {
+    "mlp": _mlp_details,
+    "cnn1d": _cnn_details,
+    "cnn2d": _cnn_details,
+    "resnet1d": _resnet1d_details,
+    "resnet18": lambda c: "ResNet-18 with BatchNorm" + _width(c),
+    "vgg11": lambda c: "VGG-11" + (" with BatchNorm" if c.get("bn") else ""),
+    "cifar_nv": lambda c: "CIFAR-NV-like net (9 convolutions, max pooling)" + _width(c),
+}

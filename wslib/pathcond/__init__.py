@@ -6,15 +6,20 @@
   (the brute-force reference);
 - :mod:`~wslib.pathcond.enorm`: ENorm, the baseline rescaling;
 - :mod:`~wslib.pathcond.training`: one initialisation method, one training run (cached);
-- :mod:`~wslib.pathcond.experiments`: the protocols the chapters run (the
-  lifting demos, the grid of MLP runs, the learning-rate tuning, the costs);
-- :mod:`~wslib.pathcond.reports`: their results as text, tables and metrics;
+- :mod:`~wslib.pathcond.grid`: cached training runs of named MLP configurations;
+- :mod:`~wslib.pathcond.protocols`: what the chapters share (the run cache's
+  folder, the cost of rescaling against an epoch);
+- one module per chapter, holding its protocol and its results as text,
+  tables and metrics: :mod:`~wslib.pathcond.ch06_pathlifting` (the lifting
+  demos), :mod:`~wslib.pathcond.ch07_mlp` (the grid of MLP runs, the
+  learning-rate tuning, the costs), :mod:`~wslib.pathcond.ch08_conv` (the
+  architectures);
 - :mod:`~wslib.pathcond.figures`: the chapters' figures;
 - :mod:`~wslib.pathcond.units`: chapters 7 and 8 as independent units of
   cached runs (see :mod:`wslib.runs.units`).
 """
 
-from wslib.pathcond.experiments import rescale_cost
+from wslib.pathcond.protocols import rescale_cost
 from wslib.pathcond.rescaling import (
     am_over_gm,
     check_architecture,

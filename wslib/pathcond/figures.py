@@ -17,11 +17,11 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from wslib.pathcond.experiments import Pair, RunGrid
+from wslib.pathcond.grid import Pair, RunGrid
+from wslib.pathcond.protocols import Run
 from wslib.plotting import band, label_axes, method_colour
 from wslib.runs.stats import RateSearch
 
-Run = dict[str, Any]
 PAGE_WIDTH = 8.0  # inches
 THRESHOLD_STYLE = {"color": "gray", "lw": 0.8, "ls": ":"}
 
@@ -49,7 +49,7 @@ def _flat(g: dict[str, torch.Tensor]) -> np.ndarray:
 def draw_spectra(spectra: dict[str, Any]) -> Figure:
     """Non-zero spectrum of P and histogram of diag(G), before and after PathCond.
 
-    ``spectra`` is a :func:`wslib.pathcond.experiments.lifting_spectra` result.
+    ``spectra`` is a :func:`wslib.pathcond.ch06_pathlifting.lifting_spectra` result.
     """
     fig, (left, right) = panels(2, height=3.6)
     before, after = method_colour("baseline"), method_colour("pathcond")
@@ -202,7 +202,7 @@ def draw_size_sweep(
 ) -> Figure:
     """Epochs to the threshold against the number of parameters (log-log), per method.
 
-    ``points`` is a :func:`wslib.pathcond.reports.size_points` result; open
+    ``points`` is a :func:`wslib.pathcond.ch07_mlp.size_points` result; open
     markers where some run did not reach the threshold (a lower bound).
     """
     fig, ax = plt.subplots(figsize=(5.5, 4))

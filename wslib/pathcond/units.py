@@ -2,8 +2,8 @@
 
 See :mod:`wslib.runs.units`. Every unit calls the library functions the
 chapter's notebook calls, with the arguments it builds from its parameters
-(through the shared setup: :func:`~wslib.pathcond.experiments.mlp_seeds`,
-:func:`~wslib.pathcond.experiments.mlp_grid`,
+(through the shared setup: :func:`~wslib.pathcond.ch07_mlp.mlp_seeds`,
+:func:`~wslib.pathcond.ch07_mlp.mlp_grid`,
 :func:`~wslib.core.seeds.derive_seeds`), so each fills the run
 cache entries the notebook then reads.
 
@@ -28,20 +28,18 @@ from collections.abc import Callable, Sequence
 
 from wslib.core.data import Dataset, load_dataset
 from wslib.core.seeds import derive_seeds
-from wslib.pathcond.experiments import (
-    RUNS_DIR,
-    Job,
-    Pair,
-    RunGrid,
+from wslib.pathcond.ch07_mlp import (
     activation_warnings_ignored,
     default_jobs,
     evaluate_rates,
     mlp_grid,
     mlp_seeds,
     swept_pairs,
-    train_archs,
     tune_rates,
 )
+from wslib.pathcond.ch08_conv import train_archs
+from wslib.pathcond.grid import Job, Pair, RunGrid
+from wslib.pathcond.protocols import RUNS_DIR
 from wslib.runs.stats import RateSearch
 from wslib.runs.units import Params, Unit
 

@@ -1,127 +1,296 @@
-"""Result assembly for the PathCond chapters: descriptions, tables, metrics, verdicts.
+"""Chapter 7 (``07_pathcond_mlp``): PathCond on MLPs, its protocol and its words.
 
-Everything here turns runs (dicts of per-epoch ``loss`` and ``acc``, and
-``test_loss`` / ``test_acc``) or parameters into what a chapter shows: the
-text that names a data set, a model or a recipe (so the prose is true in every
-profile), table rows, the metrics of the results file and the sentences that
-state a comparison.
+The protocol: the chapter's seeds (:func:`mlp_seeds`), its grid of cached MLP
+runs (:func:`mlp_grid`; the runs at the default recipe: :func:`default_jobs`),
+the learning-rate tuning on a tuning seed (:func:`tune_rates`) and the
+evaluation at the chosen rates (:func:`evaluate_rates`), where PathCond moves
+scale between layers (:func:`layer_scale_rows`), the converged solver against
+the paper's 10-sweep setting (:func:`solver_comparison`) and the cost of
+rescaling per configuration (:func:`cost_rows`).
+
+The results: summaries over seeds, table rows, the results-file metrics
+(:func:`mlp_metrics`) and the sentences that state a comparison.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-from typing import Any
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NamedTuple
 
 import numpy as np
-import pandas as pd
+import torch
 
-from wslib.core.data import Dataset
-from wslib.core.describe import DATA_LABELS
+from wslib.core.data import DataKey, Dataset, load_dataset
+from wslib.core.describe import mlp_sizes, percent
 from wslib.core.models import build_model
-from wslib.pathcond.experiments import Pair, RunGrid, has_output_bias, mlp_config
-from wslib.pathcond.rescaling import PAPER_SWEEPS
-from wslib.runs.published import PATHCOND, beside_paper, run_setting
+from wslib.core.seeds import derive_seed, derive_seeds
+from wslib.pathcond.grid import Job, Pair, RunGrid, has_output_bias, mlp_config
+from wslib.pathcond.protocols import RUNS_DIR, Run, rescale_cost
+from wslib.pathcond.rescaling import (
+    PAPER_SWEEPS,
+    am_over_gm,
+    diag_g,
+    optimize_rescaling,
+    rescalable_structure,
+)
+from wslib.pathcond.training import prepare_model
 from wslib.runs.stats import (
     RateSearch,
     format_epochs,
-    format_mean_std,
     format_speedup,
     mean_std,
+    search_rates,
     speedup,
     summarise_epochs,
 )
 from wslib.runs.verdicts import Verdict, compare
 
-Run = dict[str, Any]
+SWEPT_METHODS = ("baseline", "pathcond")  #: the methods of chapter 7's rate search
 PAIR_METHODS = ("baseline", "pathcond")  # the two methods every comparison holds
 
+# --- the protocol -----------------------------------------------------------------
+
+
+class MlpSeeds(NamedTuple):
+    """Chapter 7's seeds: ``evaluation``, ``tuning`` (the rate search) and ``activation``."""
+
+    evaluation: list[int]
+    tuning: int
+    activation: list[int]
+
+
+def mlp_seeds(seed: int, n_seeds: int, n_activation_seeds: int) -> MlpSeeds:
+    """Chapter 7's seeds from its ``seed``: the evaluation runs (role ``"run"``),
+    the rate search (role ``"tune"``, never evaluated) and the GELU/SiLU runs
+    (the first ``n_activation_seeds`` evaluation seeds)."""
+    return MlpSeeds(
+        derive_seeds(seed, "run", n_seeds),
+        derive_seed(seed, "tune"),
+        derive_seeds(seed, "run", n_activation_seeds),
+    )
+
+
+def mlp_grid(
+    data: dict[str, Any],
+    mlp: dict[str, Any],
+    recipe: dict[str, Any],
+    configs: dict[str, dict[str, Any]],
+    workers: int | None = None,
+    load: bool = True,
+    stack: bool | None = None,
+) -> RunGrid:
+    """Chapter 7's :class:`~wslib.pathcond.grid.RunGrid` on the data set ``data``.
+
+    Its runs are cached in :data:`~wslib.pathcond.protocols.RUNS_DIR`.
+    ``data`` holds the arguments of :func:`~wslib.core.data.load_dataset`; with ``load=False``
+    nothing is loaded and the grid only lists jobs (training raises).
+    ``stack``: see :func:`~wslib.pathcond.training.train_runs`.
+    """
+    key = DataKey.of(data, load_dataset(**data)) if load else None
+    return RunGrid(mlp, key, recipe, configs, RUNS_DIR, workers, stack)
+
+
+def default_jobs(
+    grid: RunGrid,
+    seeds: Sequence[int],
+    size_sweep: dict[str, Any],
+    activation_config: str,
+    activations: Sequence[str],
+    activation_seeds: Sequence[int],
+) -> list[Job]:
+    """Chapter 7's runs at the default recipe: every configuration and method on
+    ``seeds``, the hidden sizes of ``size_sweep`` (``config``, ``widths``), and
+    ``activation_config`` with each of ``activations`` on ``activation_seeds``."""
+    return [
+        *grid.config_jobs(seeds),
+        *grid.size_jobs(size_sweep["config"], size_sweep["widths"], seeds),
+        *grid.activation_jobs(activation_config, activations, activation_seeds),
+    ]
+
+
+@contextmanager
+def activation_warnings_ignored() -> Iterator[None]:
+    """Silence PathCond's warning that GELU/SiLU make its invariance approximate.
+
+    The chapter trains GELU/SiLU networks knowing this; any other warning shows.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="GELU/SiLU")
+        yield
+
+
+def swept_pairs(configs: Sequence[str]) -> list[Pair]:
+    """The (configuration, method) pairs of chapter 7's rate search: :data:`SWEPT_METHODS`."""
+    return [(name, method) for name in configs for method in SWEPT_METHODS]
+
+
+def tune_rates(
+    grid: RunGrid,
+    pairs: Sequence[Pair],
+    lr_grid: Sequence[float],
+    factors: Sequence[float],
+    seed: int,
+    epochs: int,
+    threshold: float = 0.99,
+) -> RateSearch[Pair]:
+    """Each (configuration, method)'s best learning rate on the tuning ``seed``.
+
+    The protocol of :func:`wslib.runs.stats.search_rates`: every pair trains
+    for up to ``epochs`` at every rate of ``lr_grid``, then at its best rate
+    times each of ``factors``; the best rate reaches ``threshold`` in the
+    fewest epochs (ties: the higher accuracy at that epoch). A run stops at
+    the epoch it reaches ``threshold``: nothing later enters the choice.
+    """
+
+    def train(items: list[tuple[Pair, float]]) -> list[Run]:
+        jobs = [
+            grid.job(c, m, seed, lr=lr, epochs=epochs, stop_at=threshold)
+            for (c, m), lr in items
+        ]
+        return grid.train(jobs, "lr sweep")
+
+    return search_rates(train, pairs, lr_grid, factors, threshold)
+
+
+def evaluate_rates(
+    grid: RunGrid, rates: dict[Pair, float], seeds: Sequence[int], epochs: int
+) -> dict[Pair, list[Run]]:
+    """Each pair trained at its rate in ``rates`` for ``epochs`` on the ``seeds``."""
+    jobs = [
+        grid.job(c, m, s, lr=lr, epochs=epochs)
+        for (c, m), lr in rates.items()
+        for s in seeds
+    ]
+    runs = iter(grid.train(jobs, "long runs"))
+    return {pair: [next(runs) for _ in seeds] for pair in rates}
+
+
+def g_share(g: dict[str, torch.Tensor], prefix: str) -> float:
+    """The share of ``sum(g)`` held by the parameters whose names start with ``prefix``."""
+    total = sum(float(v.double().sum()) for v in g.values())
+    part = sum(float(v.double().sum()) for k, v in g.items() if k.startswith(prefix))
+    return part / total
+
+
+def head_bias(widths: Sequence[int]) -> str:
+    """The name of the output layer's bias in an MLP of hidden ``widths``."""
+    return f"linears.{len(widths)}.bias"
+
+
+def first_layer_fan(base: dict[str, Any], widths: Sequence[int]) -> tuple[int, int]:
+    """Parameters into (weights and bias) and out of one first-layer neuron of an MLP."""
+    first, second = build_model(mlp_config(base, widths)).linears[:2]
+    return first.in_features + 1, second.out_features
+
+
+def layer_scale_rows(
+    base: dict[str, Any], configs: dict[str, dict[str, Any]], seed: int
+) -> tuple[list[dict[str, Any]], dict[str, tuple[dict, dict]]]:
+    """Per configuration and layer: where ``g`` and the weights sit before and after PathCond.
+
+    Each row gives the layer's share of the parameters and of ``sum(g)``
+    (weights and bias), the log10 geometric mean of ``g`` over its weights and
+    their mean absolute value; a configuration's last row also gives the
+    AM/GM of ``g``. Also returns ``(g before, g after)`` per configuration.
+    """
+    rows, g_pairs = [], {}
+    for name, cfg in configs.items():
+        config = mlp_config(base, cfg["widths"], output_bias=has_output_bias(base, cfg))
+        models = [
+            prepare_model(config, m, cfg["init_scale"], seed)[0]
+            for m in ("baseline", "pathcond")
+        ]
+        g_before, g_after = (diag_g(m, base["in_shape"]) for m in models)
+        g_pairs[name] = g_before, g_after
+        n_params = sum(p.numel() for p in models[0].parameters())
+        for i, (lb, lp) in enumerate(zip(models[0].linears, models[1].linears)):
+            key = f"linears.{i}.weight"
+            rows.append(
+                {
+                    "config": name,
+                    "layer": i,
+                    "share of params": lb.weight.numel() / n_params,
+                    "share of Σg before": g_share(g_before, f"linears.{i}."),
+                    "share of Σg after": g_share(g_after, f"linears.{i}."),
+                    "log10 GM g before": float(g_before[key].double().log10().mean()),
+                    "log10 GM g after": float(g_after[key].double().log10().mean()),
+                    "mean |W| before": float(lb.weight.detach().abs().mean()),
+                    "mean |W| after": float(lp.weight.detach().abs().mean()),
+                }
+            )
+        rows[-1]["AM/GM of g before -> after"] = (
+            f"{am_over_gm(g_before):.3g} -> {am_over_gm(g_after):.3g}"
+        )
+    return rows, g_pairs
+
+
+def solver_comparison(
+    base: dict[str, Any], name: str, cfg: dict[str, Any], seed: int, repeats: int
+) -> dict[str, Any]:
+    """The book's converged solver against the paper's 10-sweep setting, same weights.
+
+    On ``cfg``'s MLP (default initialisation times its ``init_scale``, ``seed``),
+    one ``g``: the block solver run to convergence, the block solver stopped
+    after :data:`~wslib.pathcond.rescaling.PAPER_SWEEPS` sweeps (the paper's setting) and
+    :data:`~wslib.pathcond.rescaling.PAPER_SWEEPS` sweeps of per-neuron coordinate descent (the
+    authors' scheme, this library's implementation). Each is timed
+    ``repeats`` times on one thread (medians). Also the median relative
+    difference between the 10-sweep and the converged neuron scales.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be at least 1, got {repeats}")
+    config = mlp_config(base, cfg["widths"], output_bias=has_output_bias(base, cfg))
+    model, *_ = prepare_model(config, "baseline", cfg["init_scale"], seed)
+    g = diag_g(model, base["in_shape"])
+    structure = rescalable_structure(model)
+    settings = {
+        "converged": ("block", 1000, 1e-12),
+        f"block, {PAPER_SWEEPS} sweeps": ("block", PAPER_SWEEPS, 0.0),
+        f"per neuron, {PAPER_SWEEPS} sweeps": ("neuron", PAPER_SWEEPS, 0.0),
+    }
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        results = {
+            k: [optimize_rescaling(g, structure, *v) for _ in range(repeats)]
+            for k, v in settings.items()
+        }
+    finally:
+        torch.set_num_threads(threads)
+    row: dict[str, Any] = {"config": name}
+    for key, res in results.items():
+        row[f"F ({key})"] = res[0].objective[-1]
+        row[f"s ({key})"] = float(np.median([r.seconds for r in res]))
+    row["sweeps (converged)"] = results["converged"][0].sweeps
+    full = results["converged"][0].z
+    paper = results[f"block, {PAPER_SWEEPS} sweeps"][0].z
+    diff = np.concatenate([np.abs(np.expm1((paper[k] - full[k]) / 2)) for k in full])
+    row["median scale diff. (10 sweeps vs converged)"] = float(np.median(diff))
+    return row
+
+
+def cost_rows(
+    base: dict[str, Any],
+    configs: dict[str, dict[str, Any]],
+    ds: Dataset,
+    batch_size: int,
+    seed: int,
+    repeats: int,
+) -> list[dict[str, Any]]:
+    """:func:`~wslib.pathcond.protocols.rescale_cost` of each named MLP configuration (default init) on ``ds``."""
+    rows = []
+    for name, cfg in configs.items():
+        out = has_output_bias(base, cfg)
+        config = mlp_config(base, cfg["widths"], output_bias=out)
+        rows.append(
+            {"config": name, **rescale_cost(config, ds, batch_size, seed, repeats)}
+        )
+    return rows
+
+
 # --- descriptions -----------------------------------------------------------------
-
-
-def percent(threshold: float) -> str:
-    """A threshold as a percentage: ``0.99`` -> ``"99%"``."""
-    return f"{threshold:.0%}"
-
-
-def dataset_name(name: str) -> str:
-    """The name of a data set of :data:`wslib.core.data.DATASETS` as written in text."""
-    return DATA_LABELS.get(name, name)
-
-
-def data_text(ds: Dataset) -> str:
-    """``"MNIST-1D (4000 training examples of shape 1×40, 10 classes)"``."""
-    name = dataset_name(ds.name)
-    shape = "×".join(map(str, ds.in_shape))
-    return (
-        f"{name} ({len(ds.x_train)} training examples of shape {shape}, "
-        f"{ds.n_classes} classes)"
-    )
-
-
-def mlp_text(config: dict[str, Any]) -> str:
-    """The layer sizes of an MLP config, input to output: ``"40-256-256-10"``."""
-    sizes = [math.prod(config["in_shape"]), *config["widths"], config["n_classes"]]
-    return "-".join(map(str, sizes))
-
-
-def model_text(config: dict[str, Any]) -> str:
-    """A short description of a model config (:func:`wslib.core.models.build_model`)."""
-    name = config["name"]
-    if name == "mlp":
-        act = config.get("activation", "relu")
-        return f"MLP {mlp_text(config)}" + ("" if act == "relu" else f", {act.upper()}")
-    if name in ("cnn1d", "cnn2d"):
-        parts = [f"{name[-2]}-D CNN, channels {'-'.join(map(str, config['channels']))}"]
-        parts += ["average pooling"] if config.get("pool") == "avg" else []
-        parts += ["BatchNorm"] if config.get("bn") else []
-        parts += ["fully convolutional"] if config.get("fully_conv") else []
-        return ", ".join(parts)
-    if name == "resnet1d":
-        blocks = config["blocks_per_stage"]
-        return (
-            f"1-D ResNet with BatchNorm, widths {'-'.join(map(str, config['widths']))}, "
-            f"{blocks} block{'s' if blocks > 1 else ''} per stage"
-        )
-    if name == "resnet18":
-        width = config.get("width", 1.0)
-        return "ResNet-18 with BatchNorm" + (
-            "" if width == 1.0 else f", width {width:g}"
-        )
-    if name == "vgg11":
-        return "VGG-11" + (" with BatchNorm" if config.get("bn") else "")
-    if name == "cifar_nv":
-        width = config.get("width", 1.0)
-        return "CIFAR-NV-like net (9 convolutions, max pooling)" + (
-            "" if width == 1.0 else f", width {width:g}"
-        )
-    return name
-
-
-def pooling_text(config: dict[str, Any]) -> str:
-    """What the pooling of a fully convolutional ``config`` means for ``diag(G)``, in words."""
-    pool = "max" if config["name"] == "cifar_nv" else config.get("pool", "max")
-    if pool != "max":
-        layers = "ReLU and average pooling" if pool == "avg" else "ReLU (no pooling)"
-        return (
-            f"convolutions, {layers}, then a convolutional head and a "
-            "global mean: diag(G) is exact"
-        )
-    return (
-        "convolutions, ReLU and max pooling, then a convolutional head and a global "
-        "mean: diag(G) keeps the largest squared path mass at each "
-        "max pool (chapter 6), an approximation"
-    )
-
-
-def sgd_text(recipe: dict[str, Any]) -> str:
-    """A plain-SGD recipe in words: momentum, weight decay, schedule, batch size."""
-    return (
-        f"momentum {recipe.get('momentum', 0.0):g}, "
-        f"weight decay {recipe.get('weight_decay', 0.0):g}, "
-        f"{recipe.get('schedule', 'constant')} learning rate, "
-        f"batch {recipe['batch_size']}"
-    )
 
 
 def config_text(base: dict[str, Any], name: str, cfg: dict[str, Any]) -> str:
@@ -132,7 +301,7 @@ def config_text(base: dict[str, Any], name: str, cfg: dict[str, Any]) -> str:
         else f"every parameter multiplied by $a={cfg['init_scale']:g}$"
     )
     head = "" if has_output_bias(base, cfg) else ", no output bias"
-    return f"`{name}`: {mlp_text({**base, 'widths': cfg['widths']})}{head}, {init}"
+    return f"`{name}`: {mlp_sizes({**base, 'widths': cfg['widths']})}{head}, {init}"
 
 
 def config_list(base: dict[str, Any], configs: dict[str, dict[str, Any]]) -> str:
@@ -172,7 +341,7 @@ def rate_range_text(rates: Sequence[float]) -> str:
     return f"from {max(rates):g} down to {min(rates):g}"
 
 
-# --- chapter 7: evaluation summaries ----------------------------------------------
+# --- results ----------------------------------------------------------------------
 
 
 def summarise_runs(runs: Sequence[Run], threshold: float = 0.99) -> dict[str, Any]:
@@ -332,6 +501,15 @@ def speedup_verdict(s: dict[str, Any] | None) -> str:
     return "undecided"
 
 
+TUNED_WORDS = {  # a tuned verdict (:func:`tuned_verdict_text`) in words
+    "faster": "sooner on average than the baseline on",
+    "slower": "later on average than the baseline on",
+    "spread": "as soon as the baseline within the spread between seeds on",
+    "tied": "after as many epochs (mean) as the baseline on",
+    "undecided": "in an order the run length leaves open on",
+}
+
+
 def tuned_verdict_text(
     long_summary: dict[Pair, dict[str, Any]], names: Sequence[str]
 ) -> str:
@@ -347,43 +525,38 @@ def tuned_verdict_text(
     """
     if not names:
         raise ValueError("tuned_verdict_text needs at least one configuration name")
-    groups: dict[str, list[str]] = {
-        "faster": [],
-        "slower": [],
-        "spread": [],
-        "tied": [],
-        "undecided": [],
-    }
+    groups: dict[str, list[str]] = {verdict: [] for verdict in TUNED_WORDS}
     for name in names:
         groups[_tuned_verdict(long_summary, name)].append(name)
+    parts = [
+        f"{TUNED_WORDS[k]} " + ", ".join(_epochs_detail(long_summary, n) for n in v)
+        for k, v in groups.items()
+        if v
+    ]
+    parts[0] = "PathCond reaches the threshold " + parts[0]
+    return "; ".join(parts) + "; " + _test_acc_text(long_summary, names)
+
+
+def _test_acc_text(
+    long_summary: dict[Pair, dict[str, Any]], names: Sequence[str]
+) -> str:
+    """Where PathCond's mean test accuracy is higher than the baseline's, in words."""
     higher = [
         n
         for n in names
         if long_summary[(n, "pathcond")]["test_acc"]
         > long_summary[(n, "baseline")]["test_acc"]
     ]
-    words = {
-        "faster": "sooner on average than the baseline on",
-        "slower": "later on average than the baseline on",
-        "spread": "as soon as the baseline within the spread between seeds on",
-        "tied": "after as many epochs (mean) as the baseline on",
-        "undecided": "in an order the run length leaves open on",
-    }
-    parts = [
-        f"{words[k]} " + ", ".join(_epochs_detail(long_summary, n) for n in v)
-        for k, v in groups.items()
-        if v
-    ]
-    parts[0] = "PathCond reaches the threshold " + parts[0]
-    test = (
-        f"its mean test accuracy is higher on {_names(higher)} and not higher on "
-        f"{_names([n for n in names if n not in higher])}"
-        if 0 < len(higher) < len(names)
-        else "its mean test accuracy is "
+    if 0 < len(higher) < len(names):
+        return (
+            f"its mean test accuracy is higher on {_names(higher)} and not higher on "
+            f"{_names([n for n in names if n not in higher])}"
+        )
+    return (
+        "its mean test accuracy is "
         + ("higher" if higher else "not higher")
         + " on every one"
     )
-    return "; ".join(parts) + "; " + test
 
 
 def _epochs_detail(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
@@ -660,7 +833,7 @@ def activation_rows(
 
 def add_cost_metrics(
     metrics: dict[str, Any],
-    cost_rows: Sequence[dict[str, Any]],
+    costs: Sequence[dict[str, Any]],
     solver_rows: Sequence[dict[str, Any]],
 ) -> None:
     """Put the cost and solver rows of chapter 7 into ``metrics`` (in place).
@@ -670,7 +843,7 @@ def add_cost_metrics(
     ``seconds (...)`` so that wall-clock entries read as such); over all cost
     rows: the mean rescale and epoch seconds.
     """
-    for row in cost_rows:
+    for row in costs:
         metrics[row["config"]].update(
             {
                 "rescale_seconds": row["rescale_seconds"],
@@ -684,14 +857,12 @@ def add_cost_metrics(
             for k, v in row.items()
             if k != "config"
         }
-    metrics["rescale_seconds"] = float(
-        np.mean([r["rescale_seconds"] for r in cost_rows])
-    )
-    metrics["epoch_seconds"] = float(np.mean([r["epoch_seconds"] for r in cost_rows]))
+    metrics["rescale_seconds"] = float(np.mean([r["rescale_seconds"] for r in costs]))
+    metrics["epoch_seconds"] = float(np.mean([r["epoch_seconds"] for r in costs]))
 
 
 def solver_text(rows: Sequence[dict[str, Any]], sweeps: int = PAPER_SWEEPS) -> str:
-    """The solver comparison of :func:`~wslib.pathcond.experiments.solver_comparison` in words."""
+    """The solver comparison of :func:`solver_comparison` in words."""
     parts = []
     for r in rows:
         block, neuron = f"block, {sweeps} sweeps", f"per neuron, {sweeps} sweeps"
@@ -706,152 +877,3 @@ def solver_text(rows: Sequence[dict[str, Any]], sweeps: int = PAPER_SWEEPS) -> s
             f"{r['median scale diff. (10 sweeps vs converged)']:.1%}"
         )
     return "; ".join(parts)
-
-
-# --- chapter 8 --------------------------------------------------------------------
-
-
-def arch_metrics(
-    runs: dict[tuple[str, str, int], Run],
-    archs: dict[str, dict[str, Any]],
-    methods: Sequence[str],
-    seeds: Sequence[int],
-    threshold: float = 0.99,
-) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """The results-file entry of every architecture of chapter 8, and table rows.
-
-    Per method: final training loss (mean, std over ``seeds``), test loss and,
-    for classifiers, test accuracy and epochs to ``threshold`` (None and no
-    entry for the autoencoder); per architecture PathCond's final training
-    loss over the baseline's.
-    """
-    metrics, rows = {}, []
-    pct = percent(threshold)
-    for arch, spec in archs.items():
-        entry: dict[str, Any] = {
-            "final_train_loss": {},
-            "test_acc": {},
-            "test_loss": {},
-            "epochs_to_99": {},
-        }
-        for method in methods:
-            sel = [runs[(arch, method, s)] for s in seeds]
-            final = [r["loss"][-1] for r in sel]
-            mean, std = mean_std(final)
-            entry["final_train_loss"][method] = {"mean": mean, "std": std}
-            entry["test_loss"][method] = float(np.mean([r["test_loss"] for r in sel]))
-            row = {
-                "architecture": arch,
-                "method": method,
-                "final train loss": format_mean_std(final, ".4g", ".2g"),
-                "test loss": entry["test_loss"][method],
-            }
-            entry["test_acc"][method] = None
-            if spec["task"] == "classify":
-                summ = summarise_epochs([r["acc"] for r in sel], threshold)
-                entry["epochs_to_99"][method] = summ
-                entry["test_acc"][method] = float(np.mean([r["test_acc"] for r in sel]))
-                row[f"epochs to {pct}"] = format_epochs(summ)
-                row["test acc."] = entry["test_acc"][method]
-            rows.append(row)
-        losses = entry["final_train_loss"]
-        entry["final_loss_ratio_pathcond_over_baseline"] = (
-            losses["pathcond"]["mean"] / losses["baseline"]["mean"]
-        )
-        metrics[arch] = entry
-    return metrics, rows
-
-
-def paper_numbers_beside(
-    metrics: dict[str, dict[str, Any]],
-    archs: dict[str, dict[str, Any]],
-    data: dict[str, Any],
-) -> pd.DataFrame:
-    """The paper's CIFAR-NV test accuracies (:data:`~wslib.runs.published.PATHCOND`)
-    beside this run's (mean over seeds, %), where the setting is the paper's.
-
-    ``metrics``: :func:`arch_metrics`'s first value; ``data``: the chapter's
-    data set (an architecture with its own ``data`` is measured only there).
-    """
-    measured, runs = {}, []
-    for arch, spec in archs.items():
-        own_data = spec.get("data", data)
-        runs.append(run_setting(own_data["name"], spec["model"]))
-        if spec["model"]["name"] == "cifar_nv" and own_data == data:
-            for method, acc in metrics[arch]["test_acc"].items():
-                if acc is not None:
-                    measured[f"{method}/test_acc"] = f"{100 * acc:.1f}"
-    return beside_paper(PATHCOND, runs, measured)
-
-
-def setup_rows(
-    archs: dict[str, dict[str, Any]], ds: Dataset, methods: Sequence[str]
-) -> list[dict[str, Any]]:
-    """Table rows of chapter 8's set-up: per architecture its model, data, task and recipe."""
-    return [
-        {
-            "architecture": arch,
-            "model": model_text(spec["model"]),
-            "data": dataset_name(spec.get("data", {}).get("name", ds.name)),
-            "task": spec["task"],
-            "epochs": spec["recipe"]["epochs"],
-            "lr": spec["recipe"]["lr"],
-            "SGD": sgd_text(spec["recipe"]),
-            "methods": ", ".join(methods),
-        }
-        for arch, spec in archs.items()
-    ]
-
-
-def cost_metrics(cost_rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """The results-file entry of the cost rows: per model its size and rescale/epoch ratio."""
-    return {
-        r["model"]: {"n_params": r["n_params"], "ratio": r["rescale_over_epoch"]}
-        for r in cost_rows
-    }
-
-
-def convergence_rows(
-    runs: dict[tuple[str, str, int], Run],
-    archs: dict[str, dict[str, Any]],
-    seeds: Sequence[int],
-    method: str = "pathcond",
-) -> list[dict[str, Any]]:
-    """Per architecture and seed: did PathCond's solver converge, and how far from it it stopped."""
-    rows = []
-    for arch in archs:
-        for s in seeds:
-            run = runs.get((arch, method, s))
-            if run is None or run.get("rescale_converged") is None:
-                continue
-            rows.append(
-                {
-                    "architecture": arch,
-                    "seed": s,
-                    "converged": run["rescale_converged"],
-                    "sweeps": run["rescale_sweeps"],
-                    "last relative drop of F": run["rescale_last_drop"],
-                }
-            )
-    return rows
-
-
-def convergence_text(rows: Sequence[dict[str, Any]], rtol: float = 1e-12) -> str:
-    """One sentence: which runs' solver stopped at its sweep limit, and how far from converged."""
-    stopped = [r for r in rows if not r["converged"]]
-    if not stopped:
-        return (
-            f"The PathCond solver converged in every run here (F fell by at most "
-            f"{rtol:g} of itself in its last sweep)."
-        )
-    parts = [
-        f"{r['architecture']} (seed {r['seed']}: {r['sweeps']} sweeps, last relative "
-        f"drop {r['last relative drop of F']:.1e})"
-        for r in stopped
-    ]
-    return (
-        f"The PathCond solver stopped at its sweep limit before converging in "
-        f"{len(stopped)} of {len(rows)} runs: {'; '.join(parts)}; the tolerance is a drop "
-        f"of {rtol:g}, so these rows train from a rescaling near, not at, "
-        "the optimum."
-    )

@@ -1,9 +1,12 @@
-"""Result assembly of the PathCond chapters: descriptions, tables, metrics, verdicts."""
+"""Chapter 7's protocol and results: the rate search, the layer scales, the solver,
+the costs; summaries, tables, metrics and verdicts over planted runs."""
 
 from __future__ import annotations
 
 import pytest
+import torch
 
+from tests.pathcond import toy
 from tests.pathcond.planted import (
     BASE,
     CONFIGS,
@@ -14,35 +17,31 @@ from tests.pathcond.planted import (
     run,
     toy_data,
 )
-from wslib.pathcond.experiments import RunGrid
-from wslib.pathcond.reports import (
+from wslib.pathcond.ch07_mlp import (
     ablation_rows,
     ablation_text,
     activation_rows,
     add_cost_metrics,
-    arch_metrics,
     best_rate_text,
     best_rates_text,
     config_list,
     config_text,
-    cost_metrics,
-    data_text,
-    dataset_name,
+    cost_rows,
     epochs_rows,
+    evaluate_rates,
+    first_layer_fan,
+    g_share,
     grid_edge_text,
+    head_bias,
+    layer_scale_rows,
     long_rows,
     long_text,
     methods_list,
     mlp_metrics,
-    mlp_text,
-    model_text,
-    percent,
-    pooling_text,
     rate_range_text,
     reached_text,
-    setup_rows,
-    sgd_text,
     size_points,
+    solver_comparison,
     solver_text,
     speedup_rows,
     speedup_verdict,
@@ -50,9 +49,117 @@ from wslib.pathcond.reports import (
     summarise_grid,
     summarise_runs,
     sweep_rows,
+    tune_rates,
     tuned_verdict_text,
 )
+from wslib.pathcond.grid import RunGrid
+from wslib.pathcond.rescaling import PAPER_SWEEPS, am_over_gm
 from wslib.runs.stats import RateSearch, summarise_epochs
+
+# --- the protocol -----------------------------------------------------------------
+
+
+def test_tune_rates_trains_on_the_tuning_seed_for_the_given_epochs(toy_grid, fake_jobs):
+    pairs = [("const", "baseline"), ("low", "pathcond")]
+    search = tune_rates(toy_grid, pairs, [1.0, 0.1], [10**0.25], seed=9, epochs=5)
+    trained = [job for call in fake_jobs for job in call]
+    assert {(j["seed"], j["recipe"].epochs) for j in trained} == {(9, 5)}
+    # the fake accuracy is [lr]: only lr >= 0.99 reaches the threshold at once
+    assert search.best[("const", "baseline")] == 1.78
+    assert search.tried[("low", "pathcond")] == [1.78, 1.0, 0.1]
+
+
+def test_evaluate_rates_trains_each_pair_at_its_rate_on_every_seed(toy_grid, fake_jobs):
+    rates = {("const", "baseline"): 0.3, ("low", "pathcond"): 0.03}
+    runs = evaluate_rates(toy_grid, rates, [0, 1], epochs=4)
+    assert list(runs) == list(rates)
+    for pair, pair_runs in runs.items():
+        assert [r["seed"] for r in pair_runs] == [0, 1]
+        assert {r["recipe"].lr for r in pair_runs} == {rates[pair]}
+        assert {r["recipe"].epochs for r in pair_runs} == {4}
+        assert {r["init_scale"] for r in pair_runs} == {
+            toy.CONFIGS[pair[0]]["init_scale"]
+        }
+
+
+def test_g_share_and_the_names_of_mlp_parts():
+    g = {"linears.0.weight": torch.ones(3), "linears.0.bias": torch.ones(1)}
+    g["linears.1.bias"] = torch.full((2,), 2.0)
+    assert g_share(g, "linears.0.") == pytest.approx(4 / 8)
+    assert g_share(g, head_bias([5])) == pytest.approx(4 / 8)
+    assert head_bias([5, 6, 7]) == "linears.3.bias"
+    assert first_layer_fan(toy.BASE, [16, 8]) == (13, 8)
+    assert first_layer_fan(toy.BASE, [16]) == (13, 3)
+
+
+def test_layer_scale_rows_describe_every_layer_before_and_after():
+    rows, g_pairs = layer_scale_rows(toy.BASE, toy.CONFIGS, seed=0)
+    assert [(r["config"], r["layer"]) for r in rows] == [
+        (c, i) for c in toy.CONFIGS for i in range(3)
+    ]
+    low = [r for r in rows if r["config"] == "low"]
+    for when in ("before", "after"):
+        assert sum(r[f"share of Σg {when}"] for r in low) == pytest.approx(1.0)
+    n_params = 12 * 8 + 8 + 8 * 8 + 8 + 8 * 3 + 3
+    assert low[0]["share of params"] == pytest.approx(12 * 8 / n_params)
+    g_before, g_after = g_pairs["low"]
+    assert low[0]["share of Σg after"] == pytest.approx(g_share(g_after, "linears.0."))
+    assert low[0]["share of Σg after"] != pytest.approx(low[0]["share of Σg before"])
+    assert low[0]["log10 GM g before"] == pytest.approx(
+        float(g_before["linears.0.weight"].double().log10().mean())
+    )
+    assert am_over_gm(g_after) < am_over_gm(g_before)
+    assert low[-1]["AM/GM of g before -> after"] == (
+        f"{am_over_gm(g_before):.3g} -> {am_over_gm(g_after):.3g}"
+    )
+    # PathCond keeps the output biases' g (no hidden neuron owns them)
+    head = head_bias(toy.CONFIGS["low"]["widths"])
+    assert torch.allclose(g_before[head], g_after[head])
+
+
+def test_solver_comparison_converged_against_ten_sweeps():
+    cfg = {"widths": [8, 24, 6], "init_scale": 0.1}
+    row = solver_comparison(toy.BASE, "low", cfg, 0, 2)
+    assert row["config"] == "low"
+    full = row["F (converged)"]
+    block, neuron = (
+        row[f"F ({k}, {PAPER_SWEEPS} sweeps)"] for k in ("block", "per neuron")
+    )
+    assert full <= block * (1 - 1e-12) and full <= neuron  # F < 0 here
+    assert block <= neuron + 1e-9 * abs(neuron)
+    assert row["sweeps (converged)"] > PAPER_SWEEPS
+    assert 0 < row["median scale diff. (10 sweeps vs converged)"] < 1
+    with pytest.raises(ValueError, match="repeats"):
+        solver_comparison(toy.BASE, "low", toy.CONFIGS["low"], 0, 0)
+
+
+def test_cost_rows_one_per_configuration():
+    rows = cost_rows(toy.BASE, toy.CONFIGS, toy.toy_data(), 8, 0, 2)
+    assert [r["config"] for r in rows] == list(toy.CONFIGS)
+    for r in rows:
+        assert r["rescale_over_epoch"] == pytest.approx(
+            r["rescale_seconds"] / r["epoch_seconds"]
+        )
+
+
+def test_the_rate_search_stops_each_run_at_the_threshold_and_nothing_else(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    grid, seen = RunGrid(toy.BASE, None, toy.RECIPE, toy.CONFIGS), []
+
+    def train(jobs, desc="runs"):
+        seen.extend(jobs)
+        return [{"acc": [0.5, 0.99]} for _ in jobs]
+
+    monkeypatch.setattr(grid, "train", train)
+    pair = (next(iter(toy.CONFIGS)), "baseline")
+    tune_rates(grid, [pair], [0.1, 0.01], [2.0], seed=5, epochs=9)
+    assert seen and {j.stop_at for j in seen} == {0.99}
+    assert {j.epochs for j in seen} == {9}
+    assert grid.job(*pair, 0).stop_at is None  # evaluation runs go the full length
+
+
+# --- the results ------------------------------------------------------------------
 
 
 @pytest.fixture
@@ -71,51 +178,6 @@ def grid() -> RunGrid:
     return g
 
 
-# --- descriptions -----------------------------------------------------------------
-
-
-def test_descriptions_of_data_models_and_recipes():
-    assert percent(0.99) == "99%"
-    assert dataset_name("cifar10") == "CIFAR-10" and dataset_name("other") == "other"
-    assert data_text(toy_data()) == (
-        "MNIST-1D (20 training examples of shape 1×40, 10 classes)"
-    )
-    assert mlp_text({**BASE, "widths": [256, 32]}) == "40-256-32-10"
-    assert model_text({**BASE, "widths": [4]}) == "MLP 40-4-10"
-    assert (
-        model_text({**BASE, "widths": [4], "activation": "gelu"}) == "MLP 40-4-10, GELU"
-    )
-    cnn = {"name": "cnn1d", "channels": [32, 64], "pool": "avg", "fully_conv": True}
-    assert (
-        model_text(cnn)
-        == "1-D CNN, channels 32-64, average pooling, fully convolutional"
-    )
-    assert model_text({"name": "cnn2d", "channels": [8], "bn": True}) == (
-        "2-D CNN, channels 8, BatchNorm"
-    )
-    resnet = {"name": "resnet1d", "widths": [16, 32], "blocks_per_stage": 1}
-    assert (
-        model_text(resnet)
-        == "1-D ResNet with BatchNorm, widths 16-32, 1 block per stage"
-    )
-    assert model_text({"name": "resnet18"}) == "ResNet-18 with BatchNorm"
-    assert model_text({"name": "resnet18", "width": 0.25}).endswith(", width 0.25")
-    assert model_text({"name": "vgg11", "bn": True}) == "VGG-11 with BatchNorm"
-    assert model_text({"name": "vit"}) == "vit"
-    recipe = {
-        "batch_size": 64,
-        "momentum": 0.9,
-        "weight_decay": 5e-4,
-        "schedule": "cosine",
-    }
-    assert sgd_text(recipe) == (
-        "momentum 0.9, weight decay 0.0005, cosine learning rate, batch 64"
-    )
-    assert sgd_text({"batch_size": 128}) == (
-        "momentum 0, weight decay 0, constant learning rate, batch 128"
-    )
-
-
 def test_config_list_names_every_configuration():
     assert config_text(BASE, "const", CONFIGS["const"]) == (
         "`const`: 40-8-8-10, default initialisation"
@@ -129,7 +191,16 @@ def test_config_list_names_every_configuration():
     assert rate_range_text([0.1, 3.0, 3e-6]) == "from 3 down to 3e-06"
 
 
-# --- chapter 7 --------------------------------------------------------------------
+def test_methods_list_in_first_use_order():
+    text = methods_list(
+        {
+            "a": {"methods": ["pathcond", "baseline"]},
+            "b": {"methods": ["baseline", "enorm"]},
+        }
+    )
+    lines = text.splitlines()
+    assert len(lines) == 3 and "(`pathcond`)" in lines[0] and lines[-1].endswith(".")
+    assert "**baseline**" in lines[1] and "(`enorm`)" in lines[2]
 
 
 def test_summarise_runs_and_grid(grid):
@@ -184,6 +255,16 @@ def test_sweep_rows_and_best_rate_texts(search):
         "baseline reaches 99% at none of its 2 rates (best final accuracy 0.800, at lr 0.1)"
     )
     assert best_rates_text(search, ["low"]).startswith("on low, baseline reaches")
+
+
+def test_grid_edge_text():
+    search = RateSearch(0.99)
+    search.best = {("low", "baseline"): 0.1, ("low", "pathcond"): 0.01}
+    assert grid_edge_text(search, [1.0, 0.1, 0.01]) == (
+        "At an end of the grid (a better rate may lie outside it): pathcond on `low` "
+        "(lr 0.01)"
+    )
+    assert grid_edge_text(search, [1.0, 0.1, 0.01, 0.001]).startswith("No best rate")
 
 
 def long_summaries() -> dict:
@@ -312,6 +393,26 @@ def test_add_cost_metrics():
     assert (metrics["rescale_seconds"], metrics["epoch_seconds"]) == (2.0, 6.0)
 
 
+def test_solver_text():
+    row = {
+        "config": "low",
+        "F (converged)": 1.0,
+        "F (block, 10 sweeps)": 1.5,
+        "F (per neuron, 10 sweeps)": 2.0,
+        "s (converged)": 0.2,
+        "s (block, 10 sweeps)": 0.05,
+        "s (per neuron, 10 sweeps)": 0.5,
+        "sweeps (converged)": 40,
+        "median scale diff. (10 sweeps vs converged)": 0.125,
+    }
+    assert solver_text([row]) == (
+        "on `low` the converged solver takes 0.2 s (40 sweeps), 10 block sweeps "
+        "0.05 s and 10 per-neuron sweeps 0.5 s; 10 block sweeps leave F 0.5 above "
+        "the converged value and neuron scales that differ from the converged ones "
+        "by a median 12.5%"
+    )
+
+
 def test_speedup_verdict_respects_censoring():
     def s(value, lower=False, upper=False, both=False):
         return {
@@ -423,119 +524,3 @@ def test_ablation_rows_and_text(grid):
         f"on `const` {gaps[0]:+.3f} without the output bias and {gaps[1]:+.3f} with it "
         "(`low`)"
     )
-
-
-# --- chapter 8 --------------------------------------------------------------------
-
-
-def test_arch_metrics_for_classifiers_and_the_autoencoder():
-    archs = {
-        "net": {"task": "classify", "model": {"name": "resnet18"}, "recipe": RECIPE},
-        "ae": {
-            "task": "autoencoder",
-            "model": {**BASE, "widths": [4]},
-            "recipe": RECIPE,
-            "data": {"name": "mnist"},
-        },
-    }
-    methods, seeds = ["baseline", "pathcond"], [0, 1]
-    runs = {}
-    for arch in archs:
-        for method, final in (("baseline", 0.4), ("pathcond", 0.1)):
-            for s in seeds:
-                runs[(arch, method, s)] = run(
-                    FAST, 0.5 + s / 10, loss=[1.0, final + s / 10], test_loss=0.2
-                )
-    metrics, rows = arch_metrics(runs, archs, methods, seeds)
-    net, ae = metrics["net"], metrics["ae"]
-    assert net["final_train_loss"]["baseline"] == pytest.approx(
-        {"mean": 0.45, "std": 0.05}
-    )
-    assert net["final_loss_ratio_pathcond_over_baseline"] == pytest.approx(0.15 / 0.45)
-    assert net["test_acc"]["pathcond"] == pytest.approx(0.55)
-    assert net["epochs_to_99"]["baseline"]["mean"] == 2.0
-    assert ae["test_acc"] == {"baseline": None, "pathcond": None}
-    assert ae["epochs_to_99"] == {} and ae["test_loss"]["pathcond"] == pytest.approx(
-        0.2
-    )
-    assert (
-        rows[0]["final train loss"] == "0.45 ± 0.05"
-        and rows[0]["epochs to 99%"] == "2.0 ± 0.0"
-    )
-    assert "epochs to 99%" not in rows[-1]
-    setup = setup_rows(archs, toy_data(), methods)
-    assert [r["data"] for r in setup] == ["MNIST-1D", "MNIST"]
-    assert (
-        setup[1]["model"] == "MLP 40-4-10"
-        and setup[0]["methods"] == "baseline, pathcond"
-    )
-
-
-def test_cost_metrics():
-    rows = [
-        {
-            "model": "m",
-            "n_params": 10.0,
-            "rescale_over_epoch": 0.5,
-            "epoch_seconds": 1.0,
-        }
-    ]
-    assert cost_metrics(rows) == {"m": {"n_params": 10.0, "ratio": 0.5}}
-
-
-def test_solver_text():
-    row = {
-        "config": "low",
-        "F (converged)": 1.0,
-        "F (block, 10 sweeps)": 1.5,
-        "F (per neuron, 10 sweeps)": 2.0,
-        "s (converged)": 0.2,
-        "s (block, 10 sweeps)": 0.05,
-        "s (per neuron, 10 sweeps)": 0.5,
-        "sweeps (converged)": 40,
-        "median scale diff. (10 sweeps vs converged)": 0.125,
-    }
-    assert solver_text([row]) == (
-        "on `low` the converged solver takes 0.2 s (40 sweeps), 10 block sweeps "
-        "0.05 s and 10 per-neuron sweeps 0.5 s; 10 block sweeps leave F 0.5 above "
-        "the converged value and neuron scales that differ from the converged ones "
-        "by a median 12.5%"
-    )
-
-
-def test_methods_list_in_first_use_order():
-    text = methods_list(
-        {
-            "a": {"methods": ["pathcond", "baseline"]},
-            "b": {"methods": ["baseline", "enorm"]},
-        }
-    )
-    lines = text.splitlines()
-    assert len(lines) == 3 and "(`pathcond`)" in lines[0] and lines[-1].endswith(".")
-    assert "**baseline**" in lines[1] and "(`enorm`)" in lines[2]
-
-
-def test_pooling_text():
-    avg = {"name": "cnn1d", "pool": "avg", "fully_conv": True}
-    assert pooling_text(avg).endswith("is exact")
-    assert pooling_text({"name": "cifar_nv"}).endswith("an approximation")
-    assert pooling_text({**avg, "pool": "max"}).endswith("an approximation")
-    assert "(no pooling)" in pooling_text({**avg, "pool": None})
-    assert pooling_text({**avg, "pool": None}).endswith("is exact")
-    assert pooling_text({"name": "cnn2d", "fully_conv": True}).endswith("approximation")
-
-
-def test_model_text_names_cifar_nv():
-    config = {"name": "cifar_nv", "in_shape": [3, 32, 32], "n_classes": 10}
-    assert model_text(config) == "CIFAR-NV-like net (9 convolutions, max pooling)"
-    assert model_text({**config, "width": 0.5}).endswith(", width 0.5")
-
-
-def test_grid_edge_text():
-    search = RateSearch(0.99)
-    search.best = {("low", "baseline"): 0.1, ("low", "pathcond"): 0.01}
-    assert grid_edge_text(search, [1.0, 0.1, 0.01]) == (
-        "At an end of the grid (a better rate may lie outside it): pathcond on `low` "
-        "(lr 0.01)"
-    )
-    assert grid_edge_text(search, [1.0, 0.1, 0.01, 0.001]).startswith("No best rate")
