@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from wslib.core.data import Dataset
 
@@ -32,22 +32,32 @@ DATA_LABELS = {
 }
 
 
-def describe_model(config: Mapping[str, Any], detailed: bool = False) -> str:
-    """``"MLP 256-256"``, ``"1-D CNN 32-64-64"``, ``"ResNet-18"``: kind and widths of a model config.
+ModelWords = Literal["label", "details", "settings"]
+"""How :func:`describe_model` names a model: its kind and widths, its layers
+and options in words, or its config's name with every setting as written."""
 
-    ``detailed``: the layer sizes and the options that change the network,
-    ``"MLP 40-256-256-10, GELU"``, ``"1-D CNN, channels 32-64, BatchNorm"``
-    (a kind with no details in words is named by its key).
+
+def describe_model(config: Mapping[str, Any], words: ModelWords = "label") -> str:
+    """A model config in words, in one of three ``words`` styles.
+
+    - ``"label"``: kind and widths, ``"MLP 256-256"``, ``"1-D CNN 32-64-64"``,
+      ``"ResNet-18"``;
+    - ``"details"``: the layer sizes and the options that change the network,
+      ``"MLP 40-256-256-10, GELU"``, ``"1-D CNN, channels 32-64, BatchNorm"``
+      (a kind with no details in words is named by its key);
+    - ``"settings"``: the config's name and each of its settings as written,
+      ``"cnn1d (channels [16, 16])"``.
     """
-    if detailed:
+    if words == "details":
         return _DETAILS.get(config["name"], lambda c: c["name"])(config)
+    if words == "settings":
+        return _settings(config)
     label = MODEL_LABELS.get(config["name"], config["name"])
     widths = config.get("widths", config.get("channels"))
     return label if widths is None else f"{label} {'-'.join(map(str, widths))}"
 
 
-def describe_settings(config: Mapping[str, Any]) -> str:
-    """A model config with each of its settings in words, e.g. ``cnn1d (channels [16, 16])``."""
+def _settings(config: Mapping[str, Any]) -> str:
     details = [
         f"{k.replace('_', ' ')} {v}"
         for k, v in config.items()

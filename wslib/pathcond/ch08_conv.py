@@ -170,7 +170,7 @@ def setup_rows(
     return [
         {
             "architecture": arch,
-            "model": describe_model(spec["model"], detailed=True),
+            "model": describe_model(spec["model"], "details"),
             "data": data_label(spec.get("data", {}).get("name", ds.name)),
             "task": spec["task"],
             "epochs": spec["recipe"]["epochs"],
