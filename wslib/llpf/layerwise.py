@@ -341,7 +341,7 @@ def _restore(
 
 def _checkpoint_problem(saved: Payload, like: StateDict) -> str | None:
     """What keeps ``saved`` from being a whole path checkpoint of ``like``'s model."""
-    kinds = {
+    kinds: dict[str, type | tuple[type, ...]] = {
         "steps": int,
         "path": dict,
         "current": (str, type(None)),

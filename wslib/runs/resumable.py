@@ -141,6 +141,7 @@ class Resumable:
         self.tick += 1
         self.finished = last or self.tick >= self.ticks
         self.seconds += time.perf_counter() - self._t0
+        assert self._bar is not None, "begin() opens the run"
         self._bar.update(1)
 
     def settle(self, snapshot: Callable[[], Payload], *extra: object) -> None:
@@ -155,6 +156,7 @@ class Resumable:
 
     def save(self, state: Payload) -> None:
         """Save the algorithm's ``state`` with the run's own (tick, generator, seconds, finished)."""
+        assert self.entry is not None, "a run without a checkpoint saves nothing"
         run = {
             "tick": self.tick,
             "generator": self.gen.get_state(),
@@ -166,6 +168,7 @@ class Resumable:
 
     def end(self, snapshot: Callable[[], Payload]) -> None:
         """Close the progress bar; save a run that had no tick to take and no checkpoint yet."""
+        assert self._bar is not None, "begin() opens the run"
         self._bar.close()
         if self.entry is not None and not self._saved:
             self.save(snapshot())

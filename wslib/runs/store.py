@@ -137,13 +137,12 @@ class Entry:
         parts = payload.pop(PARTS, None)
         stored = {**payload, KEY: self.key}
         if self.path.suffix == ".json":
-            text = json.dumps(stored)
-            atomic_write(self.path, lambda tmp: tmp.write_text(text))
+            atomic_write(self.path, _text_writer(json.dumps(stored)))
             return
         stored[CHECKSUM] = checksum(payload)
         if parts is not None:
             stored[PARTS] = self._write_parts(parts)
-        atomic_write(self.path, lambda tmp: torch.save(stored, tmp))
+        atomic_write(self.path, _torch_writer(stored))
         if parts is not None:
             self.parts = stored[PARTS]
             self._drop_unlisted()
@@ -201,14 +200,12 @@ class Entry:
             raise ValueError(
                 f"{self.what} {self.path} has no folder of its own for parts"
             )
-        listed = {}
+        listed: dict[str, str] = {}
         for name, part in parts.items():
             if part is None:
                 listed[name] = self.parts[name]
                 continue
-            atomic_write(
-                self.path.parent / name, lambda tmp, p=part: torch.save(p, tmp)
-            )
+            atomic_write(self.path.parent / name, _torch_writer(part))
             listed[name] = checksum(part)
         return listed
 
@@ -218,6 +215,20 @@ class Entry:
                 continue
             if old.is_file() and old.name not in self.parts:
                 old.unlink(missing_ok=True)
+
+
+def _torch_writer(item: object) -> Callable[[Path], None]:
+    """A writer for :func:`~wslib.core.files.atomic_write`: ``torch.save(item, tmp)``."""
+    return lambda tmp: torch.save(item, tmp)
+
+
+def _text_writer(text: str) -> Callable[[Path], None]:
+    """A writer for :func:`~wslib.core.files.atomic_write` of ``text``."""
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text)
+
+    return write
 
 
 def keyed(root: str | Path, key: object, what: str, suffix: str = ".pt") -> Entry:
