@@ -11,7 +11,10 @@ The package is layered; a package imports only those listed before it::
                      seeds (every random choice from a chapter's seed),
                      connectivity (modes and the line between them, chapters
                      1-2), describe (names of models and data for the text)
-    wslib.runs       reproducibility machinery, no algorithm: zoo (trained-model
+    wslib.runs       reproducibility machinery, no algorithm: store (the one
+                     keyed store of every cache and checkpoint), resumable
+                     (the one resumable-run helper: generator, ticks,
+                     checkpoints), zoo (trained-model
                      cache), cache (run cache), results (results files), workers
                      (process pools), stats (epochs to a threshold, summaries,
                      speed-ups, learning-rate choice), sweeps (metrics over

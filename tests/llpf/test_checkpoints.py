@@ -1,8 +1,8 @@
 """LLPF path checkpoints: keyed by the data's content, damaged files are run again.
 
-A checkpoint is a folder (one file per recorded state and an index).
-``_Run.load`` is private, so every case goes through :func:`m2m` with
-``checkpoint=`` a folder whose files the test overwrites.
+A checkpoint is a folder (one file per recorded state and an index: an entry
+with parts of :mod:`wslib.runs.store`). Every case goes through :func:`m2m`
+with ``checkpoint=`` a folder whose files the test overwrites.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import torch
 from wslib.core.models import build_model
 from wslib.llpf.layerwise import Refine, m2m
 from wslib.llpf.path import LLPFPath
+from wslib.runs.store import checksum
 
 TICKS = 3
 REFINE = Refine(lr=0.05, batch_size=16, r_min=2, r_max=3, threshold=0.0)
@@ -87,14 +88,18 @@ def _set(field: str, value: object) -> Callable[[dict], dict]:
     return lambda saved: {**saved, field: value}
 
 
+def _parts(change: Callable[[dict], dict]) -> Callable[[dict], dict]:
+    return lambda saved: {**saved, "parts": change(dict(saved["parts"]))}
+
+
 DAMAGES: dict[str, Callable[[dict], object]] = {
     "list": lambda saved: list(saved.values()),
     "tensor": lambda saved: torch.zeros(2),
     "no-key": _drop("key"),
     "no-tick": _drop("tick"),
     "no-path": _drop("path"),
-    "no-gen-state": _drop("gen_state"),
-    "no-states": _drop("states"),
+    "no-generator": _drop("generator"),
+    "no-parts": _drop("parts"),
     "path-list": _set("path", [1, 2]),
     "path-missing-field": lambda saved: {
         **saved,
@@ -105,13 +110,16 @@ DAMAGES: dict[str, Callable[[dict], object]] = {
         "path": {**saved["path"], "states": []},
     },
     "current-list": _set("current", [torch.zeros(2)]),
-    "more-states-than-ticks": lambda saved: {**saved, "states": saved["states"] + 1},
-    "no-state": _set("states", 0),
-    "gen-state-list": _set("gen_state", [1, 2]),
-    "gen-state-short": lambda saved: {**saved, "gen_state": saved["gen_state"][:8]},
+    "more-ticks-than-states": lambda saved: {
+        **saved,
+        "path": {**saved["path"], "ticks": saved["path"]["ticks"] + [99]},
+    },
+    "no-state": _set("parts", {}),
+    "generator-list": _set("generator", [1, 2]),
+    "generator-short": lambda saved: {**saved, "generator": saved["generator"][:8]},
     "tick-string": _set("tick", "3"),
-    "no-digests": _drop("digests"),
-    "a-digest-short": lambda saved: {**saved, "digests": saved["digests"][:-1]},
+    "a-part-unlisted": _parts(lambda parts: dict(list(parts.items())[:-1])),
+    "a-part-checksum-wrong": _parts(lambda parts: {**parts, "state-000001.pt": "0"}),
 }
 
 
@@ -155,45 +163,55 @@ def test_damaged_state_file_is_run_again(tmp_path: Path, damage: str) -> None:
     ckpt = tmp_path / "path"
     first, _ = find(ckpt, x, y)
     STATE_DAMAGES[damage](ckpt / "state-000001.pt")
-    with pytest.warns(UserWarning, match="incomplete or unreadable"):
+    with pytest.warns(UserWarning, match="path checkpoint .* (unreadable|checksum)"):
         again, ran = find(ckpt, x, y)
     assert ran == TICKS and same_path(first, again)
 
 
-def test_old_single_file_checkpoint_is_replaced_with_a_warning(tmp_path: Path) -> None:
+def test_a_consistent_checkpoint_of_other_tensors_is_run_again(tmp_path: Path) -> None:
+    """A state of other tensors listed with its own checksum: the model check rejects it."""
     *_, x, y = setting()
-    ckpt = tmp_path / "path.pt"
-    torch.save({"key": "old", "tick": 3, "path": {}}, ckpt)
-    with pytest.warns(UserWarning, match="single file .*earlier versions"):
-        first, ran = find(ckpt, x, y)
-    assert ran == TICKS and ckpt.is_dir()
-    again, ran = find(ckpt, x, y)
-    assert ran == 0 and same_path(first, again)
+    ckpt = tmp_path / "path"
+    first, _ = find(ckpt, x, y)
+    other = {"w": torch.zeros(2)}
+    torch.save(other, ckpt / "state-000001.pt")
+    saved = index(ckpt)
+    saved["parts"]["state-000001.pt"] = checksum(other)
+    torch.save(saved, ckpt / "index.pt")
+    with pytest.warns(UserWarning, match="other tensors than the model"):
+        again, ran = find(ckpt, x, y)
+    assert ran == TICKS and same_path(first, again)
 
 
 def test_a_file_that_is_not_a_checkpoint_is_kept(tmp_path: Path) -> None:
     *_, x, y = setting()
     ckpt = tmp_path / "notes.txt"
     ckpt.write_text("not a checkpoint")
-    with pytest.raises(FileExistsError, match="not a path checkpoint"):
+    with pytest.raises(FileExistsError, match="is a file, not a folder"):
         find(ckpt, x, y)
     assert ckpt.read_text() == "not a checkpoint"
+
+
+def count_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files the store writes from now on."""
+    import wslib.runs.store as store
+
+    written: list[str] = []
+    real = store.atomic_write
+
+    def counting(path: Path, write: Callable[[Path], None]) -> Path:
+        written.append(Path(path).name)
+        return real(path, write)
+
+    monkeypatch.setattr(store, "atomic_write", counting)
+    return written
 
 
 def test_saves_write_each_recorded_state_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Incremental checkpoints: a save writes only the states recorded since the last."""
-    import wslib.llpf.layerwise as layerwise
-
-    written: list[str] = []
-    real = layerwise.atomic_write
-
-    def counting(path: Path, write: Callable[[Path], None]) -> Path:
-        written.append(Path(path).name)
-        return real(path, write)
-
-    monkeypatch.setattr(layerwise, "atomic_write", counting)
+    written = count_writes(monkeypatch)
     model, start, dest, x, y = setting()
     ticks = 7
     path = m2m(
@@ -228,8 +246,6 @@ def test_resume_from_a_point_between_records_writes_only_new_states(
     """Killed after a checkpoint at an unrecorded tick: same path, nothing saved twice."""
     import warnings
 
-    import wslib.llpf.layerwise as layerwise
-
     model, start, dest, x, y = setting()
     options = {"ticks": 7, "refine": REFINE, "record_every": 3, "progress": False}
     full = m2m(model, start, dest, x, y, **options)
@@ -252,14 +268,7 @@ def test_resume_from_a_point_between_records_writes_only_new_states(
             **options,
         )
     assert index(ckpt)["tick"] == 4 and index(ckpt)["current"] == "current-000004.pt"
-    written: list[str] = []
-    real = layerwise.atomic_write
-
-    def counting(path: Path, write: Callable[[Path], None]) -> Path:
-        written.append(Path(path).name)
-        return real(path, write)
-
-    monkeypatch.setattr(layerwise, "atomic_write", counting)
+    written = count_writes(monkeypatch)
     ticks: list[int] = []
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)

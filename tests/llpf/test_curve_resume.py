@@ -111,7 +111,7 @@ def test_curve_killed_then_resumed_equals_an_uninterrupted_run(
             model, a, b, x, y, **CURVE, checkpoint=ckpt, checkpoint_every=5,
             on_step=kill_after(kill),
         )  # fmt: skip
-    assert torch.load(ckpt, weights_only=True)["step"] == 5
+    assert torch.load(ckpt, weights_only=True)["tick"] == 5
     seen: list[int] = []
     resumed = fit_curve(
         model, a, b, x, y, **CURVE, checkpoint=ckpt, checkpoint_every=5,
@@ -120,7 +120,7 @@ def test_curve_killed_then_resumed_equals_an_uninterrupted_run(
     assert seen == list(range(6, CURVE["steps"] + 1))
     same_states(resumed, whole)
     assert resumed.total_grad_steps == whole.total_grad_steps == CURVE["steps"]
-    assert torch.load(ckpt, weights_only=True)["step"] == CURVE["steps"]
+    assert torch.load(ckpt, weights_only=True)["tick"] == CURVE["steps"]
 
 
 def test_curve_checkpoint_holds_the_whole_state(tmp_path: Path) -> None:
@@ -133,7 +133,7 @@ def test_curve_checkpoint_holds_the_whole_state(tmp_path: Path) -> None:
             on_step=kill_after(4),
         )  # fmt: skip
     saved = torch.load(ckpt, weights_only=True)
-    assert saved["step"] == 4
+    assert saved["tick"] == 4
     momentum = saved["optimizer"]["state"]
     assert len(momentum) == len(saved["bend"])
     assert all(v["momentum_buffer"].abs().sum() > 0 for v in momentum.values())
@@ -154,7 +154,7 @@ def test_a_finished_curve_returns_without_a_step(
     x, y = data()
     ckpt = tmp_path / "curve.pt"
     first = fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt)
-    assert torch.load(ckpt, weights_only=True)["step"] == CURVE["steps"]
+    assert torch.load(ckpt, weights_only=True)["tick"] == CURVE["steps"]
     calls = count_steps(monkeypatch)
     again = fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt)
     assert calls == []
@@ -237,7 +237,7 @@ def test_a_zero_step_curve_saves_a_finished_checkpoint(tmp_path: Path) -> None:
     x, y = data()
     ckpt = tmp_path / "curve.pt"
     fit_curve(model, a, b, x, y, **{**CURVE, "steps": 0}, checkpoint=ckpt)
-    assert torch.load(ckpt, weights_only=True)["step"] == 0
+    assert torch.load(ckpt, weights_only=True)["tick"] == 0
 
 
 # --- AutoNEB ------------------------------------------------------------------
@@ -266,7 +266,7 @@ def test_autoneb_killed_then_resumed_equals_an_uninterrupted_run(
     with pytest.raises(Kill):
         autoneb(model, a, b, x, y, **NEB, checkpoint=ckpt, on_cycle=kill_after(kill))
     saved = torch.load(ckpt, weights_only=True)
-    assert saved["cycle"] == kill
+    assert saved["tick"] == kill
     assert saved["steps"] == round(NEB["total_steps"] * kill / NEB["cycles"])
     assert len(saved["chain"]) == NEB["max_pivots"]  # the inserted pivots are saved
     seen: list[int] = []

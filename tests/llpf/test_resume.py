@@ -70,10 +70,11 @@ KILLED = """
 import os, signal, sys
 from pathlib import Path
 import wslib.llpf.layerwise as L
+import wslib.runs.store as S
 from tests.llpf.test_resume import run_hybrid
 
 folder, log = Path(sys.argv[1]), Path(sys.argv[2])
-refine, write = L.refine_point, L.atomic_write
+refine, write = L.refine_point, S.atomic_write
 
 def counted(*args, **kwargs):
     with log.open("a") as f:
@@ -86,7 +87,7 @@ def dying(path, writer):
         os.kill(os.getpid(), signal.SIGKILL)
     return out
 
-L.refine_point, L.atomic_write = counted, dying
+L.refine_point, S.atomic_write = counted, dying
 run_hybrid(folder)
 """
 

@@ -1,6 +1,5 @@
 """The model cache: hit, miss, corrupted and mismatched checkpoints."""
 
-import json
 import shutil
 import warnings
 
@@ -44,7 +43,7 @@ def test_miss_then_hit(zoo: Zoo) -> None:
 def test_checkpoint_loads_with_weights_only(zoo: Zoo) -> None:
     zoo.get(CONFIG)
     ckpt = torch.load(zoo.path(normalise_config(CONFIG)), weights_only=True)
-    assert json.loads(ckpt["config"])["seed"] == 0
+    assert ckpt["key"]["config"]["seed"] == 0
 
 
 def test_hash_depends_on_every_part() -> None:
@@ -85,9 +84,9 @@ def test_mismatched_checkpoint_is_retrained(zoo: Zoo) -> None:
     torch.save(ckpt, path)
     with pytest.warns(UserWarning, match="does not fit"):
         zoo.get(CONFIG)
-    ckpt["config"] = "{}"
+    ckpt["key"] = {}
     torch.save(ckpt, path)
-    with pytest.warns(UserWarning, match="another config"):
+    with pytest.warns(UserWarning, match="another run"):
         zoo.get(CONFIG)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -97,9 +96,9 @@ def test_mismatched_checkpoint_is_retrained(zoo: Zoo) -> None:
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
-        ("list", "another config"),
-        ("tensor", "another config"),
-        ("no-config", "another config"),
+        ("list", "another run"),
+        ("tensor", "another run"),
+        ("no-key", "another run"),
         ("no-state-dict", "does not fit"),
         ("state-dict-list", "does not fit"),
         ("state-dict-missing-tensor", "does not fit"),
@@ -113,11 +112,11 @@ def test_checkpoint_of_the_wrong_shape_is_retrained(
     path = zoo.path(normalise_config(CONFIG))
     ckpt = torch.load(path, weights_only=True)
     if damage == "list":
-        ckpt = [ckpt["config"], ckpt["state_dict"]]
+        ckpt = [ckpt["key"], ckpt["state_dict"]]
     elif damage == "tensor":
         ckpt = torch.zeros(3)
-    elif damage == "no-config":
-        del ckpt["config"]
+    elif damage == "no-key":
+        del ckpt["key"]
     elif damage == "no-state-dict":
         del ckpt["state_dict"]
     elif damage == "state-dict-list":

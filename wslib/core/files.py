@@ -15,6 +15,8 @@ two sweep seeds share no model, run or path.
 
 These helpers live in ``core`` (not ``runs``) because the generated-data cache
 of :mod:`wslib.core.data` needs them and ``core`` imports nothing above it.
+The caches and checkpoints of ``runs`` and the paper packages use them
+through one keyed store, :mod:`wslib.runs.store`.
 """
 
 from __future__ import annotations

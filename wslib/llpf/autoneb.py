@@ -30,28 +30,28 @@ With ``checkpoint`` (a file) the run is saved after every cycle (the pivots,
 the next cycle, the generator, the buffers, the gradient steps and seconds so
 far, under a key of everything that determines the run) and resumes from it,
 bit-identical to an uninterrupted run; a finished one returns without another
-step. Foreign or unreadable checkpoints warn and the run starts again (as in
-:mod:`wslib.llpf.curves`, whose helpers it uses).
+step. Foreign or unreadable checkpoints warn and the run starts again (the
+resumable-run helper :mod:`wslib.runs.resumable`, as for the curves of
+:mod:`wslib.llpf.curves`, whose key it uses).
 """
 
 from __future__ import annotations
 
 import copy
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 from torch.func import functional_call
-from tqdm.auto import tqdm
 
 from wslib.core.files import code_version
 from wslib.core.neurons import StateDict
 from wslib.core.train import check_precision, model_device, precision_autocast
-from wslib.llpf.curves import checkpoint_key, load_checkpoint, save_checkpoint
+from wslib.llpf.curves import checkpoint_key, missing_fields
 from wslib.llpf.path import LLPFPath, check_same_architecture
-from wslib.runs.units import refuse_compute
+from wslib.runs.resumable import Persist, Resumable
+from wslib.runs.store import Payload
 
 # The modules whose source determines an AutoNEB run (its checkpoint key).
 CODE = (
@@ -59,8 +59,9 @@ CODE = (
     "wslib.llpf.autoneb",
     "wslib.llpf.curves",
     "wslib.llpf.path",
+    "wslib.runs.resumable",
 )
-FIELDS = ("cycle", "chain", "generator", "buffers", "steps", "seconds")
+FIELDS = ("chain", "buffers", "steps")
 
 
 class _Flat:
@@ -139,9 +140,8 @@ def autoneb(
     probe = copy.deepcopy(model).train()
     dev = model_device(probe)
     flat = _Flat(probe)
-    ckpt = None if checkpoint is None else Path(checkpoint)
-    key = saved = None
-    if ckpt is not None:
+    key = None
+    if checkpoint is not None:
         key = checkpoint_key(
             probe,
             a,
@@ -163,29 +163,34 @@ def autoneb(
             precision=precision,
             code=code_version(*CODE),
         )
-        saved = load_checkpoint(ckpt, key, FIELDS, "AutoNEB")
+    run = Resumable(
+        Persist(checkpoint, 1, progress, on_cycle), "AutoNEB", key, seed, cycles
+    )
     buffers = {n: v.clone() for n, v in probe.named_buffers()}
     va, vb = flat.flat(a).to(dev), flat.flat(b).to(dev)
     chain = [torch.lerp(va, vb, k / (n_init + 1)) for k in range(n_init + 2)]
-    gen = torch.Generator().manual_seed(seed)
-    check = torch.randperm(len(x), generator=gen)[:check_examples]
+    check = torch.randperm(len(x), generator=run.gen)[:check_examples]
+    saved = run.resume(lambda s: missing_fields(s, FIELDS))
     x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
     xc, yc = x[check.to(dev)], y[check.to(dev)]
-    first, steps, seconds = 0, 0, 0.0
+    steps = 0
     if saved is not None:
         chain = [v.to(dev) for v in saved["chain"]]
         with torch.no_grad():
             for n in buffers:
                 buffers[n].copy_(saved["buffers"][n])
-        gen.set_state(saved["generator"])
-        first, steps = int(saved["cycle"]), int(saved["steps"])
-        seconds = float(saved["seconds"])
-    if first < cycles:
-        refuse_compute(f"AutoNEB {ckpt or ''}".rstrip())
+        steps = int(saved["steps"])
+
+    def snapshot() -> Payload:
+        return {
+            "chain": torch.stack([v.detach() for v in chain]).cpu(),
+            "buffers": {n: v.detach().cpu().clone() for n, v in buffers.items()},
+            "steps": steps,
+        }
+
     autocast = precision_autocast(dev, precision)
-    t0 = time.perf_counter()
-    bar = tqdm(desc="AutoNEB", disable=not progress, leave=False)
-    for c in range(first, cycles):
+    run.begin("AutoNEB")
+    for c in range(run.tick, cycles):
         lr = lrs[c]
         iteration = 0
         while True:
@@ -197,7 +202,7 @@ def autoneb(
                 )
             if todo <= 0:
                 break
-            idx = torch.randint(len(x), (batch_size,), generator=gen).to(dev)
+            idx = torch.randint(len(x), (batch_size,), generator=run.gen).to(dev)
             xb, yb = x[idx], y[idx]
             grads = []
             for i in range(1, todo + 1):
@@ -209,33 +214,19 @@ def autoneb(
             chain = neb_step(chain, grads, lr, spring)
             steps += todo
             iteration += 1
-            bar.update(1)
         chain = _insert_pivots(
             chain, probe, flat, buffers, xc, yc, check_points, insert_tol, max_pivots
         )
-        if ckpt is not None:
-            seconds += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            state = {
-                "cycle": c + 1,
-                "chain": torch.stack([v.detach() for v in chain]).cpu(),
-                "generator": gen.get_state(),
-                "buffers": {n: v.detach().cpu().clone() for n, v in buffers.items()},
-                "steps": steps,
-                "seconds": seconds,
-            }
-            save_checkpoint(ckpt, key, state)
-        if on_cycle is not None:
-            on_cycle(c + 1)
-    bar.close()
-    seconds += time.perf_counter() - t0
+        run.count()
+        run.settle(snapshot)
+    run.end(snapshot)
     states = []
     for vec in chain:
         state = {n: v.detach().cpu().clone() for n, v in a.items()}
         state.update({n: v.detach().cpu().clone() for n, v in flat.unflat(vec).items()})
         states.append(state)
     states[-1] = {n: v.detach().cpu().clone() for n, v in b.items()}
-    return LLPFPath.of_run(states, steps, seconds, "autoneb")
+    return LLPFPath.of_run(states, steps, run.seconds, "autoneb")
 
 
 @torch.no_grad()

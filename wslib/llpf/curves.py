@@ -19,23 +19,21 @@ training set at every evaluated ``t``. The result is an
 evaluated the same way.
 
 Checkpoints. With ``checkpoint`` (a file), the run saves its state every
-``checkpoint_every`` steps and at the end, atomically, in one small file: the
-step, the bend, the optimizer's momentum, the generator, the buffers, the
-seconds so far and the run's key (a hash of everything that determines it,
-including this module's source). A run started with a checkpoint of the same
-key resumes at its step and ends bit-identical to an uninterrupted run; a
-finished one returns without another step. A checkpoint of another run, or
-one that cannot be read, is ignored with a warning and the run starts again.
-:func:`load_checkpoint` and :func:`save_checkpoint` are shared with
-:mod:`wslib.llpf.autoneb`.
+``checkpoint_every`` steps and at the end, atomically, in one small file (an
+entry of :mod:`wslib.runs.store`, saved by the resumable-run helper
+:mod:`wslib.runs.resumable`): the step, the bend, the optimizer's momentum,
+the generator, the buffers, the seconds so far and the run's key
+(:func:`checkpoint_key`, shared with :mod:`wslib.llpf.autoneb`: a hash of
+everything that determines the run, including this module's source). A run
+started with a checkpoint of the same key resumes at its step and ends
+bit-identical to an uninterrupted run; a finished one returns without
+another step. A checkpoint of another run, or one that cannot be read, is
+ignored with a warning and the run starts again.
 """
 
 from __future__ import annotations
 
 import copy
-import pickle
-import time
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,19 +42,24 @@ import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call
-from tqdm.auto import tqdm
 
-from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
+from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.train import check_precision, model_device, precision_autocast
 from wslib.llpf.path import LLPFPath, check_same_architecture
-from wslib.runs.units import refuse_compute
+from wslib.runs.resumable import Persist, Resumable
+from wslib.runs.store import Payload
 
 KINDS = ("bezier", "polychain")
 SCHEDULES = ("constant", "garipov")
 NAMES = {"bezier": "Bezier", "polychain": "PolyChain"}
 # The modules whose source determines a curve (its checkpoint key).
-CODE = ("wslib.core.train", "wslib.llpf.curves", "wslib.llpf.path")
+CODE = (
+    "wslib.core.train",
+    "wslib.llpf.curves",
+    "wslib.llpf.path",
+    "wslib.runs.resumable",
+)
 StepCallback = Callable[[int], None]
 
 
@@ -85,52 +88,10 @@ def checkpoint_key(
     )
 
 
-def save_checkpoint(path: Path, key: str, state: dict[str, Any]) -> None:
-    """Write ``state`` with its ``key`` to ``path`` atomically (a kill leaves the old file)."""
-    atomic_write(path, lambda tmp: torch.save({**state, "key": key}, tmp))
-
-
-def load_checkpoint(
-    path: Path, key: str, fields: tuple[str, ...], what: str
-) -> dict[str, Any] | None:
-    """The state saved in ``path`` for ``key``; None when there is none.
-
-    A folder raises; a file of another run (another key) or one that cannot be
-    read or lacks one of ``fields`` warns and gives None (the run starts
-    again and replaces it). Read with ``torch.load(weights_only=True)``.
-    """
-    if path.is_dir():
-        raise FileExistsError(
-            f"{what} checkpoint {path} is a folder, not a checkpoint file; pass "
-            "another checkpoint path or move the folder"
-        )
-    if not path.exists():
-        return None
-    try:
-        saved = torch.load(path, weights_only=True, map_location="cpu")
-    except (OSError, pickle.UnpicklingError, RuntimeError, EOFError) as err:
-        warnings.warn(
-            f"{what} checkpoint {path} is unreadable ({type(err).__name__}); "
-            "starting the run again",
-            stacklevel=3,
-        )
-        return None
-    if not isinstance(saved, dict) or saved.get("key") != key:
-        warnings.warn(
-            f"{what} checkpoint {path} was written for another run (or is not a "
-            "checkpoint); starting the run again",
-            stacklevel=3,
-        )
-        return None
+def missing_fields(saved: Payload, fields: tuple[str, ...]) -> str | None:
+    """Which of ``fields`` a baseline's checkpoint lacks (None: none); shared with AutoNEB."""
     missing = [f for f in fields if f not in saved]
-    if missing:
-        warnings.warn(
-            f"{what} checkpoint {path} is incomplete (no {', '.join(missing)}); "
-            "starting the run again",
-            stacklevel=3,
-        )
-        return None
-    return saved
+    return f"no {', '.join(missing)}" if missing else None
 
 
 def lr_factor(schedule: str, fraction: float) -> float:
@@ -201,15 +162,13 @@ def fit_curve(
         raise ValueError(f"unknown schedule {schedule!r}; valid: {SCHEDULES}")
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-    if checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
+    persist = Persist(checkpoint, checkpoint_every, progress, on_step)
     check_precision(precision)
     check_same_architecture(model, a, b)
     probe = copy.deepcopy(model)
     dev = model_device(probe)
-    ckpt = None if checkpoint is None else Path(checkpoint)
-    key = saved = None
-    if ckpt is not None:
+    key = None
+    if checkpoint is not None:
         key = checkpoint_key(
             probe,
             a,
@@ -228,8 +187,8 @@ def fit_curve(
             precision=precision,
             code=code_version(*CODE),
         )
-        fields = ("step", "bend", "optimizer", "generator", "buffers", "seconds")
-        saved = load_checkpoint(ckpt, key, fields, f"{NAMES[kind]} curve")
+    run = Resumable(persist, f"{NAMES[kind]} curve", key, seed, steps)
+    saved = run.resume(lambda s: missing_fields(s, ("bend", "optimizer", "buffers")))
     x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
     names = [n for n, _ in probe.named_parameters()]
     pa = {n: a[n].to(dev) for n in names}
@@ -237,8 +196,6 @@ def fit_curve(
     bend = {n: (0.5 * (pa[n] + pb[n])).clone().requires_grad_(True) for n in names}
     buffers = {n: v.clone() for n, v in probe.named_buffers()}
     opt = torch.optim.SGD(list(bend.values()), lr=lr, momentum=momentum)
-    gen = torch.Generator().manual_seed(seed)
-    start, seconds = 0, 0.0
     if saved is not None:
         with torch.no_grad():
             for n in names:
@@ -246,37 +203,22 @@ def fit_curve(
             for n in buffers:
                 buffers[n].copy_(saved["buffers"][n])
         opt.load_state_dict(saved["optimizer"])
-        gen.set_state(saved["generator"])
-        start, seconds = int(saved["step"]), float(saved["seconds"])
 
-    def save(k: int) -> None:
-        state = {
-            "step": k,
+    def snapshot() -> Payload:
+        return {
             "bend": {n: v.detach().cpu().clone() for n, v in bend.items()},
             "optimizer": opt.state_dict(),
-            "generator": gen.get_state(),
             "buffers": {n: v.detach().cpu().clone() for n, v in buffers.items()},
-            "seconds": seconds,
         }
-        save_checkpoint(ckpt, key, state)
 
-    if start < steps:
-        refuse_compute(f"{NAMES[kind]} curve {ckpt or ''}".rstrip())
     probe.train()
-    bar = tqdm(
-        total=steps,
-        initial=start,
-        desc=f"{kind} curve",
-        disable=not progress,
-        leave=False,
-    )
+    run.begin(f"{kind} curve")
     autocast = precision_autocast(dev, precision)
-    t0 = time.perf_counter()
-    for k in range(start, steps):
+    for k in range(run.tick, steps):
         for group in opt.param_groups:
             group["lr"] = lr * lr_factor(schedule, k / steps)
-        t = float(torch.rand((), generator=gen))
-        idx = torch.randint(len(x), (batch_size,), generator=gen).to(dev)
+        t = float(torch.rand((), generator=run.gen))
+        idx = torch.randint(len(x), (batch_size,), generator=run.gen).to(dev)
         point = curve_point(pa, bend, pb, t, kind)
         with autocast:
             out = functional_call(probe, {**point, **buffers}, x[idx])
@@ -286,17 +228,9 @@ def fit_curve(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        bar.update(1)
-        if ckpt is not None and ((k + 1) % checkpoint_every == 0 or k + 1 == steps):
-            seconds += time.perf_counter() - t0
-            t0 = time.perf_counter()
-            save(k + 1)
-        if on_step is not None:
-            on_step(k + 1)
-    bar.close()
-    seconds += time.perf_counter() - t0
-    if ckpt is not None and start == steps == 0 and saved is None:
-        save(0)
+        run.count()
+        run.settle(snapshot)
+    run.end(snapshot)
     states = []
     with torch.no_grad():
         for t in np.linspace(0.0, 1.0, n_eval):
@@ -306,4 +240,4 @@ def fit_curve(
             states.append(state)
     states[0] = {k: v.detach().cpu().clone() for k, v in a.items()}
     states[-1] = {k: v.detach().cpu().clone() for k, v in b.items()}
-    return LLPFPath.of_run(states, steps, seconds, kind)
+    return LLPFPath.of_run(states, steps, run.seconds, kind)

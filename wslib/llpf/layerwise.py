@@ -42,12 +42,14 @@ Checkpoints. With ``checkpoint`` set (a folder), the loop saves its state
 every ``checkpoint_every`` ticks and at the end, incrementally: each
 recorded point once, in a file of its own, the current point when it is not
 a recorded one, and a small index (random generator, counters, the path's
-lists) written last. It resumes from that folder when called again with the
-same arguments: an interrupted run ends on the same path as an uninterrupted
-one with the same seed. The files hold only tensors, lists and numbers and
-are read with ``torch.load(weights_only=True)``; a checkpoint that is
-unreadable, another run's, incomplete or in the old single-file format is
-ignored with a warning and the run starts again.
+lists) written last: an entry with parts of :mod:`wslib.runs.store`, saved
+by the resumable-run helper :mod:`wslib.runs.resumable`. It resumes from
+that folder when called again with the same arguments: an interrupted run
+ends on the same path as an uninterrupted one with the same seed. The files
+hold only tensors, lists and numbers and are read with
+``torch.load(weights_only=True)``; a checkpoint that is unreadable, another
+run's, incomplete or changed after it was written is ignored with a warning
+and the run starts again.
 
 Refinement cap. ``Refine.r_max`` caps each tick's refinement; a path in
 which some ticks stopped there above the threshold warns once, saying how
@@ -57,24 +59,23 @@ many and how far above.
 from __future__ import annotations
 
 import copy
+import functools
 import math
-import pickle
-import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
 from torch import nn
-from tqdm.auto import tqdm
 
-from wslib.core.files import atomic_write, code_version, stable_hash, tensor_digest
+from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import norm_parameter_names
 from wslib.core.train import check_precision, model_device, precision_autocast
 from wslib.llpf.path import LLPFPath, check_same_architecture
-from wslib.runs.units import refuse_compute
+from wslib.runs.resumable import Persist, Resumable
+from wslib.runs.store import Payload
 
 # The modules whose source determines a path (its checkpoint key).
 CODE = (
@@ -85,12 +86,9 @@ CODE = (
     "wslib.core.train",
     "wslib.llpf.layerwise",
     "wslib.llpf.path",
+    "wslib.runs.resumable",
 )
 TickCallback = Callable[[int, nn.Module], None]
-# A checkpoint is a folder: one file per recorded state, written once, and a
-# small index (counters, generator, the path's lists) rewritten at every save.
-INDEX = "index.pt"
-FORMAT = 2
 
 
 # --- configuration and result -----------------------------------------------------------------
@@ -291,228 +289,87 @@ def _mean(window: Sequence[torch.Tensor]) -> torch.Tensor:
 # --- the shared loop --------------------------------------------------------------------------
 
 
-@dataclass
-class _Run:
-    """Mutable state of one path-finding run (what a checkpoint holds).
+def _state_part(k: int) -> str:
+    """The checkpoint part of recorded state ``k``."""
+    return f"state-{k:06d}.pt"
 
-    ``saved`` counts the recorded states already in the checkpoint folder:
-    a save writes only the states recorded since; ``digests`` holds the
-    content hash of each saved state, checked when the run is resumed.
+
+def _snapshot(
+    run: Resumable, path: LLPFPath, work: nn.Module, steps: int, memo: set[str] | None
+) -> Payload:
+    """What a path checkpoint holds besides the run's own state.
+
+    Each recorded state is a part, written once; the current point is one
+    more part (named by its tick) when it is not the last recorded state.
+    Everything is plain tensors, lists and numbers (readable with
+    ``weights_only=True``).
     """
-
-    tick: int
-    path: LLPFPath
-    current: StateDict
-    gen_state: torch.Tensor
-    steps: int = 0
-    seconds: float = 0.0
-    finished: bool = False
-    memo: list[str] = field(default_factory=list)
-    saved: int = 0
-    digests: list[str] = field(default_factory=list)
-
-    def save(self, folder: Path, key: str) -> None:
-        """Add the new recorded states to ``folder``, then rewrite its small index.
-
-        Every file is written atomically and the index last, so a run killed
-        mid-save leaves the previous checkpoint whole. The current point is
-        written only when it is not the last recorded state (one file,
-        named by its tick). Everything is plain tensors, lists and numbers
-        (readable with ``weights_only=True``).
-        """
-        folder.mkdir(parents=True, exist_ok=True)
-        for k in range(self.saved, len(self.path.states)):
-            state = self.path.states[k]
-            atomic_write(
-                _state_file(folder, k), lambda tmp, s=state: torch.save(s, tmp)
-            )
-            self.digests.append(tensor_digest(state))
-        self.saved = len(self.path.states)
-        current = None
-        if self.path.ticks[-1] != self.tick:
-            current = f"current-{self.tick:06d}.pt"
-            atomic_write(folder / current, lambda tmp: torch.save(self.current, tmp))
-        index = {
-            "format": FORMAT,
-            "key": key,
-            "tick": self.tick,
-            "current": current,
-            "gen_state": self.gen_state,
-            "steps": self.steps,
-            "seconds": self.seconds,
-            "finished": self.finished,
-            "memo": list(self.memo),
-            "states": self.saved,
-            "digests": list(self.digests),
-            "current_digest": None if current is None else tensor_digest(self.current),
-            "path": {
-                f.name: getattr(self.path, f.name)
-                for f in fields(LLPFPath)
-                if f.name != "states"
-            },
-        }
-        atomic_write(folder / INDEX, lambda tmp: torch.save(index, tmp))
-        for old in folder.glob("current-*.pt"):
-            if old.name != current:
-                old.unlink(missing_ok=True)
-
-    @classmethod
-    def load(cls, folder: Path, key: str, like: StateDict) -> _Run | None:
-        """The run saved in ``folder`` for ``key``, whose points have the tensors of ``like``.
-
-        None when there is no checkpoint; None with a warning when it is
-        unreadable, another run's, in the old single-file format or not a
-        whole checkpoint (the run then starts again and replaces it).
-        """
-        if folder.is_file():
-            if not _is_old_checkpoint(folder):
-                raise FileExistsError(
-                    f"path checkpoint {folder} is a file that is not a path "
-                    "checkpoint; pass another checkpoint path or move the file"
-                )
-            warnings.warn(
-                f"path checkpoint {folder} is a single file (the format of earlier "
-                "versions): checkpoints are now folders of one file per recorded "
-                "state; starting the run again and replacing it",
-                stacklevel=4,
-            )
-            folder.unlink()
-            return None
-        if not (folder / INDEX).exists():
-            return None
-        try:
-            saved = _load_file(folder / INDEX)
-            if not isinstance(saved, dict) or saved.get("key") != key:
-                warnings.warn(
-                    f"path checkpoint {folder} was written for another run (or is "
-                    "not a checkpoint); starting the run again",
-                    stacklevel=4,
-                )
-                return None
-            problem = _checkpoint_problem(saved, like)
-            if problem is None:
-                states = [
-                    _load_file(_state_file(folder, k)) for k in range(saved["states"])
-                ]
-                current = (
-                    None
-                    if saved["current"] is None
-                    else _load_file(folder / saved["current"])
-                )
-                problem = _states_problem(states, current, like) or _digest_problem(
-                    saved, states, current
-                )
-        except (OSError, pickle.UnpicklingError, RuntimeError, EOFError) as err:
-            problem = f"unreadable: {type(err).__name__}"
-        if problem is not None:
-            warnings.warn(
-                f"path checkpoint {folder} is incomplete or unreadable ({problem}); "
-                "starting the run again",
-                stacklevel=4,
-            )
-            return None
-        path = LLPFPath(states=states, **saved["path"])
-        return cls(
-            saved["tick"],
-            path,
-            states[-1] if current is None else current,
-            saved["gen_state"],
-            saved["steps"],
-            saved["seconds"],
-            saved["finished"],
-            saved["memo"],
-            len(states),
-            list(saved["digests"]),
-        )
+    written = run.stored_parts
+    parts = {
+        _state_part(k): (None if _state_part(k) in written else state)
+        for k, state in enumerate(path.states)
+    }
+    current = None
+    if path.ticks[-1] != run.tick:
+        current = f"current-{run.tick:06d}.pt"
+        parts[current] = _clone(work.state_dict())
+    lists = {
+        f.name: getattr(path, f.name) for f in fields(LLPFPath) if f.name != "states"
+    }
+    return {
+        "steps": steps,
+        "memo": sorted(memo or ()),
+        "current": current,
+        "path": lists,
+        "parts": parts,
+    }
 
 
-def _state_file(folder: Path, k: int) -> Path:
-    return folder / f"state-{k:06d}.pt"
+def _restore(
+    saved: Payload | None, start: StateDict, phase: str
+) -> tuple[LLPFPath, StateDict, int, list[str]]:
+    """The path so far, the current point, the gradient steps and the memo of a run."""
+    if saved is None:
+        path = LLPFPath([_clone(start)], [0], [0], [0.0], [], [phase])
+        return path, _clone(start), 0, []
+    parts = saved["parts"]
+    states = [parts[_state_part(k)] for k in range(len(saved["path"]["ticks"]))]
+    path = LLPFPath(states=states, **saved["path"])
+    current = states[-1] if saved["current"] is None else parts[saved["current"]]
+    return path, current, saved["steps"], saved["memo"]
 
 
-def _load_file(path: Path) -> object:
-    return torch.load(path, weights_only=True, map_location="cpu")
-
-
-def _is_old_checkpoint(path: Path) -> bool:
-    """Whether ``path`` is a single-file path checkpoint of earlier versions."""
-    try:
-        saved = _load_file(path)
-    except Exception:  # noqa: BLE001 - any unreadable file is not a checkpoint
-        return False
-    return isinstance(saved, dict) and "key" in saved
-
-
-def _clear_checkpoint(folder: Path) -> None:
-    """Remove a checkpoint's files (the index first, so no index outlives its states)."""
-    (folder / INDEX).unlink(missing_ok=True)
-    for pattern in ("state-*.pt", "current-*.pt"):
-        for old in folder.glob(pattern):
-            old.unlink(missing_ok=True)
-
-
-def _checkpoint_problem(saved: dict, like: StateDict) -> str | None:
-    """What keeps the index ``saved`` from being a whole checkpoint's; None if nothing."""
-    kinds = {
-        "tick": int,
+def _checkpoint_problem(saved: Payload, like: StateDict) -> str | None:
+    """What keeps ``saved`` from being a whole path checkpoint of ``like``'s model."""
+    kinds: dict[str, type | tuple[type, ...]] = {
         "steps": int,
-        "states": int,
-        "seconds": (int, float),
-        "gen_state": torch.Tensor,
         "path": dict,
         "current": (str, type(None)),
-        "finished": bool,
         "memo": list,
-        "digests": list,
+        "parts": dict,
     }
     for name, kind in kinds.items():
         if not isinstance(saved.get(name), kind):
             return f"{name} is a {type(saved.get(name)).__name__}"
-    state = saved["gen_state"]
-    if state.dtype != torch.uint8 or state.shape != torch.Generator().get_state().shape:
-        return "gen_state is not a generator state"
     path = saved["path"]
     if set(path) != {f.name for f in fields(LLPFPath)} - {"states"} or not all(
         isinstance(v, list) for v in path.values()
     ):
         return "path does not hold the lists of a path"
-    if not 1 <= saved["states"] == len(path["ticks"]) == len(saved["digests"]):
-        return (
-            f"{saved['states']} states for {len(path['ticks'])} recorded ticks and "
-            f"{len(saved['digests'])} checksums"
-        )
+    names = {_state_part(k) for k in range(len(path["ticks"]))} | {saved["current"]}
+    if not path["ticks"] or set(saved["parts"]) != names - {None}:
+        return f"{len(saved['parts'])} parts for {len(path['ticks'])} recorded ticks"
+    expected = _shapes(like)
+    for name, state in saved["parts"].items():
+        if _shapes(state) != expected:
+            return f"part {name} has other tensors than the model"
     return None
 
 
-def _digest_problem(saved: dict, states: list[object], current: object) -> str | None:
-    """Which loaded point differs from the content the checkpoint recorded; None if none."""
-    for k, (state, digest) in enumerate(zip(states, saved["digests"], strict=True)):
-        if tensor_digest(state) != digest:
-            return (
-                f"recorded state {k} fails its checksum (changed after it was written)"
-            )
-    if current is not None and tensor_digest(current) != saved.get("current_digest"):
-        return "its current point fails its checksum (changed after it was written)"
-    return None
-
-
-def _states_problem(
-    states: list[object], current: object, like: StateDict
-) -> str | None:
-    """What keeps the loaded points from being points of ``like``'s model; None if nothing."""
-
-    def shapes(state: object) -> dict | None:
-        if not isinstance(state, dict):
-            return None
-        return {k: getattr(v, "shape", None) for k, v in state.items()}
-
-    expected = shapes(like)
-    for k, state in enumerate(states):
-        if shapes(state) != expected:
-            return f"recorded state {k} has other tensors than the model"
-    if current is not None and shapes(current) != expected:
-        return "its current point has other tensors than the model"
-    return None
+def _shapes(state: object) -> dict | None:
+    if not isinstance(state, dict):
+        return None
+    return {k: getattr(v, "shape", None) for k, v in state.items()}
 
 
 def _run_loop(
@@ -520,20 +377,18 @@ def _run_loop(
     start: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
-    ticks: int,
+    *,
+    phase: str,
     move: Callable[[nn.Module, int], bool],
     after_move: Callable[[nn.Module], None],
     make_opt: Callable[[nn.Module], torch.optim.Optimizer],
     refine: Refine,
+    ticks: int,
     seed: int,
     record_every: int,
-    phase: str,
-    final_state: StateDict | None,
-    checkpoint: str | Path | None,
-    checkpoint_every: int,
     key: str,
-    on_tick: TickCallback | None,
-    progress: bool,
+    persist: Persist,
+    final_state: StateDict | None = None,
     memo: set[str] | None = None,
     on_refined: TickCallback | None = None,
 ) -> LLPFPath:
@@ -542,41 +397,27 @@ def _run_loop(
     ``move(model, t)`` moves the parameters in place and returns ``False``
     when the path is complete (no more moves needed). ``memo`` is a set the
     move may fill (e.g. tensors that reached their target); it is saved in the
-    checkpoint and restored on resume. A finished run is marked so in its
-    checkpoint: resuming it returns the same path without another tick.
+    checkpoint and restored on resume. ``persist`` says where the run's
+    checkpoint (a folder, keyed by ``key``) is and how often it is saved
+    (:class:`wslib.runs.resumable.Persist`); a finished run is marked so in
+    it: resuming it returns the same path without another tick.
     """
     if record_every < 1:
         raise ValueError(f"record_every must be >= 1, got {record_every}")
     work = copy.deepcopy(model)
     dev = model_device(work)
     x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
-    ckpt = Path(checkpoint) if checkpoint is not None else None
-    run = None if ckpt is None else _Run.load(ckpt, key, start)
-    if run is None:
-        if ckpt is not None and ckpt.is_dir():
-            _clear_checkpoint(ckpt)
-        gen = torch.Generator().manual_seed(seed)
-        path = LLPFPath([_clone(start)], [0], [0], [0.0], [], [phase])
-        run = _Run(0, path, _clone(start), gen.get_state())
+    run = Resumable(persist, "LLPF path", key, seed, ticks, folder=True)
+    path, current, steps, saved_memo = _restore(
+        run.resume(lambda saved: _checkpoint_problem(saved, start)), start, phase
+    )
     if memo is not None:
         memo.clear()
-        memo.update(run.memo)
-    gen = torch.Generator()
-    gen.set_state(run.gen_state)
-    work.load_state_dict(run.current)
+        memo.update(saved_memo)
+    work.load_state_dict(current)
     opt = make_opt(work)
-    bar = tqdm(
-        total=ticks,
-        initial=run.tick,
-        desc=f"LLPF {phase}",
-        disable=not progress,
-        leave=False,
-    )
-    done = run.finished or run.tick >= ticks
-    if not done:
-        refuse_compute(f"LLPF path {ckpt or phase}")
-    while not done:
-        t0 = time.perf_counter()
+    run.begin(f"LLPF {phase}")
+    while not run.done:
         t = run.tick
         with torch.no_grad():
             moving = move(work, t)
@@ -586,33 +427,23 @@ def _run_loop(
             loss = float("nan")
         else:
             after_move(work)
-            steps, loss = refine_point(work, opt, x, y, refine, gen)
-            run.steps += steps
+            taken, loss = refine_point(work, opt, x, y, refine, run.gen)
+            steps += taken
             if on_refined is not None:
                 on_refined(t + 1, work)
             after_move(work)
-        run.tick = t + 1
-        run.seconds += time.perf_counter() - t0
-        run.path.refine_loss.append(loss)
-        done = last
-        if done or run.tick % record_every == 0:
-            run.path.states.append(_clone(work.state_dict()))
-            run.path.ticks.append(run.tick)
-            run.path.grad_steps.append(run.steps)
-            run.path.seconds.append(run.seconds)
-            run.path.phase.append(phase)
-        bar.update(1)
-        if ckpt is not None and (done or run.tick % checkpoint_every == 0):
-            run.current = _clone(work.state_dict())
-            run.gen_state = gen.get_state()
-            run.finished = done
-            run.memo = sorted(memo) if memo is not None else []
-            run.save(ckpt, key)
-        if on_tick is not None:
-            on_tick(run.tick, work)
-    bar.close()
-    _warn_capped(run.path.refine_loss, refine, phase)
-    return run.path
+        run.count(last)
+        path.refine_loss.append(loss)
+        if last or run.tick % record_every == 0:
+            path.states.append(_clone(work.state_dict()))
+            path.ticks.append(run.tick)
+            path.grad_steps.append(steps)
+            path.seconds.append(run.seconds)
+            path.phase.append(phase)
+        run.settle(functools.partial(_snapshot, run, path, work, steps, memo), work)
+    run.end(functools.partial(_snapshot, run, path, work, steps, memo))
+    _warn_capped(path.refine_loss, refine, phase)
+    return path
 
 
 def _warn_capped(refine_loss: Sequence[float], refine: Refine, phase: str) -> None:
@@ -633,11 +464,9 @@ def _warn_capped(refine_loss: Sequence[float], refine: Refine, phase: str) -> No
         )
 
 
-def _check_common(ticks: int, checkpoint_every: int) -> None:
+def _check_ticks(ticks: int) -> None:
     if ticks < 1:
         raise ValueError(f"ticks must be >= 1, got {ticks}")
-    if checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be >= 1, got {checkpoint_every}")
 
 
 # --- Algorithm 1: model to model --------------------------------------------------------------
@@ -714,7 +543,8 @@ def m2m(
     LLPFPath
     """
     check_same_architecture(model, start, dest)
-    _check_common(ticks, checkpoint_every)
+    _check_ticks(ticks)
+    persist = Persist(checkpoint, checkpoint_every, progress, on_tick)
     refine = refine or Refine()
     stages = [list(s) for s in (stages or data_flow_stages(model))]
     names = [n for n, _ in model.named_parameters()]
@@ -778,20 +608,17 @@ def m2m(
         start,
         x,
         y,
-        ticks,
-        move,
-        lambda w: project_on_spheres(w, target, eps),
-        lambda w: torch.optim.SGD(w.parameters(), lr=refine.lr),
-        refine,
-        seed,
-        record_every,
-        "m2m",
-        dest,
-        checkpoint,
-        checkpoint_every,
-        key,
-        on_tick,
-        progress,
+        phase="m2m",
+        move=move,
+        after_move=lambda w: project_on_spheres(w, target, eps),
+        make_opt=lambda w: torch.optim.SGD(w.parameters(), lr=refine.lr),
+        refine=refine,
+        ticks=ticks,
+        seed=seed,
+        record_every=record_every,
+        key=key,
+        persist=persist,
+        final_state=dest,
         on_refined=on_refined,
     )
 
@@ -869,7 +696,8 @@ def m2o(
     ``compliance`` turns angular compliance on (see :class:`ComplianceSGD`).
     """
     check_same_architecture(model, start)
-    _check_common(ticks, checkpoint_every)
+    _check_ticks(ticks)
+    persist = Persist(checkpoint, checkpoint_every, progress, on_tick)
     if not 0 < shrink < 1:
         raise ValueError(f"shrink must be in (0, 1), got {shrink}")
     refine = refine or Refine()
@@ -948,21 +776,17 @@ def m2o(
         start,
         x,
         y,
-        ticks,
-        move,
-        lambda w: None,
-        lambda w: ComplianceSGD(w, refine.lr, start_var, compliance),
-        refine,
-        seed,
-        record_every,
-        "m2o",
-        None,
-        checkpoint,
-        checkpoint_every,
-        key,
-        on_tick,
-        progress,
-        reached,
+        phase="m2o",
+        move=move,
+        after_move=lambda w: None,
+        make_opt=lambda w: ComplianceSGD(w, refine.lr, start_var, compliance),
+        refine=refine,
+        ticks=ticks,
+        seed=seed,
+        record_every=record_every,
+        key=key,
+        persist=persist,
+        memo=reached,
     )
 
 

@@ -71,6 +71,8 @@ CODE = (
     "wslib.llpf.layerwise",
     "wslib.llpf.path",
     "wslib.llpf.protocols",
+    "wslib.runs.resumable",
+    "wslib.runs.store",
 )
 Pair = Sequence[nn.Module]
 

@@ -2,25 +2,24 @@
 
 Some experiments keep only curves and scores of a training run (PathCond's
 comparisons train many short runs and never reuse the weights). Their results
-are stored as ``<root>/<hash>.json`` under the hash of the run's full
-description and of the source of the packages that compute it (``code``); a
-second build loads them instead of training again, an edit of that code
-computes them anew. Cached
-results carry the timings measured by the run that produced them. An
-unreadable file, one of the wrong shape or one written for another
-description is recomputed with a warning, never used.
+are entries of the store (:mod:`wslib.runs.store`): ``<root>/<hash>.json``
+under the hash of the run's full description and of the source of the
+packages that compute it (``code``); a second build loads them instead of
+training again, an edit of that code computes them anew. Cached results
+carry the timings measured by the run that produced them. An unreadable
+file, one without a result or one written for another description is
+recomputed with a warning, never used.
 """
 
 from __future__ import annotations
 
-import json
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from wslib.core.files import atomic_write, code_version, entry_lock, stable_hash
+from wslib.core.files import code_version
 from wslib.runs.results import to_jsonable
+from wslib.runs.store import Entry, Payload, cached, keyed
 from wslib.runs.units import refuse_compute
 
 
@@ -38,21 +37,9 @@ def cached_run(
     if root is None:
         refuse_compute("a run without a cache folder")
         return compute()
-    path, key = _entry(root, key, code)
-    with entry_lock(path):  # a neighbour computing the same run: wait, then read it
-        stored = _read(path)
-        if stored is not None:
-            if stored.get("key") == key and isinstance(stored.get("result"), dict):
-                return stored["result"]
-            warnings.warn(
-                f"cached run {path} was written for another run or is incomplete; "
-                "recomputing"
-            )
-        refuse_compute(f"run {path}")
-        result = to_jsonable(compute())
-        text = json.dumps({"key": key, "result": result})
-        atomic_write(path, lambda tmp: tmp.write_text(text))
-    return result
+    entry = _entry(root, key, code)
+    stored = cached(entry, lambda: {"result": to_jsonable(compute())}, _has_result)
+    return stored["result"]
 
 
 def stored_run(
@@ -60,39 +47,22 @@ def stored_run(
 ) -> dict[str, Any] | None:
     """The result :func:`cached_run` would load for ``key``, or None (it would compute).
 
-    Reads without waiting for a lock: a caller that finds None computes, then
-    stores through :func:`cached_run`, which checks again under the lock.
+    Reads without waiting for a lock and without a warning: a caller that
+    finds None computes, then stores through :func:`cached_run`, which checks
+    again under the lock.
     """
     if root is None:
         return None
-    path, key = _entry(root, key, code)
-    try:
-        stored = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    if not isinstance(stored, dict) or stored.get("key") != key:
-        return None
-    result = stored.get("result")
-    return result if isinstance(result, dict) else None
+    stored = _entry(root, key, code).load(_has_result, quiet=True)
+    return None if stored is None else stored["result"]
 
 
-def _entry(
-    root: str | Path, key: dict[str, Any], code: Sequence[str]
-) -> tuple[Path, dict[str, Any]]:
-    """The file of ``key`` under ``root`` and the full key stored in it."""
-    key = to_jsonable({**key, "code": code_version(*code)})
-    return Path(root) / f"{stable_hash(key)}.json", key
+def _entry(root: str | Path, key: dict[str, Any], code: Sequence[str]) -> Entry:
+    """The entry of ``key`` under ``root``, its key holding the code's version."""
+    return keyed(
+        root, to_jsonable({**key, "code": code_version(*code)}), "cached run", ".json"
+    )
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    """The stored entry, or None (with a warning when a file exists but cannot be used)."""
-    if not path.exists():
-        return None
-    try:
-        stored = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-        stored = None
-    if isinstance(stored, dict):
-        return stored
-    warnings.warn(f"cached run {path} is unreadable; recomputing")
-    return None
+def _has_result(stored: Payload) -> str | None:
+    return None if isinstance(stored.get("result"), dict) else "no result dict"

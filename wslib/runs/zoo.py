@@ -8,22 +8,21 @@ A model is identified by the hash of its full config::
      "recipe": {"epochs": 30, ...},            # wslib.core.train.Recipe fields
      "seed": 0}
 
-The file name is the hash of the config, of the source of the modules that
-determine a trained model (:data:`TRAINING_CODE`: models, neurons, training and
-data code) and of the training data's content, so an edit of that code or
-regenerated data trains anew. The first request trains
-the model and writes ``<root>/<hash>.pt``; later
-requests load it with ``torch.load(weights_only=True)``. A checkpoint that
-cannot be read, whose stored config or tensors do not match the request, or
-whose weights fail the content checksum stored with them, is never used: it is
-retrained with a warning that names the file.
+A trained model is an entry of the store (:mod:`wslib.runs.store`) whose key
+is the config, the version of the modules that determine a trained model
+(:data:`TRAINING_CODE`: models, neurons, training and data code) and the
+training data's content, so an edit of that code or regenerated data trains
+anew. The first request trains the model and writes ``<root>/<hash>.pt``;
+later requests load it with ``torch.load(weights_only=True)``. A checkpoint
+that cannot be read, was written for another key, does not fit the model or
+fails the checksum of its tensors is never used: it is retrained with a
+warning that names the file.
 """
 
 from __future__ import annotations
 
 import copy
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +31,10 @@ import torch
 from torch import nn
 
 from wslib.core import data as wdata
-from wslib.core.files import (
-    atomic_write,
-    code_version,
-    entry_lock,
-    stable_hash,
-    tensor_digest,
-)
+from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
-from wslib.runs.units import refuse_compute
+from wslib.runs.store import Entry, Payload, cached, keyed
 
 SPLITS = {  # split kind -> required keys
     "full": (),
@@ -131,62 +124,37 @@ class Zoo:
             self._digests[key] = tensor_digest(ds.x_train, ds.y_train)
         return self._digests[key]
 
-    def path(self, config: dict[str, Any]) -> Path:
-        """Checkpoint file: config, version of the training code and data content."""
+    def entry(self, config: dict[str, Any]) -> Entry:
+        """The store's entry of ``config``: config, training code and data content."""
         key = {
             "config": config,
             "code": code_version(*TRAINING_CODE),
             "data": self.data_digest(config["data"]),
         }
-        return self.root / f"{stable_hash(key)}.pt"
+        return keyed(self.root, key, "model")
+
+    def path(self, config: dict[str, Any]) -> Path:
+        """Checkpoint file of ``config`` (see :meth:`entry`)."""
+        return self.entry(config).path
 
     def get(self, config: dict[str, Any]) -> nn.Module:
         """The trained model for ``config`` (eval mode, on the zoo's device)."""
         config = normalise_config(config)
-        path = self.path(config)
-        with entry_lock(path):  # a neighbour training the same model: wait, then load
-            model = self._load(path, config) if path.exists() else None
-            if model is None:
-                refuse_compute(f"model {path}")
-                model = self._train(config)
-                self.trained += 1
-            else:
-                self.loaded += 1
+        model = build_model(config["model"]).to(self.device)
+        trained = []
+
+        def train() -> Payload:
+            trained.append(1)
+            return self._train(config)
+
+        stored = cached(self.entry(config), train, lambda s: _fits(model, s))
+        model.load_state_dict(stored["state_dict"])
+        self.trained += len(trained)
+        self.loaded += 1 - len(trained)
         return model.eval()
 
-    def _load(self, path: Path, config: dict[str, Any]) -> nn.Module | None:
-        try:
-            ckpt = torch.load(path, map_location=self.device, weights_only=True)
-        except Exception as err:  # noqa: BLE001 - any unreadable file is retrained, never used
-            warnings.warn(
-                f"checkpoint {path} is unreadable ({type(err).__name__}); retraining"
-            )
-            return None
-        if not isinstance(ckpt, dict) or ckpt.get("config") != json.dumps(
-            config, sort_keys=True
-        ):
-            warnings.warn(
-                f"checkpoint {path} was written for another config; retraining"
-            )
-            return None
-        model = build_model(config["model"]).to(self.device)
-        try:
-            model.load_state_dict(ckpt["state_dict"])
-        except (RuntimeError, KeyError, TypeError, AttributeError) as err:
-            first = str(err).splitlines()[0]
-            warnings.warn(
-                f"checkpoint {path} does not fit the model ({first}); retraining"
-            )
-            return None
-        if tensor_digest(ckpt["state_dict"]) != ckpt.get("digest"):
-            warnings.warn(
-                f"checkpoint {path} fails its checksum (its weights changed after it "
-                "was written); retraining"
-            )
-            return None
-        return model
-
-    def _train(self, config: dict[str, Any]) -> nn.Module:
+    def _train(self, config: dict[str, Any]) -> Payload:
+        """Train the model of ``config``; what the zoo stores of it."""
         ds = self.dataset(config["data"])
         idx = split_indices(ds.y_train, config["split"])
         x, y = (
@@ -199,16 +167,20 @@ class Zoo:
         recipe = Recipe.from_dict(config["recipe"])
         history = fit(model, x, y, recipe, config["seed"], self.device, self.progress)
         test_loss, test_acc = evaluate(model, ds.x_test, ds.y_test)
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        ckpt = {
-            "config": json.dumps(config, sort_keys=True),
-            "state_dict": state,
-            "digest": tensor_digest(state),  # checked on load
+        return {
+            "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
             "history": history,
             "test": {"loss": test_loss, "acc": test_acc},
         }
-        atomic_write(self.path(config), lambda tmp: torch.save(ckpt, tmp))
-        return model
+
+
+def _fits(model: nn.Module, stored: Payload) -> str | None:
+    """Load the stored weights into ``model``; what keeps them from fitting, if anything."""
+    try:
+        model.load_state_dict(stored["state_dict"])
+    except (RuntimeError, KeyError, TypeError, AttributeError) as err:
+        return f"does not fit the model: {str(err).splitlines()[0]}"
+    return None
 
 
 def normalise_config(config: dict[str, Any]) -> dict[str, Any]:
