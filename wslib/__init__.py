@@ -10,7 +10,9 @@ The package is layered; a package imports only those listed before it::
                      matching (Git Re-Basin), files (hashes, atomic writes),
                      seeds (every random choice from a chapter's seed),
                      connectivity (modes and the line between them, chapters
-                     1-2), describe (names of models and data for the text)
+                     1-2), describe (names of models and data for the text),
+                     workspace (the absolute folders every chapter reads and
+                     writes: data, zoo, run caches, checkpoints, results)
     wslib.runs       reproducibility machinery, no algorithm: store (the one
                      keyed store of every cache and checkpoint), resumable
                      (the one resumable-run helper: generator, ticks,

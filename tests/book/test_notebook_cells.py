@@ -178,10 +178,12 @@ def test_plumbing_detection() -> None:
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS)
-def test_setup_cell_works_from_the_repository_root(nb: str) -> None:
-    """A chapter downloaded and opened from any folder finds data/ and results/."""
-    first, second = steps(nb)[:2]  # the imports, then the setup of the run
-    assert "work_in_checkout()" in first.source + second.source, head(first)
+def test_no_chapter_depends_on_its_working_directory(nb: str) -> None:
+    """A chapter opened from any folder finds data/ and results/: the library
+    takes relative paths under the workspace (tests/core/test_workspace.py), and
+    no chapter changes the working directory."""
+    source = "\n".join(c.source for c in steps(nb))
+    assert "chdir" not in source and "getcwd" not in source, nb
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS)

@@ -18,7 +18,6 @@ from wslib.runs.results import (
     environment,
     git_commit,
     to_jsonable,
-    work_in_checkout,
     write_results,
 )
 
@@ -96,13 +95,3 @@ def test_timings_add_up_per_name() -> None:
         with timings("step"):
             pass
     assert set(timings) == {"step"} and timings["step"] >= 0
-
-
-def test_work_in_checkout_moves_to_the_repository_root(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A chapter opened from another folder finds data/ and results/ of the checkout."""
-    monkeypatch.chdir(tmp_path)
-    assert work_in_checkout() is None  # a cell ending in the call shows no path
-    root = Path(__file__).resolve().parents[2]
-    assert (root / "notebooks").is_dir() and Path.cwd() == root

@@ -30,6 +30,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 from wslib.core.files import atomic_write, stable_hash
+from wslib.core.workspace import workspace
 
 SYNTHETIC_MARK = (
     "SYNTHETIC"  # a file the synthetic stand-in writer leaves in each folder
@@ -80,15 +81,17 @@ class Dataset:
         return tuple(self.x_train.shape[1:])
 
 
-def load_dataset(name: str, root: str | Path = "data", **options) -> Dataset:
+def load_dataset(name: str, root: str | Path | None = None, **options) -> Dataset:
     """Load a data set as standardised tensors.
 
     Parameters
     ----------
     name : str
         One of :data:`DATASETS`.
-    root : str or Path
-        Data folder; data set ``name`` lives in ``root/name/``.
+    root : str or Path, optional
+        Data folder; data set ``name`` lives in ``root/name/``. Default: the
+        workspace's ``data/`` (:mod:`wslib.core.workspace`); a relative
+        folder is taken under the workspace's root.
     **options
         ``"mnist1d"``: ``num_samples`` (package default 5000: 4000 train, 1000 test)
         and ``seed`` of the generator (package default 42), see ``_load_mnist1d``.
@@ -107,7 +110,7 @@ def load_dataset(name: str, root: str | Path = "data", **options) -> Dataset:
     DataMissingError
         If a torchvision data set's files are not under ``root/name/``.
     """
-    root = Path(root)
+    root = _data_root(root)
     if (root / name / SYNTHETIC_MARK).exists():
         warnings.warn(
             f"{root / name} holds synthetic stand-in files (notebooks/synthetic_data.py), "
@@ -125,6 +128,12 @@ def load_dataset(name: str, root: str | Path = "data", **options) -> Dataset:
     if name in ("cifar10", "cifar100"):
         return _load_cifar(name, root, **options)
     raise ValueError(f"unknown data set {name!r}; choose one of {DATASETS}")
+
+
+def _data_root(root: str | Path | None) -> Path:
+    """The absolute data folder: the workspace's ``data/`` or ``root`` under its root."""
+    ws = workspace()
+    return ws.data if root is None else ws.path(root)
 
 
 @dataclass(frozen=True)
@@ -146,7 +155,7 @@ class DataKey:
     def of(cls, data: dict[str, Any], ds: Dataset | None = None) -> DataKey:
         """The key of ``load_dataset(**data)``; ``ds``, when given, is that data set."""
         options = {k: v for k, v in data.items() if k not in ("name", "root")}
-        root = str(Path(data.get("root", "data")).resolve())
+        root = str(_data_root(data.get("root")))
         key = cls(data["name"], root, tuple(sorted(options.items())))
         if ds is not None:
             _LOADED[key] = ds
@@ -343,8 +352,9 @@ def _missing_message(name: str, folder: Path) -> str:
     )
 
 
-def download_dataset(name: str, root: str | Path = "data") -> Path:
-    """Download a torchvision data set into ``root/<name>`` (needs the internet)."""
+def download_dataset(name: str, root: str | Path | None = None) -> Path:
+    """Download a torchvision data set into ``root/<name>`` (default: the
+    workspace's ``data/``; needs the internet)."""
     if name not in _TORCHVISION_CLASS:
         raise ValueError(
             f"{name!r} is not downloaded: valid names {sorted(_TORCHVISION_CLASS)} "
@@ -352,7 +362,7 @@ def download_dataset(name: str, root: str | Path = "data") -> Path:
         )
     import torchvision
 
-    folder = Path(root) / name
+    folder = _data_root(root) / name
     cls = getattr(torchvision.datasets, _TORCHVISION_CLASS[name])
     for train in (True, False):
         cls(root=str(folder), train=train, download=True)

@@ -12,6 +12,7 @@ from torch import nn
 
 from wslib.core.files import tensor_digest
 from wslib.core.seeds import derive_seeds
+from wslib.core.workspace import workspace
 from wslib.llpf.protocols import PathSetup
 from wslib.runs.zoo import Zoo
 
@@ -20,16 +21,13 @@ if TYPE_CHECKING:
 
 
 def profile_folder(root: str | Path | None, profile: str) -> Path | None:
-    """``root/profile`` (None when ``root`` is None: no files)."""
-    return None if root is None else Path(root) / profile
-
-
-ZOO_ROOT = "data/zoo"  # the book's model zoo (relative to the repository root)
+    """``root/profile`` under the workspace's root (None when ``root`` is None: no files)."""
+    return None if root is None else workspace().path(root) / profile
 
 
 def chapter_data(data: Mapping[str, Any]) -> tuple[Zoo, Dataset]:
     """The book's model zoo and the data set ``data`` names."""
-    zoo = Zoo(ZOO_ROOT)
+    zoo = Zoo()
     return zoo, zoo.dataset(dict(data))
 
 

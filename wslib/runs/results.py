@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import platform
 import subprocess
 import time
@@ -16,6 +15,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from wslib.core.workspace import workspace
 
 
 def hardware() -> str:
@@ -36,27 +37,9 @@ def hardware() -> str:
 PACKAGES = ("numpy", "scikit-learn", "POT", "captum", "papermill")
 
 
-CHECKOUT = Path(__file__).resolve().parents[2]  # the repository, for a source install
-
-
-def work_in_checkout() -> None:
-    """Make the repository root the working directory.
-
-    Every chapter reads and writes ``data/``, ``results/`` and the caches
-    relative to the repository root. A kernel started elsewhere (a chapter
-    downloaded from the book and opened from ``notebooks/``, or from any
-    folder) calls this first and finds them. Outside a checkout (the library
-    installed from a wheel) the working directory is left as it is. Nothing
-    is returned: a chapter's cell ending in this call shows no output, so no
-    page shows the folder of the machine that built it.
-    """
-    if (CHECKOUT / "notebooks").is_dir() and (CHECKOUT / "wslib").is_dir():
-        os.chdir(CHECKOUT)
-
-
 def git_commit(root: str | Path | None = None) -> str:
     """The checked-out commit, with ``-dirty`` when the tree has changes; ``unknown`` outside git."""
-    root = Path(root) if root else CHECKOUT
+    root = Path(root) if root else workspace().root
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],
@@ -135,11 +118,13 @@ def write_results(
 
     ``notebooks/run.py`` adds the notebook's name, profile and effective
     parameters (defaults overridden by the profile and the injected values).
+    A relative ``path`` is taken under the workspace's root
+    (:mod:`wslib.core.workspace`).
     """
     record = to_jsonable(
         {"metrics": metrics, "timings_s": timings_s, "env": environment()}
     )
-    path = Path(path)
+    path = workspace().path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
     return record

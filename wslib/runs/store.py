@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from wslib.core.files import atomic_write, entry_lock, stable_hash, tensor_digest
+from wslib.core.workspace import workspace
 from wslib.runs.units import refuse_compute
 
 KEY, CHECKSUM, PARTS = "key", "checksum", "parts"
@@ -90,7 +91,7 @@ class Entry:
     def __init__(
         self, path: str | Path, key: object, what: str, owns_folder: bool = False
     ) -> None:
-        self.path = Path(path)
+        self.path = workspace().path(path)
         self.key = json.loads(json.dumps(key, sort_keys=True))
         self.what = what
         self.owns_folder = owns_folder

@@ -34,6 +34,7 @@ from wslib.core import data as wdata
 from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
+from wslib.core.workspace import workspace
 from wslib.runs.store import Entry, Payload, cached, keyed
 
 SPLITS = {  # split kind -> required keys
@@ -88,17 +89,19 @@ def check_split(split: dict[str, Any]) -> None:
 
 
 class Zoo:
-    """Load-or-train cache of models under ``root`` (default ``data/zoo``)."""
+    """Load-or-train cache of models under ``root`` (default: the workspace's
+    ``data/zoo``), data sets read from ``data_root`` (default: its ``data``)."""
 
     def __init__(
         self,
-        root: str | Path = "data/zoo",
-        data_root: str | Path = "data",
+        root: str | Path | None = None,
+        data_root: str | Path | None = None,
         device: str | None = None,
         progress: bool = True,
     ) -> None:
-        self.root = Path(root)
-        self.data_root = Path(data_root)
+        ws = workspace()
+        self.root = ws.zoo if root is None else ws.path(root)
+        self.data_root = ws.data if data_root is None else ws.path(data_root)
         self.device = pick_device(device)
         self.progress = progress
         self._datasets: dict[str, wdata.Dataset] = {}

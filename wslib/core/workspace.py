@@ -1,0 +1,63 @@
+"""The reader's workspace: one root, and absolute folders under it for everything
+a chapter reads or writes.
+
+The root is the checkout when the library runs from one (so a chapter opened
+from any folder, ``notebooks/`` or a downloaded copy's, finds the same data,
+caches and results), and the working directory otherwise (the library
+installed as a package). A relative path a chapter passes (its parameters say
+``data/runs``) is taken under that root, never under the working directory:
+no library call depends on where the kernel started, and nothing changes the
+working directory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+CHECKOUT = Path(__file__).resolve().parents[2]
+"""The repository the library was imported from, for a source install."""
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Absolute folders under ``root``: ``data`` (data sets), ``zoo`` (trained
+    models), ``runs`` (the run cache), ``checkpoints`` (LLPF paths) and
+    ``results`` (results files)."""
+
+    root: Path
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    @property
+    def zoo(self) -> Path:
+        return self.data / "zoo"
+
+    @property
+    def runs(self) -> Path:
+        return self.data / "runs"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.data / "llpf"
+
+    @property
+    def results(self) -> Path:
+        return self.root / "results"
+
+    def path(self, path: str | Path) -> Path:
+        """``path`` made absolute: a relative one is taken under :attr:`root`."""
+        path = Path(path).expanduser()
+        return path if path.is_absolute() else self.root / path
+
+
+def in_checkout() -> bool:
+    """Whether the library runs from a checkout of the repository."""
+    return (CHECKOUT / "notebooks").is_dir() and (CHECKOUT / "wslib").is_dir()
+
+
+def workspace() -> Workspace:
+    """The workspace: the checkout when the library runs from one, else the working directory."""
+    return Workspace(CHECKOUT if in_checkout() else Path.cwd().resolve())
