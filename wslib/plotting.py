@@ -77,7 +77,7 @@ def set_style() -> None:
 
 def band(
     ax: Axes,
-    x: Sequence[float],
+    x: Sequence[float] | np.ndarray,
     runs: np.ndarray,
     label: str,
     color: object | None = None,

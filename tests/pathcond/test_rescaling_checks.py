@@ -292,3 +292,11 @@ def test_diag_g_names_an_input_shape_that_does_not_fit(shape: list[int]) -> None
     message = re.escape(f"in_shape {shape} does not fit the model")
     with pytest.raises(ValueError, match=message):
         diag_g(model, shape)
+
+
+def test_batchnorm_without_a_bias_is_refused_by_name() -> None:
+    model = build_model(CNN_BN)
+    bn = next(m for m in model.modules() if isinstance(m, nn.BatchNorm1d))
+    bn.register_parameter("bias", None)  # as BatchNorm1d(..., bias=False) builds it
+    with pytest.raises(TypeError, match="BatchNorm1d without a bias"):
+        diag_g(model, CNN_BN["in_shape"])

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
-from wslib.core.neurons import random_scales, rescale_state
+from wslib.core.neurons import neuron_structure, random_scales, rescale_state
 from wslib.core.train import Recipe, model_device, seed_everything
 from wslib.pathcond.lifting import PathLifting, explicit_path_lifting, mlp_path_labels
 from wslib.pathcond.protocols import Run
@@ -65,7 +65,7 @@ def tiny_lifting(config: dict[str, Any], spread: float, seed: int = 0) -> TinyLi
     """
     seed_everything(seed)
     net = build_model(config).double()
-    structure = net.neuron_structure()
+    structure = neuron_structure(net)
     scales = random_scales(structure, spread, torch.Generator().manual_seed(seed))
     net.load_state_dict(rescale_state(net.state_dict(), structure, scales))
     before = explicit_path_lifting(net, config["in_shape"])
@@ -167,7 +167,7 @@ def function_check(
         seed_everything(seed)
         model = build_model(config)
         x = torch.randn(batch, *config["in_shape"])
-        structure = model.neuron_structure()
+        structure = neuron_structure(model)
         scales = random_scales(structure, 1.0, torch.Generator().manual_seed(seed))
         rescaled = copy.deepcopy(model)
         rescaled.load_state_dict(rescale_state(model.state_dict(), structure, scales))

@@ -17,7 +17,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -181,7 +181,10 @@ def head_bias(widths: Sequence[int]) -> str:
 
 def first_layer_fan(base: dict[str, Any], widths: Sequence[int]) -> tuple[int, int]:
     """Parameters into (weights and bias) and out of one first-layer neuron of an MLP."""
-    first, second = build_model(mlp_config(base, widths)).linears[:2]
+    linears = cast(
+        "Sequence[torch.nn.Linear]", build_model(mlp_config(base, widths)).linears
+    )
+    first, second = linears[:2]
     return first.in_features + 1, second.out_features
 
 
@@ -205,7 +208,8 @@ def layer_scale_rows(
         g_before, g_after = (diag_g(m, base["in_shape"]) for m in models)
         g_pairs[name] = g_before, g_after
         n_params = sum(p.numel() for p in models[0].parameters())
-        for i, (lb, lp) in enumerate(zip(models[0].linears, models[1].linears)):
+        before, after = (cast("Sequence[torch.nn.Linear]", m.linears) for m in models)
+        for i, (lb, lp) in enumerate(zip(before, after)):
             key = f"linears.{i}.weight"
             rows.append(
                 {

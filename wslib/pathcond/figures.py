@@ -23,7 +23,7 @@ from wslib.plotting import band, label_axes, method_colour
 from wslib.runs.stats import RateSearch
 
 PAGE_WIDTH = 8.0  # inches
-THRESHOLD_STYLE = {"color": "gray", "lw": 0.8, "ls": ":"}
+THRESHOLD_STYLE: dict[str, Any] = {"color": "gray", "lw": 0.8, "ls": ":"}
 
 
 def panels(n: int, ncols: int = 3, height: float = 2.8) -> tuple[Figure, list[Axes]]:
@@ -69,7 +69,7 @@ def draw_spectra(spectra: dict[str, Any]) -> Figure:
     left.legend()
     flat_b, flat_a = _flat(spectra["g_before"]), _flat(spectra["g_after"])
     both = np.concatenate([flat_b, flat_a])
-    bins = np.logspace(np.log10(both.min()), np.log10(both.max()), 30)
+    bins = np.logspace(np.log10(both.min()), np.log10(both.max()), 30).tolist()
     amgm_b, amgm_a = spectra["amgm_before"], spectra["amgm_after"]
     right.hist(
         flat_b, bins, alpha=0.6, color=before, label=f"before (AM/GM {amgm_b:.2f})"

@@ -24,12 +24,13 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from wslib.core.models import MLP, ConvNet, ResNet
+from wslib.core.models import MLP, BasicBlock, ConvNet, ResNet
 
 Params = dict[str, torch.Tensor]
 MAX_PATHS = 5_000_000
@@ -140,11 +141,10 @@ def _convnet_paths(
                 _bn_factor(params, f"features.{i}", chain_paths(factors), length)
             )
         elif isinstance(layer, nn.AvgPool1d):
+            kernel = cast("tuple[int]", layer.kernel_size)[0]  # stored as a 1-tuple
             channels = factors[-1].out_size // length
-            factors.append(
-                Factor(_dense_pool(channels, length, layer.kernel_size[0], dtype))
-            )
-            length //= layer.kernel_size[0]
+            factors.append(Factor(_dense_pool(channels, length, kernel, dtype)))
+            length //= kernel
         elif not isinstance(layer, nn.ReLU):
             raise TypeError(
                 f"explicit path-lifting: unsupported layer {type(layer).__name__}"
@@ -177,7 +177,8 @@ def _resnet_paths(
     model: ResNet, params: Params, in_shape: Sequence[int]
 ) -> torch.Tensor:
     """Union over routes (shortcut or block body, per block) of chain path products."""
-    if len(model.stages) != 1 or any(b.shortcut is not None for b in model.stages[0]):
+    stages = cast("Sequence[Sequence[BasicBlock]]", model.stages)
+    if len(stages) != 1 or any(b.shortcut is not None for b in stages[0]):
         raise ValueError(
             "explicit path-lifting supports single-stage ResNets (identity shortcuts)"
         )
@@ -187,7 +188,7 @@ def _resnet_paths(
     width = stem[-1].out_size
     skip = Factor(torch.ones(width, dtype=dtype), None, True)
     routes: list[tuple[list[Factor], list[bool]]] = [(stem, [True, True])]
-    for b in range(len(model.stages[0])):
+    for b in range(len(stages[0])):
         stream = torch.cat([chain_paths(f, fl) for f, fl in routes], 1)
         body = _block_factors(params, f"stages.0.{b}", stream, length)
         # a bias path of the body is the same whatever route led to the block: count it once

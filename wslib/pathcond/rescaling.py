@@ -48,8 +48,9 @@ import math
 import operator
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -160,9 +161,17 @@ def rescalable_structure(model: nn.Module) -> NeuronStructure:
 class _SquaredBN(nn.Module):
     """BN channel of the squared network: ``gamma^2 * u / s^2 + beta^2`` (``s^2`` frozen)."""
 
-    def __init__(self, bn: nn.Module) -> None:
+    def __init__(
+        self, bn: nn.BatchNorm1d | nn.BatchNorm2d | nn.BatchNorm3d | nn.SyncBatchNorm
+    ) -> None:
         super().__init__()
-        self.weight, self.bias = bn.weight, bn.bias
+        weight, bias = bn.weight, bn.bias
+        if not isinstance(weight, torch.Tensor) or not isinstance(bias, torch.Tensor):
+            raise TypeError(
+                f"{type(bn).__name__} without a bias (beta) has no path-lifting; PathCond "
+                "needs BatchNorm layers with both affine parameters"
+            )
+        self.weight, self.bias = weight, bias
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         dims = [d for d in range(u.dim()) if d != 1]
@@ -174,7 +183,7 @@ class _SquaredBN(nn.Module):
 class _SquaredAvgPool(nn.Module):
     """Average pooling with its coefficient ``1/k`` squared (sum / k^2)."""
 
-    def __init__(self, pool: nn.Module) -> None:
+    def __init__(self, pool: nn.AvgPool1d | nn.AvgPool2d) -> None:
         super().__init__()
         self.pool = pool
         kernel = pool.kernel_size
@@ -185,7 +194,7 @@ class _SquaredAvgPool(nn.Module):
         return self.pool(x) / self.k
 
 
-def _squared_mean(x: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+def _squared_mean(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     """``mean`` with its coefficient squared: ``mean / n`` over the reduced entries."""
     out = x.mean(*args, **kwargs)
     return out * (out.numel() / x.numel())
@@ -274,7 +283,8 @@ def incidence_matrix(
     offsets, total = {}, 0
     for n, shape in shapes.items():
         offsets[n], total = total, total + math.prod(shape)
-    rows, cols, vals, neurons = [], [], [], []
+    rows, cols, vals = [], [], []
+    neurons: list[tuple[str, int]] = []
     for group in structure.groups:
         if not group.rescalable:
             continue
@@ -360,7 +370,9 @@ def _group_views(
     for group in structure.groups:
         if not group.rescalable:
             continue
-        ins, outs, n_net = [], [], 0
+        ins: list[np.ndarray] = []
+        outs: list[np.ndarray] = []
+        n_net = 0
         for slot in group.slots:
             if slot.role == "free" or slot.name not in g:
                 continue
@@ -427,7 +439,7 @@ def _neuron_step(view: _GroupView, h: int, total: float, p: int) -> tuple[float,
 
 
 def optimize_rescaling(
-    g: dict[str, torch.Tensor | np.ndarray],
+    g: Mapping[str, torch.Tensor | np.ndarray],
     structure: NeuronStructure,
     method: str = "block",
     max_sweeps: int = 1000,
@@ -471,6 +483,7 @@ def optimize_rescaling(
     total = float(sum(v.sum() for v in work.values()))
     history = [value(total)]
     converged = False
+    x: np.ndarray | float  # a group's scales ("block") or one neuron's ("neuron")
     for _ in range(max_sweeps):
         for view in views:
             zg = z[view.group.name]

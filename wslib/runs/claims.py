@@ -127,8 +127,13 @@ def ledger(results_dir: Path, claims: tuple[Claim, ...]) -> list[dict[str, Any]]
         ran = bool(seeds)
         if stats is not None:  # seeds that ran but gave no value (NaN, missing)
             stats["missing"] = [s for s in seeds if str(s) not in stats["values"]]
-        row = {"claim": claim, "stats": stats, "verdict": verdict(claim, stats, ran)}
+        row: dict[str, Any] = {
+            "claim": claim,
+            "stats": stats,
+            "verdict": verdict(claim, stats, ran),
+        }
         if row["verdict"] == MIXED:
+            assert stats is not None  # a mixed verdict has a summary
             row["seeds_needed"] = seeds_needed(claim, stats)
         rows.append(row)
     return rows

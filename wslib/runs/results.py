@@ -62,7 +62,7 @@ def git_commit(root: str | Path | None = None) -> str:
 
 def environment() -> dict[str, Any]:
     """Versions, hardware and git commit, stored with every results file."""
-    env = {
+    env: dict[str, Any] = {
         "python": platform.python_version(),
         "torch": torch.__version__,
     }

@@ -8,7 +8,7 @@ threshold first (:func:`best_rate`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -145,7 +145,7 @@ class RateSearch(Generic[K]):
 
     def add(
         self,
-        plan: dict[K, Sequence[float]],
+        plan: Mapping[K, Sequence[float]],
         train: Callable[[list[tuple[K, float]]], Sequence[Run]],
     ) -> None:
         """Train every ``(key, lr)`` of ``plan`` in one call of ``train``; update the best rates."""

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import torch
 from tqdm.auto import tqdm
@@ -80,7 +80,7 @@ def _one_thread() -> None:
 
 
 def _call(fn: Callable[..., T], job: dict[str, Any], filters: list[Any]) -> T:
-    warnings.filters[:] = filters
+    cast("list[Any]", warnings.filters)[:] = filters  # a list at run time
     return fn(**job)
 
 
