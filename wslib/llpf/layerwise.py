@@ -65,6 +65,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -89,6 +90,16 @@ CODE = (
     "wslib.runs.resumable",
 )
 TickCallback = Callable[[int, nn.Module], None]
+
+
+class StepOptimizer(Protocol):
+    """What refinement needs of an optimizer: ``torch.optim.SGD`` or :class:`ComplianceSGD`."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients of the parameters (drop them with ``set_to_none``)."""
+
+    def step(self) -> None:
+        """One update of the parameters from their gradients."""
 
 
 # --- configuration and result -----------------------------------------------------------------
@@ -244,7 +255,7 @@ def _fingerprint(*items: object) -> str:
 
 def refine_point(
     model: nn.Module,
-    opt: torch.optim.Optimizer,
+    opt: StepOptimizer,
     x: torch.Tensor,
     y: torch.Tensor,
     refine: Refine,
@@ -381,7 +392,7 @@ def _run_loop(
     phase: str,
     move: Callable[[nn.Module, int], bool],
     after_move: Callable[[nn.Module], None],
-    make_opt: Callable[[nn.Module], torch.optim.Optimizer],
+    make_opt: Callable[[nn.Module], StepOptimizer],
     refine: Refine,
     ticks: int,
     seed: int,

@@ -34,6 +34,7 @@ import torch
 from torch import nn
 
 from wslib.core.files import note_entry, stable_hash, tensor_digest
+from wslib.core.neurons import StateDict
 from wslib.core.norms import has_batchnorm
 from wslib.core.train import evaluate, model_device, precision_autocast
 from wslib.llpf.autoneb import autoneb
@@ -286,7 +287,9 @@ def peak_anatomy(
     """
     a, b = pair
     refine = setup.refine(pair, settings)
-    ds, before, after = setup.ds, {}, {}
+    ds = setup.ds
+    before: dict[int, float] = {}
+    after: dict[int, float] = {}
 
     def full(store: dict[int, float]):
         return lambda tick, model: store.__setitem__(
@@ -360,17 +363,17 @@ def method_run(
     if budget is None:
         raise ValueError(f"a {kind} run needs a gradient-step budget (budget=...)")
     a, b = pair
-    args = (a, a.state_dict(), b.state_dict(), setup.ds.x_train, setup.ds.y_train)
-    common = {
+    sa, sb, x, y = a.state_dict(), b.state_dict(), setup.ds.x_train, setup.ds.y_train
+    common: dict[str, Any] = {
         "batch_size": setup.batch_size,
         "seed": seed,
         "progress": False,
         "checkpoint": baseline_checkpoint(setup, pair, settings, seed, budget),
     }
     if kind == "curve":
-        path = fit_curve(*args, steps=budget, **common, **rest)
+        path = fit_curve(a, sa, sb, x, y, steps=budget, **common, **rest)
     else:
-        path = autoneb(*args, total_steps=budget, **common, **rest)
+        path = autoneb(a, sa, sb, x, y, total_steps=budget, **common, **rest)
     return setup.evaluate(a, path)
 
 
@@ -392,6 +395,7 @@ def baseline_checkpoint(
         return None
     config = {**settings, "budget": budget, "batch_size": setup.batch_size}
     folder = setup.checkpoint(settings["method"], seed, settings=config, ends=pair)
+    assert folder is not None  # checkpoint_dir is set
     return folder.with_name(f"{folder.name}.pt")
 
 
@@ -422,7 +426,7 @@ def compare_at_equal_steps(
 
 
 def variance_along(
-    path: LLPFPath, reference: Mapping[str, Any], names: Sequence[str]
+    path: LLPFPath, reference: StateDict, names: Sequence[str]
 ) -> np.ndarray:
     """Mean over the named tensors of var(point) / var(reference), at every recorded point."""
     return np.array([sphere_variance_ratio(reference, s, names) for s in path.states])
