@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from wslib.runs.store import Entry, cached, checksum, keyed
+from wslib.runs.store import MARK, Entry, cached, checksum, keyed
 from wslib.runs.units import CACHED_ONLY, NotCached
 
 
@@ -97,7 +97,7 @@ def test_parts_are_written_once_and_unlisted_files_go(tmp_path: Path) -> None:
     assert (folder / "a.pt").stat().st_size == 0
     (folder / "stray.pt").write_text("left by a killed save")
     entry.save({"n": 3, "parts": {"b.pt": None}})
-    assert sorted(f.name for f in folder.iterdir()) == ["b.pt", "index.pt"]
+    assert sorted(f.name for f in folder.iterdir()) == [MARK, "b.pt", "index.pt"]
     loaded = Entry.folder(folder, "k", "run checkpoint").load()
     assert loaded["n"] == 3 and torch.equal(loaded["parts"]["b.pt"]["x"], torch.ones(2))
 
@@ -117,3 +117,12 @@ def test_a_file_or_folder_in_the_wrong_place_is_refused(tmp_path: Path) -> None:
     with pytest.raises(FileExistsError, match="is a file, not a folder"):
         Entry.folder(tmp_path / "notes", "k", "path checkpoint").load()
     assert (tmp_path / "notes").read_text() == "mine"
+
+
+def test_a_folder_holding_other_files_is_refused_not_emptied(tmp_path: Path) -> None:
+    """A checkpoint pointed at a folder of the reader's own files deletes nothing."""
+    (tmp_path / "mine.pt").write_text("a reader's file")
+    entry = Entry.folder(tmp_path, "k", "run checkpoint")
+    with pytest.raises(FileExistsError, match="already holds other files"):
+        entry.save({"parts": {"a.pt": {"x": torch.zeros(2)}}})
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["mine.pt"]

@@ -34,7 +34,10 @@ the small index is rewritten. The index is written last, so a run killed
 mid-save leaves the previous checkpoint whole: the index on disk lists only
 parts that were complete when it was written. An entry with parts owns its
 folder (:meth:`Entry.folder`): after the index is written, every other file
-of the folder that it does not list is deleted. Parts rather than a folder
+of the folder that it does not list is deleted. A folder becomes an entry's
+only when it is new or empty, or holds its index (a mark file says so
+before any part is written): a folder that already holds other files is
+refused, never emptied. Parts rather than a folder
 of entries: a part means nothing alone, and one key, one index and one
 judgement keep a checkpoint whole or reject it whole.
 """
@@ -56,6 +59,7 @@ from wslib.runs.units import refuse_compute
 
 KEY, CHECKSUM, PARTS = "key", "checksum", "parts"
 INDEX = "index.pt"
+MARK = ".wslib-entry"  # in a folder an entry with parts owns, written before them
 Payload = dict[str, Any]
 Check = Callable[[Payload], str | None]
 
@@ -201,6 +205,7 @@ class Entry:
             raise ValueError(
                 f"{self.what} {self.path} has no folder of its own for parts"
             )
+        self._claim_folder()
         listed: dict[str, str] = {}
         for name, part in parts.items():
             if part is None:
@@ -209,6 +214,19 @@ class Entry:
             atomic_write(self.path.parent / name, _torch_writer(part))
             listed[name] = checksum(part)
         return listed
+
+    def _claim_folder(self) -> None:
+        """Mark the entry's folder as its own; refuse one that holds other files."""
+        folder = self.path.parent
+        if (folder / MARK).exists() or self.path.exists():
+            return
+        if folder.is_dir() and any(folder.iterdir()):
+            raise FileExistsError(
+                f"{self.what} {folder} is a folder that already holds other files; "
+                "the checkpoint would delete them: pass a new or empty folder"
+            )
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / MARK).touch()
 
     def _drop_unlisted(self) -> None:
         for old in self.path.parent.iterdir():
