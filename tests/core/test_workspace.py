@@ -50,3 +50,11 @@ def test_outside_a_checkout_the_working_directory_is_the_root(
     assert (
         ws.workspace().path("results/a.json") == tmp_path.resolve() / "results/a.json"
     )
+
+
+def test_messages_show_paths_under_the_root_relative_to_it(tmp_path: Path) -> None:
+    """A warning printed on a page names data/..., not the build machine's folders."""
+    space = ws.workspace()
+    assert space.show(ROOT / "data" / "llpf" / "x") == str(Path("data/llpf/x"))
+    assert space.show(tmp_path / "y") == str(tmp_path / "y")
+    assert Entry(ROOT / "data/runs/x.json", {}, "a run").shown == "data/runs/x.json"

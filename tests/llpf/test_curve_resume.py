@@ -217,6 +217,8 @@ def test_a_damaged_curve_checkpoint_warns_and_a_folder_raises(tmp_path: Path) ->
         fit_curve(model, a, b, x, y, **CURVE, checkpoint=tmp_path)
     with pytest.raises(ValueError, match="checkpoint_every"):
         fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt, checkpoint_every=0)
+    with pytest.raises(ValueError, match="name it with .pt"):
+        fit_curve(model, a, b, x, y, **CURVE, checkpoint=tmp_path / "curve.json")
 
 
 def test_curves_refuse_to_compute_under_cached_only(

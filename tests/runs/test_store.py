@@ -126,3 +126,9 @@ def test_a_folder_holding_other_files_is_refused_not_emptied(tmp_path: Path) -> 
     with pytest.raises(FileExistsError, match="already holds other files"):
         entry.save({"parts": {"a.pt": {"x": torch.zeros(2)}}})
     assert sorted(f.name for f in tmp_path.iterdir()) == ["mine.pt"]
+
+
+def test_a_folder_with_only_hidden_files_is_taken(tmp_path: Path) -> None:
+    (tmp_path / ".DS_Store").write_text("")
+    Entry.folder(tmp_path, "k", "run checkpoint").save({"parts": {}})
+    assert (tmp_path / "index.pt").is_file() and (tmp_path / ".DS_Store").is_file()

@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from wslib.core.workspace import workspace
+
 try:  # POSIX; elsewhere entries are not locked (a second process computes its own copy)
     import fcntl
 except ImportError:  # pragma: no cover - Windows
@@ -183,13 +185,15 @@ def _acquire(
         waited = now - start
         if timeout is not None and waited >= timeout:
             raise TimeoutError(
-                f"gave up after {waited:.0f} s waiting for cache entry {path}, "
+                f"gave up after {waited:.0f} s waiting for cache entry "
+                f"{workspace().show(path)}, "
                 f"held by {_holder(handle)}"
             )
         if now - last >= report_every:
             last = now
             warnings.warn(
-                f"waiting {waited:.0f} s for cache entry {path}, being computed by "
+                f"waiting {waited:.0f} s for cache entry {workspace().show(path)}, being "
+                f"computed by "
                 f"{_holder(handle)}",
                 stacklevel=4,
             )

@@ -47,6 +47,16 @@ class Workspace:
     def results(self) -> Path:
         return self.root / "results"
 
+    def show(self, path: str | Path) -> str:
+        """``path`` as a message prints it: relative to :attr:`root` when under
+        it (no page shows the folder of the machine that built it)."""
+        path = Path(path)
+        return (
+            str(path.relative_to(self.root))
+            if path.is_relative_to(self.root)
+            else str(path)
+        )
+
     def path(self, path: str | Path) -> Path:
         """``path`` made absolute: a relative one is taken under :attr:`root`."""
         path = Path(path).expanduser()

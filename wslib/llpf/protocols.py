@@ -37,6 +37,7 @@ from wslib.core.files import note_entry, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import has_batchnorm
 from wslib.core.train import evaluate, model_device, precision_autocast
+from wslib.core.workspace import workspace
 from wslib.llpf.autoneb import autoneb
 from wslib.llpf.curves import fit_curve
 from wslib.llpf.evaluation import evaluate_path
@@ -198,7 +199,7 @@ class PathSetup:
             tag += "-" + stable_hash(dict(settings), length=8)
         if ends:
             tag += "-" + tensor_digest(*(m.state_dict() for m in ends), length=8)
-        folder = Path(self.checkpoint_dir) / f"{name}-{tag}"
+        folder = workspace().path(self.checkpoint_dir) / f"{name}-{tag}"
         note_entry(folder)
         return folder
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from wslib.core.workspace import workspace
+from wslib.core.workspace import CHECKOUT, in_checkout, workspace
 
 
 def hardware() -> str:
@@ -39,7 +39,9 @@ PACKAGES = ("numpy", "scikit-learn", "POT", "captum", "papermill")
 
 def git_commit(root: str | Path | None = None) -> str:
     """The checked-out commit, with ``-dirty`` when the tree has changes; ``unknown`` outside git."""
-    root = Path(root) if root else workspace().root
+    if root is None and not in_checkout():
+        return "unknown"
+    root = Path(root) if root else CHECKOUT
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],

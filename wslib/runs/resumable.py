@@ -88,6 +88,11 @@ class Resumable:
         self.persist, self.what, self.ticks = persist, what, ticks
         self.entry = None
         if persist.checkpoint is not None:
+            if Path(persist.checkpoint).suffix == ".json":
+                raise ValueError(
+                    f"{what} checkpoint {persist.checkpoint}: a run's checkpoint holds "
+                    "tensors; name it with .pt (or no suffix), not .json"
+                )
             make = Entry.folder if folder else Entry
             self.entry = make(persist.checkpoint, key, f"{what} checkpoint")
         self.gen = torch.Generator().manual_seed(seed)
@@ -126,7 +131,9 @@ class Resumable:
     def begin(self, desc: str) -> None:
         """Refuse under cached-only when ticks are left; open the progress bar ``desc``."""
         if not self.done:
-            refuse_compute(f"{self.what} {self.persist.checkpoint or ''}".rstrip())
+            refuse_compute(
+                f"{self.what} {self.entry.shown if self.entry else ''}".rstrip()
+            )
         self._bar = tqdm(
             total=self.ticks,
             initial=self.tick,

@@ -106,6 +106,11 @@ class Entry:
         """An entry with parts: ``folder/index.pt``, its parts beside it."""
         return cls(Path(folder) / INDEX, key, what, owns_folder=True)
 
+    @property
+    def shown(self) -> str:
+        """The entry's file as messages name it (:meth:`~wslib.core.workspace.Workspace.show`)."""
+        return workspace().show(self.path)
+
     def lock(self) -> AbstractContextManager[None]:
         """The entry's lock (:func:`wslib.core.files.entry_lock`)."""
         return entry_lock(self.path)
@@ -125,7 +130,7 @@ class Entry:
         except Rejected as problem:
             if not quiet:
                 warnings.warn(
-                    f"{self.what} {self.path} {problem}; computing it again",
+                    f"{self.what} {self.shown} {problem}; computing it again",
                     stacklevel=3,
                 )
             return None
@@ -155,12 +160,13 @@ class Entry:
     def _check_place(self) -> None:
         if self.path.is_dir():
             raise FileExistsError(
-                f"{self.what} {self.path} is a folder, not a file of the store; pass "
+                f"{self.what} {self.shown} is a folder, not a file of the store; pass "
                 "another path or move the folder"
             )
         if self.path.parent.is_file():
             raise FileExistsError(
-                f"{self.what} {self.path.parent} is a file, not a folder of the store; "
+                f"{self.what} {workspace().show(self.path.parent)} is a file, not a folder "
+                "of the store; "
                 "pass another path or move the file"
             )
 
@@ -203,7 +209,7 @@ class Entry:
     def _write_parts(self, parts: Mapping[str, Payload | None]) -> dict[str, str]:
         if not self.owns_folder:
             raise ValueError(
-                f"{self.what} {self.path} has no folder of its own for parts"
+                f"{self.what} {self.shown} has no folder of its own for parts"
             )
         self._claim_folder()
         listed: dict[str, str] = {}
@@ -220,9 +226,12 @@ class Entry:
         folder = self.path.parent
         if (folder / MARK).exists() or self.path.exists():
             return
-        if folder.is_dir() and any(folder.iterdir()):
+        if folder.is_dir() and any(
+            not f.name.startswith(".") for f in folder.iterdir()
+        ):
             raise FileExistsError(
-                f"{self.what} {folder} is a folder that already holds other files; "
+                f"{self.what} {workspace().show(folder)} is a folder that already holds "
+                "other files; "
                 "the checkpoint would delete them: pass a new or empty folder"
             )
         folder.mkdir(parents=True, exist_ok=True)
