@@ -180,10 +180,12 @@ def default_jobs() -> int:
 
 
 def one_thread_kernels(jobs: int) -> None:
-    """Kernels started from now on compute on one thread; worker pools share the cores."""
+    """Kernels started from now on compute on one thread (worker pools share the
+    cores) and take their relative paths under :data:`ROOT` (the workspace)."""
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"
     os.environ["WSLIB_CPU_WORKERS"] = str(max(1, cores() // jobs))
+    os.environ["WSLIB_WORKSPACE"] = str(ROOT)
 
 
 def run_dir(top: str, profile: str, seed: int | None) -> Path:

@@ -15,6 +15,7 @@ import nbformat
 import pytest
 
 from wslib.core.files import ENTRY_LOG
+from wslib.core.workspace import ENV as WORKSPACE_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.md"))
@@ -190,3 +191,10 @@ def student_book(smoke_book: Path, workspace: Path) -> Path:
     """The student edition of the smoke book (every solution removed); its HTML folder."""
     run_in(workspace, ["book/build.py", f"build/{SMOKE}", "--edition", "student"])
     return workspace / "book" / "_student" / "_build" / "html"
+
+
+@pytest.fixture(autouse=True)
+def checkout_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test starts with the checkout as the workspace; a runner test that
+    sets ``WSLIB_WORKSPACE`` (notebooks/run.py does) leaves it set for no other."""
+    monkeypatch.delenv(WORKSPACE_ENV, raising=False)

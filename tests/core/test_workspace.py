@@ -58,3 +58,14 @@ def test_messages_show_paths_under_the_root_relative_to_it(tmp_path: Path) -> No
     assert space.show(ROOT / "data" / "llpf" / "x") == str(Path("data/llpf/x"))
     assert space.show(tmp_path / "y") == str(tmp_path / "y")
     assert Entry(ROOT / "data/runs/x.json", {}, "a run").shown == "data/runs/x.json"
+
+
+def test_the_runner_names_the_workspace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """notebooks/run.py sets WSLIB_WORKSPACE: its chapters write where it reads."""
+    monkeypatch.setenv(ws.ENV, str(tmp_path))
+    assert ws.workspace().root == tmp_path.resolve()
+    assert (
+        ws.workspace().path("results/a.json") == tmp_path.resolve() / "results/a.json"
+    )

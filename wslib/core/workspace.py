@@ -4,7 +4,9 @@ a chapter reads or writes.
 The root is the checkout when the library runs from one (so a chapter opened
 from any folder, ``notebooks/`` or a downloaded copy's, finds the same data,
 caches and results), and the working directory otherwise (the library
-installed as a package). A relative path a chapter passes (its parameters say
+installed as a package). ``WSLIB_WORKSPACE`` names another root:
+``notebooks/run.py`` sets it to the checkout it runs from, so the chapters it
+executes write where it reads. A relative path a chapter passes (its parameters say
 ``data/runs``) is taken under that root, never under the working directory:
 no library call depends on where the kernel started, and nothing changes the
 working directory.
@@ -12,9 +14,11 @@ working directory.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+ENV = "WSLIB_WORKSPACE"
 CHECKOUT = Path(__file__).resolve().parents[2]
 """The repository the library was imported from, for a source install."""
 
@@ -48,7 +52,7 @@ class Workspace:
         return self.root / "results"
 
     def show(self, path: str | Path) -> str:
-        """``path`` as a message prints it: relative to :attr:`root` when under
+        """``path`` as a message prints it: relative to ``root`` when under
         it (no page shows the folder of the machine that built it)."""
         path = Path(path)
         return (
@@ -58,7 +62,7 @@ class Workspace:
         )
 
     def path(self, path: str | Path) -> Path:
-        """``path`` made absolute: a relative one is taken under :attr:`root`."""
+        """``path`` made absolute: a relative one is taken under ``root``."""
         path = Path(path).expanduser()
         return path if path.is_absolute() else self.root / path
 
@@ -69,5 +73,8 @@ def in_checkout() -> bool:
 
 
 def workspace() -> Workspace:
-    """The workspace: the checkout when the library runs from one, else the working directory."""
+    """The workspace: ``$WSLIB_WORKSPACE`` when set, else the checkout when the
+    library runs from one, else the working directory."""
+    if os.environ.get(ENV):
+        return Workspace(Path(os.environ[ENV]).expanduser().resolve())
     return Workspace(CHECKOUT if in_checkout() else Path.cwd().resolve())

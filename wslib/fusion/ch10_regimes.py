@@ -71,11 +71,11 @@ class RegimeStudy:
     """Chapter 10's protocol: every method fused from base models of every data regime.
 
     A *setting* is a regime name, a number of models ``n`` and a seed ``s``.
-    Its base models come from :func:`regime_models`; its fusion set holds
+    Its base models come from :func:`~wslib.fusion.protocols.regime_models`; its fusion set holds
     ``fusion_per_class`` examples of every class drawn with seed ``s`` from the
     whole training set. :meth:`cached_setting` stores a setting's accuracies
     and fusion times in ``run_cache`` under :meth:`setting_key` and the source
-    of :data:`FUSION_CODE`, so an edit of the fusion package recomputes them.
+    of :data:`~wslib.fusion.protocols.FUSION_CODE`, so an edit of the fusion package recomputes them.
     """
 
     zoo: Zoo
@@ -98,7 +98,7 @@ class RegimeStudy:
 
     @functools.cached_property
     def digest(self) -> str:
-        """:func:`data_digest` of the study's data set (computed once)."""
+        """:func:`~wslib.fusion.protocols.data_digest` of the study's data set (computed once)."""
         return data_digest(self.ds)
 
     def settings(

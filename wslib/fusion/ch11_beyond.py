@@ -174,7 +174,7 @@ def compression(
     against knowledge distillation of a fresh narrow model for ``kd_epochs``.
     Returns ``{"variants": {name: acc}, "kd_acc": acc, "kf_minus_kd": points,
     "kf_vs_kd": word}``: the best variant (picked on the test set) against
-    distillation, in points and in the book's words (:func:`beats`, one run).
+    distillation, in points and in the book's words (:func:`~wslib.fusion.protocols.beats`, one run).
     """
     variants = {}
     for imp in importances:
@@ -349,7 +349,7 @@ def cached_size_sweep(
     """:func:`size_sweep` on the two models of the sharded regime, stored in ``run_cache``.
 
     The key holds the data content, the base models' configs, the sweep's
-    settings and the source of :data:`FUSION_CODE`.
+    settings and the source of :data:`~wslib.fusion.protocols.FUSION_CODE`.
     """
     ds = zoo.dataset(data)
     key = {
