@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ENV = "WSLIB_WORKSPACE"
-CHECKOUT = Path(__file__).resolve().parents[2]
-"""The repository the library was imported from, for a source install."""
+CHECKOUT = Path(__file__).resolve().parents[2]  # the repository, for a source install
 
 
 @dataclass(frozen=True)
