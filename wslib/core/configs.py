@@ -63,7 +63,7 @@ def complete_model_configs(value: Any, data: dict[str, Any] | None) -> Any:
 
     ``value`` is a chapter's parameters or any part of them (mappings and lists
     are searched); a model config is a mapping whose ``name`` is one of
-    :data:`wslib.core.models.MODEL_NAMES`. A mapping's own ``data`` entry
+    ``wslib.core.models.MODEL_NAMES``. A mapping's own ``data`` entry
     names the data set of the configs it holds, ``data`` the one of the rest.
     """
     if isinstance(value, list):

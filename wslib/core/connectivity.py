@@ -36,7 +36,7 @@ from wslib.core.neurons import (
 )
 from wslib.core.train import evaluate, full_precision, model_device
 
-#: The two symmetries :func:`symmetry_check` applies.
+# The two symmetries :func:`symmetry_check` applies.
 SymmetryName = Literal["permutation", "rescaling"]
 SYMMETRIES: tuple[SymmetryName, ...] = ("permutation", "rescaling")
 OUTPUT_DIFFS = ("max output diff (eval)", "max output diff (train)")

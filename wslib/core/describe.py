@@ -32,9 +32,9 @@ DATA_LABELS = {
 }
 
 
+# How describe_model names a model: its kind and widths, its layers and
+# options in words, or its config's name with every setting as written.
 ModelWords = Literal["label", "details", "settings"]
-"""How :func:`describe_model` names a model: its kind and widths, its layers
-and options in words, or its config's name with every setting as written."""
 
 
 def describe_model(config: Mapping[str, Any], words: ModelWords = "label") -> str:

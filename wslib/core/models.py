@@ -34,7 +34,7 @@ _POOL: dict[str, dict[int, type[nn.Module]]] = {
     "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d},
     "max": {1: nn.MaxPool1d, 2: nn.MaxPool2d},
 }
-#: The activations and pooling layers a model config may name.
+# The activations and pooling layers a model config may name.
 ActivationName = Literal["relu", "gelu", "silu"]
 PoolName = Literal["max", "avg"]
 _ACTIVATIONS: dict[str, type[nn.Module]] = {

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-#: The choices of a :class:`Recipe` (the tuples below list them at run time).
+# The choices of a :class:`Recipe` (the tuples below list them at run time).
 OptimizerName = Literal["sgd", "adam"]
 ScheduleName = Literal["constant", "cosine"]
 PrecisionName = Literal["fp32", "bf16"]

@@ -45,7 +45,7 @@ from wslib.fusion.levels import (
     normalised_scores,
 )
 
-#: The ground costs of :func:`otfusion`.
+# The ground costs of :func:`otfusion`.
 OTCostName = Literal["activation", "weight"]
 OT_COSTS: tuple[OTCostName, ...] = ("activation", "weight")
 
@@ -409,7 +409,7 @@ def _standardised(m: torch.Tensor) -> torch.Tensor:
 
 # --- one entry point for the chapters ---------------------------------------------------------
 
-#: The fusion methods of :func:`fuse_by` (:data:`METHODS` lists them at run time).
+# The fusion methods of :func:`fuse_by` (:data:`METHODS` lists them at run time).
 MethodName = Literal[
     "averaging",
     "ensemble",

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from wslib.core.models import TransformerBlock
 from wslib.core.train import batches
 
-#: The neuron importance methods (:data:`IMPORTANCES` lists them at run time).
+# The neuron importance methods (:data:`IMPORTANCES` lists them at run time).
 ImportanceName = Literal["uniform", "conductance", "deeplift"]
 IMPORTANCES: tuple[ImportanceName, ...] = ("uniform", "conductance", "deeplift")
 

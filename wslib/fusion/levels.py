@@ -20,7 +20,7 @@ from wslib.core.norms import is_batchnorm
 from wslib.core.train import batches
 from wslib.fusion.importance import ImportanceName
 
-#: The groupings and retrofits of HF / KF (the tuples below list them at run time).
+# The groupings and retrofits of HF / KF (the tuples below list them at run time).
 GroupingName = Literal["hf", "kf"]
 RetrofitName = Literal["linear", "gradient"]
 GROUPINGS: tuple[GroupingName, ...] = ("hf", "kf")

@@ -15,7 +15,7 @@ from wslib.core.data import Dataset
 from wslib.core.train import Recipe, fit
 from wslib.pathcond.training import prepare_model
 
-Run = dict[str, Any]  #: one training run: per-epoch ``loss`` and ``acc``, test scores
+Run = dict[str, Any]  # one training run: per-epoch ``loss`` and ``acc``, test scores
 
 COST_BATCH = 128  # batch size of the epoch that :func:`rescale_cost` times
 RUNS_DIR = "data/runs"  #: the chapters' run cache, under the workspace's root
