@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 import pandas as pd
@@ -38,7 +38,7 @@ from wslib.core.train import evaluate, full_precision, model_device
 
 # The two symmetries :func:`symmetry_check` applies.
 SymmetryName = Literal["permutation", "rescaling"]
-SYMMETRIES: tuple[SymmetryName, ...] = ("permutation", "rescaling")
+SYMMETRIES: tuple[SymmetryName, ...] = get_args(SymmetryName)
 OUTPUT_DIFFS = ("max output diff (eval)", "max output diff (train)")
 
 

@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -17,9 +17,9 @@ from tqdm.auto import tqdm
 OptimizerName = Literal["sgd", "adam"]
 ScheduleName = Literal["constant", "cosine"]
 PrecisionName = Literal["fp32", "bf16"]
-OPTIMIZERS: tuple[OptimizerName, ...] = ("sgd", "adam")
-SCHEDULES: tuple[ScheduleName, ...] = ("constant", "cosine")
-PRECISIONS: tuple[PrecisionName, ...] = ("fp32", "bf16")
+OPTIMIZERS: tuple[OptimizerName, ...] = get_args(OptimizerName)
+SCHEDULES: tuple[ScheduleName, ...] = get_args(ScheduleName)
+PRECISIONS: tuple[PrecisionName, ...] = get_args(PrecisionName)
 
 
 def seed_everything(seed: int) -> None:

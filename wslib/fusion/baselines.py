@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 import ot
@@ -47,7 +47,7 @@ from wslib.fusion.levels import (
 
 # The ground costs of :func:`otfusion`.
 OTCostName = Literal["activation", "weight"]
-OT_COSTS: tuple[OTCostName, ...] = ("activation", "weight")
+OT_COSTS: tuple[OTCostName, ...] = get_args(OTCostName)
 
 
 def average_states(
@@ -423,18 +423,7 @@ MethodName = Literal[
     "kf_gradient",
 ]
 #: Every fusion method of chapters 10-12, baselines and HF / KF variants.
-METHODS: tuple[MethodName, ...] = (
-    "averaging",
-    "ensemble",
-    "last_layer_kd",
-    "otfusion",
-    "rebasin_wm",
-    "rebasin_am",
-    "hf_linear",
-    "hf_gradient",
-    "kf_linear",
-    "kf_gradient",
-)
+METHODS: tuple[MethodName, ...] = get_args(MethodName)
 HF_KF: tuple[MethodName, ...] = ("hf_linear", "hf_gradient", "kf_linear", "kf_gradient")
 #: The methods that take neuron importance scores.
 USES_IMPORTANCE: tuple[MethodName, ...] = (

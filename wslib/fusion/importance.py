@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import torch
 from captum.attr import LayerConductance, LayerDeepLift
@@ -22,7 +22,7 @@ from wslib.core.train import batches
 
 # The neuron importance methods (:data:`IMPORTANCES` lists them at run time).
 ImportanceName = Literal["uniform", "conductance", "deeplift"]
-IMPORTANCES: tuple[ImportanceName, ...] = ("uniform", "conductance", "deeplift")
+IMPORTANCES: tuple[ImportanceName, ...] = get_args(ImportanceName)
 
 
 class Scores(dict):

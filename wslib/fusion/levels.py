@@ -5,7 +5,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 import torch
@@ -23,8 +23,8 @@ from wslib.fusion.importance import ImportanceName
 # The groupings and retrofits of HF / KF (the tuples below list them at run time).
 GroupingName = Literal["hf", "kf"]
 RetrofitName = Literal["linear", "gradient"]
-GROUPINGS: tuple[GroupingName, ...] = ("hf", "kf")
-RETROFITS: tuple[RetrofitName, ...] = ("linear", "gradient")
+GROUPINGS: tuple[GroupingName, ...] = get_args(GroupingName)
+RETROFITS: tuple[RetrofitName, ...] = get_args(RetrofitName)
 _AFFINE = (nn.Linear, nn.Conv1d, nn.Conv2d)
 #: The layers a level is made of (the types of ``_AFFINE``).
 Affine = nn.Linear | nn.Conv1d | nn.Conv2d
