@@ -26,14 +26,13 @@ def _models(seeds: list[int], config: dict = MLP) -> list[torch.nn.Module]:
     return seeded_models(config, seeds, train=True)
 
 
-def _assert_runs_match(recipes, seeds, stop_at=None, tol=1e-5):
+def _assert_runs_match(recipes, seeds, stop_at=None, tol=1e-5, give_up_after=None):
     x, y = _data()
     stacked, solo = _models(seeds), _models(seeds)
-    hists = fit_stacked(
-        stacked, x, y, recipes, seeds, "cpu", progress=False, stop_at=stop_at
-    )
+    stop = {"stop_at": stop_at, "give_up_after": give_up_after}
+    hists = fit_stacked(stacked, x, y, recipes, seeds, "cpu", progress=False, **stop)
     for m, s, r, h in zip(solo, seeds, recipes, hists, strict=True):
-        expected = fit(m, x, y, r, s, "cpu", progress=False, stop_at=stop_at)
+        expected = fit(m, x, y, r, s, "cpu", progress=False, **stop)
         assert len(h["loss"]) == len(expected["loss"])
         torch.testing.assert_close(h["loss"], expected["loss"], atol=tol, rtol=tol)
         assert h["acc"] == pytest.approx(expected["acc"], abs=2 / len(x))
@@ -64,6 +63,24 @@ def test_a_run_stops_at_its_threshold_and_the_others_go_on():
     )
     assert len(hists[0]["acc"]) < len(hists[1]["acc"])  # the fast run stopped first
     _assert_runs_match(recipes, [0, 1], stop_at=0.6, tol=1e-4)
+
+
+def test_runs_that_have_not_reached_the_threshold_give_up_as_solo_runs_do():
+    base = Recipe(epochs=30, batch_size=16, momentum=0.0, weight_decay=0.0)
+    recipes = [Recipe(**{**base.to_dict(), "lr": lr}) for lr in (1.0, 0.01)]
+    x, y = _data()
+    hists = fit_stacked(
+        _models([0, 1]),
+        x,
+        y,
+        recipes,
+        [0, 1],
+        progress=False,
+        stop_at=0.6,
+        give_up_after=5,
+    )
+    assert len(hists[0]["acc"]) < 5 and len(hists[1]["acc"]) == 5
+    _assert_runs_match(recipes, [0, 1], stop_at=0.6, tol=1e-4, give_up_after=5)
 
 
 def test_on_a_stand_in_gpu_without_mixing():

@@ -139,3 +139,40 @@ def test_stop_at_ends_after_the_first_epoch_that_reaches_it() -> None:
     seed_everything(0)
     never = fit(build_model(MLP), x, y, recipe, seed=0, progress=False, stop_at=1.1)
     assert never == full
+
+
+def test_give_up_after_ends_an_unfinished_run_as_the_start_of_the_full_one() -> None:
+    x, y = _data()
+    recipe = Recipe(epochs=8, batch_size=32, lr=0.1, schedule="cosine")
+    seed_everything(0)
+    full = fit(build_model(MLP), x, y, recipe, seed=0, progress=False)
+    seed_everything(0)
+    cut = fit(
+        build_model(MLP), x, y, recipe, 0, progress=False, stop_at=1.1, give_up_after=3
+    )
+    assert cut["loss"] == full["loss"][:3]  # the schedule still spans 8 epochs
+    seed_everything(0)
+    first = fit(
+        build_model(MLP), x, y, recipe, 0, progress=False, stop_at=0.0, give_up_after=3
+    )
+    assert len(first["acc"]) == 1  # reaching the threshold still ends it first
+
+
+@pytest.mark.parametrize(
+    ("stop_at", "give_up_after", "words"),
+    [(None, 3, "needs stop_at"), (0.9, 0, "epoch >= 1")],
+)
+def test_give_up_after_is_refused_without_stop_at_or_below_one(
+    stop_at, give_up_after, words
+) -> None:
+    x, y = _data()
+    with pytest.raises(ValueError, match=words):
+        fit(
+            build_model(MLP),
+            x,
+            y,
+            Recipe(epochs=2, batch_size=32),
+            progress=False,
+            stop_at=stop_at,
+            give_up_after=give_up_after,
+        )

@@ -156,6 +156,8 @@ def test_the_rate_search_stops_each_run_at_the_threshold_and_nothing_else(
     tune_rates(grid, [pair], [0.1, 0.01], [2.0], seed=5, epochs=9)
     assert seen and {j.stop_at for j in seen} == {0.99}
     assert {j.epochs for j in seen} == {9}
+    # the grid gives up after half the epochs, a neighbour after the best's 2
+    assert [j.give_up_after for j in seen] == [4, 4, 2]
     assert grid.job(*pair, 0).stop_at is None  # evaluation runs go the full length
 
 
@@ -234,7 +236,7 @@ def search() -> RateSearch:
     }
     s.add(
         {("low", "baseline"): [1.0, 0.1], ("low", "pathcond"): [1.0, 0.3]},
-        lambda items: [run(curves[item]) for item in items],
+        lambda items: [run(curves[key, lr]) for key, lr, _ in items],
     )
     return s
 
@@ -242,8 +244,8 @@ def search() -> RateSearch:
 def test_sweep_rows_and_best_rate_texts(search):
     rows = sweep_rows(search)
     assert [(r["method"], r["lr"], r["epochs to 99%"]) for r in rows] == [
-        ("baseline", 1.0, "never"),
-        ("baseline", 0.1, "never"),
+        ("baseline", 1.0, "not by 3"),
+        ("baseline", 0.1, "not by 3"),
         ("pathcond", 1.0, 3),
         ("pathcond", 0.3, 2),
     ]

@@ -114,7 +114,7 @@ def test_draw_rate_sweep_marks_runs_that_never_reached():
     curves = {1.0: NEVER, 0.1: SLOW}
     search.add(
         {("low", m): [1.0, 0.1] for m in ("baseline", "pathcond")},
-        lambda items: [run(curves[lr]) for _, lr in items],
+        lambda items: [run(curves[lr]) for _, lr, _ in items],
     )
     (ax,) = draw_rate_sweep(search, ["low"], epochs=3).axes
     base = ax.get_lines()[0]
@@ -126,6 +126,18 @@ def test_draw_rate_sweep_marks_runs_that_never_reached():
         method_colour("baseline"),
         method_colour("pathcond"),
     ]
+
+
+def test_draw_rate_sweep_marks_a_run_that_gave_up_where_it_stopped():
+    search = RateSearch(0.99)
+    curves = {1.0: NEVER[:2], 0.1: SLOW}  # the run at 1.0 gave up after 2 epochs
+    search.add(
+        {("low", "baseline"): [1.0, 0.1]},
+        lambda items: [run(curves[lr]) for _, lr, _ in items],
+    )
+    (ax,) = draw_rate_sweep(search, ["low"], epochs=10).axes
+    (cross,) = ax.collections[0].get_offsets()
+    assert cross[0] == 1.0 and cross[1] == pytest.approx(2 * 1.04)
 
 
 def test_draw_best_rate_and_activation_curves(grid):

@@ -99,6 +99,7 @@ def test_stacked_runs_equal_their_runs_apart_and_are_cached_apart(
         grid.job("low", "pathcond", 1, lr=0.05),
         grid.job("const", "baseline", 2, epochs=3),  # another recipe: its own stack
         grid.job("low", "pathcond", 3, stop_at=0.5),  # another stop: its own stack
+        grid.job("low", "pathcond", 3, stop_at=1.1, give_up_after=1),  # and another
     ]
     grid.configs = {**CONFIGS, "en": {**CONFIGS["const"], "methods": ["enorm"]}}
     jobs.append(grid.job("en", "enorm", 4))  # ENorm acts after each step: apart
@@ -119,3 +120,12 @@ def test_stacked_runs_equal_their_runs_apart_and_are_cached_apart(
     assert [r["loss"] for r in again] == [r["loss"] for r in stacked]
     assert not training.stackable(arguments[-1])
     assert all(training.stackable(a) for a in arguments[:-1])
+
+
+def test_a_run_that_gives_up_is_cached_apart_from_the_full_run(tmp_path):
+    grid = RunGrid(BASE, toy_data(), RECIPE, CONFIGS, cache_dir=tmp_path, workers=1)
+    cut = grid.job("low", "pathcond", 0, epochs=3, stop_at=1.1, give_up_after=1)
+    (short,) = grid.train([cut])
+    (full,) = grid.train([cut._replace(give_up_after=None)])
+    assert len(short["loss"]) == 1 and len(full["loss"]) == 3
+    assert full["loss"][:1] == short["loss"]

@@ -84,15 +84,23 @@ def _curve(epochs_needed: int, length: int = 10, final: float = 0.5) -> list[flo
     return [0.995 if e >= epochs_needed else final for e in range(1, length + 1)]
 
 
-def _fake_training(optimum: float, calls: list):
-    """Runs whose epochs to 0.99 grow with the distance of log10(lr) from ``optimum``."""
+def _fake_training(optimum: float, calls: list, length: int = 10):
+    """Runs whose epochs to 0.99 grow with the distance of log10(lr) from ``optimum``.
+
+    Each run honours its ``give_up_after``: cut there unless it reached 0.99.
+    """
 
     def train(items):
         calls.append(list(items))
-        return [
-            {"acc": _curve(1 + round(4 * abs(math.log10(lr) - math.log10(optimum))))}
-            for _, lr in items
-        ]
+        runs = []
+        for _, lr, give_up in items:
+            needed = 1 + round(4 * abs(math.log10(lr) - math.log10(optimum)))
+            acc = _curve(needed, length)
+            stop = needed if needed <= length else length
+            if give_up is not None:
+                stop = min(stop, give_up)
+            runs.append({"acc": acc[:stop]})
+        return runs
 
     return train
 
@@ -104,8 +112,9 @@ def test_search_rates_trains_the_grid_then_the_neighbours_of_the_best():
         _fake_training(0.06, calls), keys, [1.0, 0.1, 0.01], [10**0.25, 10**-0.25]
     )
     assert len(calls) == 2  # one call per round
-    assert calls[0] == [(k, lr) for k in keys for lr in (1.0, 0.1, 0.01)]
-    assert calls[1] == [(k, lr) for k in keys for lr in (0.178, 0.0562)]
+    assert calls[0] == [(k, lr, None) for k in keys for lr in (1.0, 0.1, 0.01)]
+    # each neighbour gives up after its key's best epochs so far (0.1: 2)
+    assert calls[1] == [(k, lr, 2) for k in keys for lr in (0.178, 0.0562)]
     for key in keys:
         assert search.tried[key] == [1.0, 0.178, 0.1, 0.0562, 0.01]
         assert search.best[key] == 0.0562  # refinement moved the best rate
@@ -118,8 +127,51 @@ def test_search_rates_skips_neighbours_that_are_on_the_grid():
     search = search_rates(
         _fake_training(0.1, calls), ["k"], [1.0, 0.316, 0.1], [10**0.5, 10**-0.5]
     )
-    assert calls[1] == [("k", 0.0316)]  # 0.1 * 10**0.5 = 0.316 is already on the grid
+    assert calls[1] == [("k", 0.0316, 1)]  # 0.1 * 10**0.5 = 0.316 is on the grid
     # the neighbour tried is worse: the grid's best stays
+    assert search.best["k"] == 0.1
+
+
+@pytest.mark.parametrize("optimum", [0.06, 0.3, 0.0011, 3.0, 1e-5])
+@pytest.mark.parametrize("give_up_first", [1, 3, 5, 10])
+def test_giving_up_changes_no_choice_and_saves_epochs(optimum, give_up_first):
+    grid, factors = [1.0, 0.1, 0.01, 0.001], [10**0.25, 10**-0.25]
+    keys = ["k", "j"]
+
+    def search(give_up: int | None) -> tuple[RateSearch[str], int]:
+        calls: list = []
+        train = _fake_training(optimum, calls, length=12)
+        result = search_rates(train, keys, grid, factors, give_up_first=give_up)
+        epochs = sum(len(r["acc"]) for r in result.runs.values())
+        return result, epochs
+
+    (full, full_epochs), (cut, cut_epochs) = search(None), search(give_up_first)
+    assert cut.best == full.best and cut.tried == full.tried
+    for key in keys:
+        assert cut.hit(key) == full.hit(key)
+        assert cut.final_acc(key) == full.final_acc(key)
+        for lr in cut.tried[key]:  # a run that gave up would not have won
+            if cut.hit(key, lr) is None:
+                assert cut.length(key, lr) >= (cut.hit(key) or 0)
+    assert cut_epochs <= full_epochs
+
+
+def test_a_key_without_a_hit_by_the_give_up_epoch_trains_its_grid_at_full_length():
+    calls: list = []
+    train = _fake_training(1e-9, calls, length=12)  # no rate reaches 0.99
+    search = search_rates(train, ["k"], [1.0, 0.1], [2.0], give_up_first=3)
+    assert [c[2] for c in calls[0]] == [3, 3]
+    assert calls[1] == [("k", 1.0, None), ("k", 0.1, None)]
+    assert all(search.length("k", lr) == 12 for lr in (1.0, 0.1))
+    assert calls[2] == [("k", 2.0, None)]  # no best epoch: the neighbour runs fully
+
+
+def test_a_grid_hit_before_the_give_up_epoch_cuts_the_slower_rates():
+    calls: list = []
+    train = _fake_training(0.1, calls, length=12)
+    search = search_rates(train, ["k"], [1.0, 0.1, 0.001], [], give_up_first=4)
+    assert len(calls) == 2  # no second grid round: 0.1 reached it
+    assert search.length("k", 0.001) == 4 and search.hit("k", 0.001) is None
     assert search.best["k"] == 0.1
 
 
@@ -127,7 +179,7 @@ def test_rate_search_without_a_hit_ranks_by_final_accuracy():
     search: RateSearch[str] = RateSearch(0.99)
 
     def train(items):
-        return [{"acc": [0.1, 0.2 + lr]} for _, lr in items]
+        return [{"acc": [0.1, 0.2 + lr]} for _, lr, _ in items]
 
     search.add({"k": [0.1, 0.3, 0.2]}, train)
     assert search.tried["k"] == [0.3, 0.2, 0.1]

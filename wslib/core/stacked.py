@@ -23,7 +23,13 @@ from torch import nn
 from torch.func import functional_call, stack_module_state
 from tqdm.auto import tqdm
 
-from wslib.core.train import Recipe, batches, pick_device, precision_autocast
+from wslib.core.train import (
+    Recipe,
+    batches,
+    check_give_up,
+    pick_device,
+    precision_autocast,
+)
 
 
 def stack_signature(recipe: Recipe) -> tuple:
@@ -76,6 +82,7 @@ def fit_stacked(
     device: str | torch.device | None = None,
     progress: bool = True,
     stop_at: float | None = None,
+    give_up_after: int | None = None,
 ) -> list[dict[str, list[float]]]:
     """Train ``models`` in place as one stacked model; each run's history as :func:`~wslib.core.train.fit`'s.
 
@@ -84,9 +91,11 @@ def fit_stacked(
     (momentum, weight decay and schedule as ``torch.optim.SGD`` and
     :func:`~wslib.core.train.fit` apply them). With ``stop_at``, a run stops
     after its first epoch whose running accuracy reaches it: its weights stay
-    as they are from then on and its history ends there.
+    as they are from then on and its history ends there; with
+    ``give_up_after``, every run still going stops after that epoch.
     """
     _check(models, recipes)
+    check_give_up(stop_at, give_up_after)
     recipe, n = recipes[0], len(models)
     dev = pick_device(device)
     for m in models:
@@ -140,6 +149,8 @@ def fit_stacked(
             active &= torch.tensor([a < stop_at for a in accs], device=dev)
             if not bool(active.any()):
                 break
+        if give_up_after is not None and epoch + 1 >= give_up_after:
+            break
     with torch.no_grad():
         for i, m in enumerate(models):
             for k, p in m.named_parameters():

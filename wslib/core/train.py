@@ -184,13 +184,16 @@ def fit(
     on_step: Callable[[nn.Module], None] | None = None,
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
     stop_at: float | None = None,
+    give_up_after: int | None = None,
 ) -> dict[str, list[float]]:
     """Train ``model`` in place; return per-epoch mean loss and accuracy.
 
     With ``stop_at``, training ends after the first epoch whose running
     accuracy reaches it (a learning-rate search that counts epochs to a
     threshold needs nothing later); the lists are then shorter than
-    ``recipe.epochs``.
+    ``recipe.epochs``. With ``give_up_after`` as well, a run that has not
+    reached it by that epoch ends there (what it trained is the start of the
+    full run: the schedule still spans ``recipe.epochs``).
 
     The loss is cross-entropy unless ``loss_fn(outputs, targets)`` is given (then
     the accuracy is NaN, e.g. for a regression or autoencoder target).
@@ -199,6 +202,7 @@ def fit(
     (in float64, the same arithmetic as on the host) and read once per epoch:
     no host synchronisation per step.
     """
+    check_give_up(stop_at, give_up_after)
     dev = pick_device(device)
     images = dev.type == "cuda" and x.dim() == 4  # channels_last suits cuDNN convs
     layout = torch.channels_last if images else torch.contiguous_format
@@ -252,8 +256,23 @@ def fit(
             on_epoch(epoch, model)
         if stop_at is not None and history["acc"][-1] >= stop_at:
             break
+        if give_up_after is not None and epoch + 1 >= give_up_after:
+            break
     model.eval()
     return history
+
+
+def check_give_up(stop_at: float | None, give_up_after: int | None) -> None:
+    """Refuse a ``give_up_after`` that is not a positive epoch, or has no ``stop_at``."""
+    if give_up_after is None:
+        return
+    if stop_at is None:
+        raise ValueError(
+            "give_up_after needs stop_at: a run gives up on reaching stop_at; "
+            "pass stop_at, or leave give_up_after None"
+        )
+    if give_up_after < 1:
+        raise ValueError(f"give_up_after must be an epoch >= 1, got {give_up_after}")
 
 
 def device_slices(

@@ -141,17 +141,23 @@ def tune_rates(
     for up to ``epochs`` at every rate of ``lr_grid``, then at its best rate
     times each of ``factors``; the best rate reaches ``threshold`` in the
     fewest epochs (ties: the higher accuracy at that epoch). A run stops at
-    the epoch it reaches ``threshold``: nothing later enters the choice.
+    the epoch it reaches ``threshold``: nothing later enters the choice. A
+    run that can no longer win stops early (the grid's runs first give up
+    after half of ``epochs``), which leaves every choice unchanged.
     """
 
-    def train(items: list[tuple[Pair, float]]) -> list[Run]:
+    def train(items: list[tuple[Pair, float, int | None]]) -> list[Run]:
         jobs = [
-            grid.job(c, m, seed, lr=lr, epochs=epochs, stop_at=threshold)
-            for (c, m), lr in items
+            grid.job(
+                c, m, seed, lr=lr, epochs=epochs, stop_at=threshold, give_up_after=cap
+            )
+            for (c, m), lr, cap in items
         ]
         return grid.train(jobs, "lr sweep")
 
-    return search_rates(train, pairs, lr_grid, factors, threshold)
+    return search_rates(
+        train, pairs, lr_grid, factors, threshold, give_up_first=max(epochs // 2, 1)
+    )
 
 
 def evaluate_rates(
@@ -389,7 +395,8 @@ def epochs_rows(
 
 
 def sweep_rows(search: RateSearch[Pair]) -> list[dict[str, Any]]:
-    """Table rows of a learning-rate search: every rate tried, its epochs and
+    """Table rows of a learning-rate search: every rate tried, its epochs (or
+    "not by N": it stopped after N epochs without reaching the threshold) and
     its last accuracy (at the threshold, where the run stopped there)."""
     rows = []
     for (name, method), rates in search.tried.items():
@@ -400,7 +407,8 @@ def sweep_rows(search: RateSearch[Pair]) -> list[dict[str, Any]]:
                     "config": name,
                     "method": method,
                     "lr": lr,
-                    f"epochs to {percent(search.threshold)}": hit or "never",
+                    f"epochs to {percent(search.threshold)}": hit
+                    or f"not by {search.length((name, method), lr)}",
                     "last train acc.": search.final_acc((name, method), lr),
                 }
             )

@@ -142,7 +142,8 @@ def draw_rate_sweep(
 ) -> Figure:
     """Epochs to the threshold against the learning rate, one panel per configuration.
 
-    Crosses at the run length mark rates whose run never reached the threshold.
+    Crosses mark rates whose run did not reach the threshold, at the epoch it
+    stopped: the run length ``epochs`` (dotted), or earlier where it gave up.
     """
     fig, axes = panels(len(names), ncols=2, height=3.4)
     pct = f"{search.threshold:.0%}"
@@ -161,7 +162,8 @@ def draw_rate_sweep(
                 label=f"{method} (best {best:.3g})",
             )
             missed = [lr for lr, h in zip(rates, hits) if h is None]
-            ax.scatter(missed, [epochs * shift] * len(missed), marker="x", color=colour)
+            stops = [search.length((name, method), lr) * shift for lr in missed]
+            ax.scatter(missed, stops, marker="x", color=colour)
         ax.axhline(epochs, **THRESHOLD_STYLE)
         ax.set_xscale("log")
         ax.set_ylim(0, epochs * 1.1)

@@ -34,6 +34,7 @@ class Job(NamedTuple):
     epochs: int
     output_bias: bool = True
     stop_at: float | None = None  # end the run once its accuracy reaches this
+    give_up_after: int | None = None  # ... or after this epoch if it has not
 
 
 def mlp_config(
@@ -99,6 +100,7 @@ class RunGrid:
         widths: Sequence[int] | None = None,
         activation: str = "relu",
         stop_at: float | None = None,
+        give_up_after: int | None = None,
     ) -> Job:
         """The run of ``config`` by ``method`` on ``seed``; recipe and widths by default."""
         cfg = self.configs[config]
@@ -113,6 +115,7 @@ class RunGrid:
             self.recipe["epochs"] if epochs is None else epochs,
             has_output_bias(self.base, cfg),
             stop_at,
+            give_up_after,
         )
 
     def arguments(self, job: Job) -> dict[str, Any]:
@@ -129,6 +132,7 @@ class RunGrid:
             "init_scale": job.init_scale,
             "cache_dir": self.cache_dir,
             "stop_at": job.stop_at,
+            "give_up_after": job.give_up_after,
         }
 
     def train(self, jobs: Sequence[Job], desc: str = "runs") -> list[Run]:

@@ -144,11 +144,13 @@ def train_run(
     progress: bool = False,
     cache_dir: str | Path | None = None,
     stop_at: float | None = None,
+    give_up_after: int | None = None,
 ) -> dict[str, Any]:
     """Prepare a model by ``method`` and train it with ``recipe`` (ENorm: after every step).
 
     With ``stop_at``, the run ends after the first epoch whose running training
-    accuracy reaches it (see :func:`wslib.core.train.fit`).
+    accuracy reaches it, or with ``give_up_after`` after that epoch if it has
+    not (see :func:`wslib.core.train.fit`).
 
     With ``cache_dir``, the result is stored there (see :mod:`wslib.runs.cache`)
     under the run's full description (data set and its content, model, method,
@@ -166,7 +168,9 @@ def train_run(
         raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
     if isinstance(ds, DataKey):
         ds = ds.load()
-    key = run_key(config, method, ds, recipe, seed, init_scale, task, stop_at)
+    key = run_key(
+        config, method, ds, recipe, seed, init_scale, task, stop_at, give_up_after
+    )
     run = functools.partial(
         _train_run,
         config,
@@ -179,6 +183,7 @@ def train_run(
         task,
         progress,
         stop_at,
+        give_up_after,
     )
     return cached_run(cache_dir, key, run, code=CODE)
 
@@ -192,6 +197,7 @@ def run_key(
     init_scale: float,
     task: str,
     stop_at: float | None,
+    give_up_after: int | None = None,
 ) -> dict[str, Any]:
     """A training run's full description: its key in the run cache."""
     return {
@@ -206,6 +212,7 @@ def run_key(
         "init_scale": init_scale,
         "task": task,
         "stop_at": stop_at,
+        "give_up_after": give_up_after,
     }
 
 
@@ -220,6 +227,7 @@ def _train_run(
     task: str,
     progress: bool,
     stop_at: float | None,
+    give_up_after: int | None,
 ) -> dict[str, Any]:
     model, rescale_seconds, solver = prepare_model(
         config, method, init_scale, seed, device=device
@@ -239,6 +247,7 @@ def _train_run(
         on_step=on_step,
         loss_fn=F.mse_loss if auto else None,
         stop_at=stop_at,
+        give_up_after=give_up_after,
     )
     epoch_seconds = (time.perf_counter() - start) / max(len(hist["loss"]), 1)
     if auto:
@@ -301,7 +310,8 @@ def train_runs(
     groups: dict[str, list[int]] = {}
     for i in together:
         job = jobs[i]
-        shape = [job["config"], stack_signature(job["recipe"]), job.get("stop_at")]
+        stop = [job.get("stop_at"), job.get("give_up_after")]
+        shape = [job["config"], stack_signature(job["recipe"]), stop]
         groups.setdefault(json.dumps(shape, sort_keys=True), []).append(i)
     for ids in tqdm(groups.values(), desc=f"{desc}, stacked", disable=not groups):
         results.update(zip(ids, _train_group([jobs[i] for i in ids])))
@@ -324,6 +334,7 @@ def _train_group(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 j["init_scale"],
                 "classify",
                 j.get("stop_at"),
+                j.get("give_up_after"),
             ),
             "stacked": True,
         }
@@ -364,6 +375,7 @@ def _fit_group(jobs: list[dict[str, Any]], ds: Dataset) -> list[dict[str, Any]]:
         device,
         progress=False,
         stop_at=jobs[0].get("stop_at"),
+        give_up_after=jobs[0].get("give_up_after"),
     )
     epochs = max(len(h["loss"]) for h in histories)
     share = (time.perf_counter() - start) / len(jobs) / max(epochs, 1)

@@ -2,7 +2,7 @@
 
 The learning-rate tuning protocol (:func:`search_rates`) trains every key on a
 grid of rates, then around its best rate, and keeps the rate that reaches the
-threshold first (:func:`best_rate`).
+threshold first (:func:`best_rate`); runs that can no longer win stop early.
 """
 
 from __future__ import annotations
@@ -127,6 +127,8 @@ def format_mean_std(
 
 K = TypeVar("K", bound=Hashable)
 Run = dict[str, Any]
+# trains (key, lr, give up after) items, in one call; their runs in that order
+Train = Callable[[list[tuple[K, float, int | None]]], Sequence[Run]]
 
 
 @dataclass
@@ -146,12 +148,21 @@ class RateSearch(Generic[K]):
     def add(
         self,
         plan: Mapping[K, Sequence[float]],
-        train: Callable[[list[tuple[K, float]]], Sequence[Run]],
+        train: Train[K],
+        give_up: Mapping[K, int | None] | None = None,
     ) -> None:
-        """Train every ``(key, lr)`` of ``plan`` in one call of ``train``; update the best rates."""
-        items = [(key, lr) for key, rates in plan.items() for lr in rates]
-        for item, run in zip(items, train(items), strict=True):
-            self.runs[item] = run
+        """Train every ``(key, lr)`` of ``plan`` in one call of ``train``; update the best rates.
+
+        ``give_up[key]`` goes to ``train`` with each of ``key``'s rates: a run
+        that has not reached the threshold by that epoch stops there (missing
+        or None: it runs its full length).
+        """
+        after = give_up or {}
+        items = [
+            (key, lr, after.get(key)) for key, rates in plan.items() for lr in rates
+        ]
+        for (key, lr, _), run in zip(items, train(items), strict=True):
+            self.runs[(key, lr)] = run
         for key, rates in plan.items():
             self.tried[key] = sorted({*self.tried.get(key, []), *rates}, reverse=True)
             curves = {lr: self.runs[(key, lr)]["acc"] for lr in self.tried[key]}
@@ -167,29 +178,49 @@ class RateSearch(Generic[K]):
         lr = self.best[key] if lr is None else lr
         return float(self.runs[(key, lr)]["acc"][-1])
 
+    def length(self, key: K, lr: float) -> int:
+        """The epochs ``key``'s run at ``lr`` trained (fewer than its recipe's when it stopped early)."""
+        return len(self.runs[(key, lr)]["acc"])
+
     def reached(self, key: K) -> bool:
         """Whether any rate tried for ``key`` reached the threshold."""
         return any(self.hit(key, lr) is not None for lr in self.tried[key])
 
 
 def search_rates(
-    train: Callable[[list[tuple[K, float]]], Sequence[Run]],
+    train: Train[K],
     keys: Sequence[K],
     grid: Sequence[float],
     factors: Sequence[float],
     threshold: float = 0.99,
+    give_up_first: int | None = None,
 ) -> RateSearch[K]:
     """The learning-rate tuning protocol: a grid, then a refinement around the best.
 
     Every key is trained at every rate of ``grid``; then at its best rate times
     each of ``factors`` (:func:`neighbour_rates`, rates of ``grid`` left out),
     and the best of all the rates tried wins (:func:`best_rate`). ``train``
-    receives a list of ``(key, lr)`` and returns their runs in that order.
+    receives a list of ``(key, lr, give_up_after)``, where a run that has not
+    reached ``threshold`` by epoch ``give_up_after`` stops there (None: it
+    runs its full length), and returns their runs in that order.
+
+    Runs that can no longer win stop early, which leaves every choice as the
+    full-length runs would make it. With ``give_up_first``, the grid's runs
+    first give up after that many epochs: a run that has not reached the
+    threshold by then cannot beat one that has; a key none of whose grid runs
+    reached it trains its grid again at full length (without a hit, the final
+    accuracy decides). Each neighbour gives up after its key's best epochs so
+    far: later, it would lose.
     """
     search: RateSearch[K] = RateSearch(threshold)
-    search.add({key: list(grid) for key in keys}, train)
+    search.add(
+        {key: list(grid) for key in keys}, train, dict.fromkeys(keys, give_up_first)
+    )
+    missed = [key for key in keys if not search.reached(key)]
+    if give_up_first is not None and missed:
+        search.add({key: list(grid) for key in missed}, train)
     refine = {
         key: neighbour_rates(search.best[key], factors, exclude=grid) for key in keys
     }
-    search.add(refine, train)
+    search.add(refine, train, {key: search.hit(key) for key in keys})
     return search
