@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from wslib.core import data as wdata
-from wslib.core.files import code_version, stable_hash, tensor_digest
+from wslib.core.files import code_version, tensor_digest
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
 from wslib.core.workspace import workspace
@@ -52,11 +52,6 @@ TRAINING_CODE = (
     "wslib.core.train",
     "wslib.runs.zoo",
 )
-
-
-def config_hash(config: dict[str, Any]) -> str:
-    """A short stable hash of a JSON-serialisable config."""
-    return stable_hash(config)
 
 
 def split_indices(y: torch.Tensor, split: dict[str, Any]) -> np.ndarray | None:
