@@ -46,7 +46,7 @@ PATHS = ("LLPF", "straight line", "Bezier")
 WORDS = {"lower": "lower", "higher": "higher", "none": "no different"}
 
 
-def subset(ds: Dataset, n_train: int, n_test: int, seed: int) -> Dataset:
+def random_subset(ds: Dataset, n_train: int, n_test: int, seed: int) -> Dataset:
     """``ds`` with ``n_train`` training and ``n_test`` test examples drawn at random."""
     if n_train < 1 or n_test < 1:
         raise ValueError(f"need n_train, n_test >= 1, got {n_train}, {n_test}")
@@ -101,8 +101,8 @@ def compare(values: Sequence[float], reference: Sequence[float]) -> dict[str, An
     return {"diff_mean": c.difference, "diff_std": c.spread, "word": word}
 
 
-def mean_std(values: Sequence[float]) -> dict[str, Any]:
-    """``{"mean", "std", "values"}`` (std with ddof 1; 0 for one value)."""
+def sample_mean_std(values: Sequence[float]) -> dict[str, Any]:
+    """``{"mean", "std", "values"}`` (std with ddof 1, the sample standard deviation; 0 for one value)."""
     v = np.asarray(values, dtype=float)
     std = float(v.std(ddof=1)) if v.size > 1 else 0.0
     return {"mean": float(v.mean()), "std": std, "values": [float(x) for x in v]}
@@ -280,13 +280,16 @@ def summarise_pairs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     metrics = ("barrier", "llpf_peak_excess")
     fused = {
         v: {
-            m: mean_std([r["fused_parent"][v][m] for r in runs])
+            m: sample_mean_std([r["fused_parent"][v][m] for r in runs])
             for m in (*metrics, "fused_acc", "finetuned_acc")
         }
         for v in KF_VARIANTS
     }
     parents = {
-        k: {m: mean_std([r["parent_parent"][k][m] for r in runs]) for m in metrics}
+        k: {
+            m: sample_mean_std([r["parent_parent"][k][m] for r in runs])
+            for m in metrics
+        }
         for k in ("unaligned", "aligned")
     }
     basin = {
@@ -302,9 +305,11 @@ def summarise_pairs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         first = per[0]
         cond[path] = {
             **{k: first[k] for k in first},  # per point, first pair of parents
-            "amgm_mean": mean_std([float(np.mean(p["amgm"])) for p in per]),
-            "amgm_gauge_mean": mean_std([float(np.mean(p["amgm_gauge"])) for p in per]),
-            "peak_loss": mean_std([float(np.max(p["loss"])) for p in per]),
+            "amgm_mean": sample_mean_std([float(np.mean(p["amgm"])) for p in per]),
+            "amgm_gauge_mean": sample_mean_std(
+                [float(np.mean(p["amgm_gauge"])) for p in per]
+            ),
+            "peak_loss": sample_mean_std([float(np.max(p["loss"])) for p in per]),
         }
     line = cond["straight line"]["amgm_mean"]["values"]
     verdicts = {
@@ -376,7 +381,7 @@ def base_accuracy(
 ) -> dict[str, Any]:
     """``[regime]``: mean/std test accuracy of the base models over seeds."""
     return {
-        regime: mean_std(
+        regime: sample_mean_std(
             [evaluate(m, ds.x_test, ds.y_test)[1] for group in groups for m in group]
         )
         for regime, groups in regimes.items()
@@ -421,8 +426,8 @@ def gauge_fusion(
                     acc[method][key].append(evaluate(fused, ds.x_test, ds.y_test)[1])
         result[regime] = {
             m: {
-                "with": mean_std(v["with"]),
-                "without": mean_std(v["without"]),
+                "with": sample_mean_std(v["with"]),
+                "without": sample_mean_std(v["without"]),
                 "verdict": compare(v["with"], v["without"]),
             }
             for m, v in acc.items()
