@@ -145,8 +145,11 @@ class Zoo:
             trained.append(1)
             return self._train(config)
 
+        # A stored checkpoint is loaded into the model by its check (_fits);
+        # only a model trained here still needs its weights.
         stored = cached(self.entry(config), train, lambda s: _fits(model, s))
-        model.load_state_dict(stored["state_dict"])
+        if trained:
+            model.load_state_dict(stored["state_dict"])
         self.trained += len(trained)
         self.loaded += 1 - len(trained)
         return model.eval()
