@@ -382,6 +382,17 @@ def cached_size_sweep(
     return cached_run(run_cache, key, compute, code=FUSION_CODE)["rows"]
 
 
+def _full_data_pair(
+    zoo: Zoo, data: dict[str, Any], spec: Mapping[str, Any], seed: int
+) -> list[nn.Module]:
+    """The two models of ``spec`` (its ``model`` config and ``recipe``) trained on all of
+    ``data``, with model seeds ``derive_seed(seed, "model", i)``, ``i = 0, 1``."""
+    return [
+        trained(zoo, data, spec["model"], spec["recipe"], derive_seed(seed, "model", i))
+        for i in (0, 1)
+    ]
+
+
 def architecture_zero_shot(
     zoo: Zoo,
     data: dict[str, Any],
@@ -405,12 +416,7 @@ def architecture_zero_shot(
     for name, spec in tqdm(
         architectures.items(), desc="architectures", disable=not progress
     ):
-        models = [
-            trained(
-                zoo, data, spec["model"], spec["recipe"], derive_seed(seed, "model", i)
-            )
-            for i in range(2)
-        ]
+        models = _full_data_pair(zoo, data, spec, seed)
         row = {
             "architecture": name,
             "individual": float(np.mean([accuracy(m, ds) for m in models])),
@@ -535,12 +541,6 @@ def block_fit_study(
     ds = zoo.dataset(data)
     out = {}
     for name in residual_architectures(architectures):
-        spec = architectures[name]
-        models = [
-            trained(
-                zoo, data, spec["model"], spec["recipe"], derive_seed(seed, "model", i)
-            )
-            for i in (0, 1)
-        ]
+        models = _full_data_pair(zoo, data, architectures[name], seed)
         out[name] = residual_gradient_variants(models, x, y, ds, gradient, seed)
     return out
