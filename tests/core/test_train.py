@@ -116,14 +116,16 @@ def test_the_run_seed_reaches_the_shuffling_and_the_augmentation() -> None:
         torch.manual_seed(5)  # the same initial weights every time
         model = build_model(cnn)
         recipe = Recipe(epochs=1, batch_size=16, lr=0.1, augment=augment)
-        results[seed, augment] = fit(model, x, y, recipe, seed, progress=False)["loss"]
+        results[seed, augment] = fit(model, x, y, recipe, seed=seed, progress=False)[
+            "loss"
+        ]
     assert results[0, False] != results[1, False]
     assert results[0, True] != results[1, True] != results[1, False]
     torch.manual_seed(5)
     model = build_model(cnn)
     torch.manual_seed(123)  # the global stream must not matter: the run's seed decides
     recipe = Recipe(epochs=1, batch_size=16, lr=0.1, augment=True)
-    assert fit(model, x, y, recipe, 1, progress=False)["loss"] == results[1, True]
+    assert fit(model, x, y, recipe, seed=1, progress=False)["loss"] == results[1, True]
 
 
 def test_stop_at_ends_after_the_first_epoch_that_reaches_it() -> None:

@@ -351,7 +351,7 @@ def test_parents_are_aligned_to_the_fused_model(
     )
     a.eval()
     structure = a.neuron_structure()
-    perms = random_permutations(structure, torch.Generator().manual_seed(0))
+    perms = random_permutations(structure, generator=torch.Generator().manual_seed(0))
     copy_of_a = with_state(a, permute_state(a.state_dict(), structure, perms))
     monkeypatch.setattr(
         ex, "fused_model", lambda *args: (copy_of_a, {"fused_acc": 0.0})

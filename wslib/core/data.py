@@ -81,7 +81,7 @@ class Dataset:
         return tuple(self.x_train.shape[1:])
 
 
-def load_dataset(name: str, root: str | Path | None = None, **options) -> Dataset:
+def load_dataset(name: str, *, root: str | Path | None = None, **options) -> Dataset:
     """Load a data set as standardised tensors.
 
     Parameters
@@ -164,7 +164,9 @@ class DataKey:
     def load(self) -> Dataset:
         """The data set (read from disk on the first call in this process)."""
         if self not in _LOADED:
-            _LOADED[self] = load_dataset(self.name, self.root, **dict(self.options))
+            _LOADED[self] = load_dataset(
+                self.name, root=self.root, **dict(self.options)
+            )
         return _LOADED[self]
 
 
@@ -352,7 +354,7 @@ def _missing_message(name: str, folder: Path) -> str:
     )
 
 
-def download_dataset(name: str, root: str | Path | None = None) -> Path:
+def download_dataset(name: str, *, root: str | Path | None = None) -> Path:
     """Download a torchvision data set into ``root/<name>`` (default: the
     workspace's ``data/``; needs the internet)."""
     if name not in _TORCHVISION_CLASS:
@@ -493,7 +495,7 @@ def shard_split(y: Labels, n_parts: int, seed: int) -> list[np.ndarray]:
 
 
 def balanced_subset(
-    y: Labels, per_class: int, seed: int, indices: np.ndarray | None = None
+    y: Labels, per_class: int, seed: int, *, indices: np.ndarray | None = None
 ) -> np.ndarray:
     """Draw ``per_class`` examples of every class, without replacement.
 

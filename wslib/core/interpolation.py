@@ -98,6 +98,7 @@ def linear_path(
     y_train: torch.Tensor,
     x_test: torch.Tensor | None = None,
     y_test: torch.Tensor | None = None,
+    *,
     names: Iterable[str] | None = None,
     progress: bool = True,
 ) -> dict[str, np.ndarray]:
@@ -112,4 +113,3 @@ def linear_path(
     res["ts"] = np.asarray(ts, dtype=float)
     res["barrier"] = np.array(barrier(res["train_loss"]))
     return res
-

@@ -129,12 +129,12 @@ class RegimeStudy:
         fusion = balanced_subset(self.ds.y_train, self.fusion_per_class, s)
         rest = np.setdiff1d(np.arange(len(self.ds.y_train)), fusion)
         idx = balanced_subset(
-            self.ds.y_train, self.val_per_class, derive_seed(s, "subset"), rest
+            self.ds.y_train, self.val_per_class, derive_seed(s, "subset"), indices=rest
         )
         return self.ds.x_train[idx], self.ds.y_train[idx]
 
     def train(
-        self, settings: Iterable[tuple[str, int, int]], progress: bool = True
+        self, settings: Iterable[tuple[str, int, int]], *, progress: bool = True
     ) -> None:
         """Train (or load) the base models of every setting."""
         for r, n, s in tqdm(list(settings), desc="base models", disable=not progress):
@@ -182,9 +182,9 @@ class RegimeStudy:
                     models,
                     xf,
                     yf,
-                    share,
-                    imp,
-                    scores[imp],
+                    class_weights=share,
+                    importance=imp,
+                    scores=scores[imp],
                     ridge=self.ridge,
                     gradient=grad_config,
                     seed=s,
@@ -228,7 +228,7 @@ class RegimeStudy:
         )
 
     def run(
-        self, settings: Iterable[tuple[str, int, int]], progress: bool = True
+        self, settings: Iterable[tuple[str, int, int]], *, progress: bool = True
     ) -> tuple[pd.DataFrame, dict[str, list[float]]]:
         """Every setting (cached): one row per setting, method and importance; fusion seconds per method."""
         runs: list[dict[str, Any]] = []
@@ -246,6 +246,7 @@ def head_rules(
     regime: str,
     n: int,
     s: int,
+    *,
     method: MethodName = "kf_linear",
     importance: ImportanceName = "conductance",
 ) -> dict[str, float]:
@@ -270,8 +271,8 @@ def head_rules(
                 models,
                 xf,
                 yf,
-                w,
-                importance,
+                class_weights=w,
+                importance=importance,
                 ridge=study.ridge,
                 gradient=grad,
                 seed=s,
@@ -406,7 +407,7 @@ def best_importance(summary: pd.DataFrame, method: str) -> pd.DataFrame:
 
 
 def importance_pivot(
-    summary: pd.DataFrame, methods: Sequence[str] = USES_IMPORTANCE
+    summary: pd.DataFrame, *, methods: Sequence[str] = USES_IMPORTANCE
 ) -> pd.DataFrame:
     """Mean accuracy of ``methods`` (default: all with importance): rows (regime, n, method), columns importance."""
     view = summary[summary.method.isin(methods)]
@@ -418,10 +419,11 @@ def importance_pivot(
 def importance_gains(
     summary: pd.DataFrame,
     importances: Sequence[str],
+    *,
     methods: Sequence[str] = USES_IMPORTANCE,
 ) -> pd.DataFrame:
     """Accuracy gain (points) of each non-uniform importance over uniform weights, per cell."""
-    wide = importance_pivot(summary, methods)
+    wide = importance_pivot(summary, methods=methods)
     return pd.DataFrame(
         {
             imp: 100 * (wide[imp] - wide["uniform"])
@@ -432,7 +434,12 @@ def importance_gains(
 
 
 def summary_cell(
-    summary: pd.DataFrame, regime: str, n: int, method: str, importance: str = "uniform"
+    summary: pd.DataFrame,
+    regime: str,
+    n: int,
+    method: str,
+    *,
+    importance: str = "uniform",
 ) -> float:
     """Mean accuracy (%) of one cell of the table; NaN when the method did not run there."""
     row = _row(summary, regime, n, method, importance)
@@ -510,7 +517,7 @@ def headline_numbers(
     n0, n_max = n_models[0], n_models[-1]
 
     def cell(r: str, n: int, method: str, imp: str = "uniform") -> float:
-        return summary_cell(summary, r, n, method, imp)
+        return summary_cell(summary, r, n, method, importance=imp)
 
     sh, full = (_chosen(summary, r, n0, HF_KF) for r in ("sharded", "full"))
     shmax = _chosen(summary, "sharded", n_max, HF_KF)
@@ -519,8 +526,8 @@ def headline_numbers(
     full_name, full_best = _variant(full)
     shmax_name, shmax_best = _variant(shmax)
     sh_ot, shmax_ot = _variant(ot)[1], _variant(ot_max)[1]
-    wide = importance_pivot(summary, HF_KF)
-    gains = importance_gains(summary, importances, HF_KF)
+    wide = importance_pivot(summary, methods=HF_KF)
+    gains = importance_gains(summary, importances, methods=HF_KF)
 
     def lin_minus_grad(g: str) -> float:
         methods = set(wide.index.get_level_values("method"))
@@ -580,6 +587,7 @@ def self_fusion(
     x: torch.Tensor,
     y: torch.Tensor,
     x_test: torch.Tensor,
+    *,
     methods: Sequence[MethodName] = SELF_FUSION_METHODS,
     ridge: float = 1e-8,
 ) -> dict[str, float]:

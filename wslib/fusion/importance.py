@@ -62,6 +62,7 @@ def neuron_importance(
     x: torch.Tensor,
     y: torch.Tensor,
     method: ImportanceName = "conductance",
+    *,
     batch_size: int = 256,
     n_steps: int = 16,
     progress: bool = True,
@@ -130,6 +131,7 @@ def example_scores(
     x: torch.Tensor,
     y: torch.Tensor,
     method: ImportanceName = "conductance",
+    *,
     batch_size: int = 256,
     n_steps: int = 16,
 ) -> torch.Tensor:

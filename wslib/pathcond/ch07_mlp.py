@@ -77,6 +77,7 @@ def mlp_grid(
     mlp: dict[str, Any],
     recipe: dict[str, Any],
     configs: dict[str, dict[str, Any]],
+    *,
     workers: int | None = None,
     load: bool = True,
     stack: bool | None = None,
@@ -133,6 +134,7 @@ def tune_rates(
     factors: Sequence[float],
     seed: int,
     epochs: int,
+    *,
     threshold: float = 0.99,
 ) -> RateSearch[Pair]:
     """Each (configuration, method)'s best learning rate on the tuning ``seed``.
@@ -149,9 +151,9 @@ def tune_rates(
             grid.job(c, m, seed, lr=lr, epochs=epochs, stop_at=threshold)
             for (c, m), lr in items
         ]
-        return grid.train(jobs, "lr sweep")
+        return grid.train(jobs, desc="lr sweep")
 
-    return search_rates(train, pairs, lr_grid, factors, threshold)
+    return search_rates(train, pairs, lr_grid, factors, threshold=threshold)
 
 
 def evaluate_rates(
@@ -163,7 +165,7 @@ def evaluate_rates(
         for (c, m), lr in rates.items()
         for s in seeds
     ]
-    runs = iter(grid.train(jobs, "long runs"))
+    runs = iter(grid.train(jobs, desc="long runs"))
     return {pair: [next(runs) for _ in seeds] for pair in rates}
 
 
@@ -202,7 +204,7 @@ def layer_scale_rows(
     for name, cfg in configs.items():
         config = mlp_config(base, cfg["widths"], output_bias=has_output_bias(base, cfg))
         models = [
-            prepare_model(config, m, cfg["init_scale"], seed)[0]
+            prepare_model(config, m, init_scale=cfg["init_scale"], seed=seed)[0]
             for m in ("baseline", "pathcond")
         ]
         g_before, g_after = (diag_g(m, base["in_shape"]) for m in models)
@@ -246,7 +248,9 @@ def solver_comparison(
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     config = mlp_config(base, cfg["widths"], output_bias=has_output_bias(base, cfg))
-    model, *_ = prepare_model(config, "baseline", cfg["init_scale"], seed)
+    model, *_ = prepare_model(
+        config, "baseline", init_scale=cfg["init_scale"], seed=seed
+    )
     g = diag_g(model, base["in_shape"])
     structure = rescalable_structure(model)
     settings = {
@@ -258,8 +262,13 @@ def solver_comparison(
     torch.set_num_threads(1)
     try:
         results = {
-            k: [optimize_rescaling(g, structure, *v) for _ in range(repeats)]
-            for k, v in settings.items()
+            k: [
+                optimize_rescaling(
+                    g, structure, method=method, max_sweeps=sweeps, rtol=rtol
+                )
+                for _ in range(repeats)
+            ]
+            for k, (method, sweeps, rtol) in settings.items()
         }
     finally:
         torch.set_num_threads(threads)
@@ -289,7 +298,12 @@ def cost_rows(
         out = has_output_bias(base, cfg)
         config = mlp_config(base, cfg["widths"], output_bias=out)
         rows.append(
-            {"config": name, **rescale_cost(config, ds, batch_size, seed, repeats)}
+            {
+                "config": name,
+                **rescale_cost(
+                    config, ds, batch_size=batch_size, seed=seed, repeats=repeats
+                ),
+            }
         )
     return rows
 
@@ -348,12 +362,12 @@ def rate_range_text(rates: Sequence[float]) -> str:
 # --- results ----------------------------------------------------------------------
 
 
-def summarise_runs(runs: Sequence[Run], threshold: float = 0.99) -> dict[str, Any]:
+def summarise_runs(runs: Sequence[Run], *, threshold: float = 0.99) -> dict[str, Any]:
     """Runs over seeds: ``epochs`` to ``threshold`` (:func:`~wslib.runs.stats.summarise_epochs`), mean
     and std of ``test_acc``, mean final training accuracy ``final_acc``."""
     test_acc, test_acc_std = mean_std([r["test_acc"] for r in runs])
     return {
-        "epochs": summarise_epochs([r["acc"] for r in runs], threshold),
+        "epochs": summarise_epochs([r["acc"] for r in runs], threshold=threshold),
         "test_acc": test_acc,
         "test_acc_std": test_acc_std,
         "final_acc": float(np.mean([r["acc"][-1] for r in runs])),
@@ -361,18 +375,20 @@ def summarise_runs(runs: Sequence[Run], threshold: float = 0.99) -> dict[str, An
 
 
 def summarise_grid(
-    grid: RunGrid, seeds: Sequence[int], threshold: float = 0.99
+    grid: RunGrid, seeds: Sequence[int], *, threshold: float = 0.99
 ) -> dict[Pair, dict[str, Any]]:
     """:func:`summarise_runs` of every (configuration, method) of ``grid`` on ``seeds``."""
     return {
-        (name, method): summarise_runs(grid.select(name, method, seeds), threshold)
+        (name, method): summarise_runs(
+            grid.select(name, method, seeds), threshold=threshold
+        )
         for name, cfg in grid.configs.items()
         for method in cfg["methods"]
     }
 
 
 def epochs_rows(
-    summaries: dict[Pair, dict[str, Any]], threshold: float = 0.99
+    summaries: dict[Pair, dict[str, Any]], *, threshold: float = 0.99
 ) -> list[dict[str, Any]]:
     """Table rows: epochs to ``threshold``, runs reaching it, test accuracy (mean ± std)."""
     pct = percent(threshold)
@@ -438,6 +454,7 @@ def grid_edge_text(search: RateSearch[Pair], grid: Sequence[float]) -> str:
 def best_rates_text(
     search: RateSearch[Pair],
     names: Sequence[str],
+    *,
     methods: Sequence[str] = PAIR_METHODS,
 ) -> str:
     """:func:`best_rate_text` of every method on every configuration in ``names``."""
@@ -450,6 +467,7 @@ def best_rates_text(
 def long_rows(
     long_summary: dict[Pair, dict[str, Any]],
     rates: dict[Pair, float],
+    *,
     threshold: float = 0.99,
 ) -> list[dict[str, Any]]:
     """Table rows of the evaluation at each method's best rate, with PathCond's speed-up.
@@ -605,6 +623,7 @@ def ablation_rows(
     pairs: dict[str, str],
     base: dict[str, Any],
     configs: dict[str, dict[str, Any]],
+    *,
     threshold: float = 0.99,
 ) -> list[dict[str, Any]]:
     """Rows of the output-bias ablation at the shared rate.
@@ -779,6 +798,7 @@ def size_points(
     config: str,
     sizes: Sequence[Sequence[int]],
     seeds: Sequence[int],
+    *,
     threshold: float = 0.99,
     methods: Sequence[str] = PAIR_METHODS,
 ) -> dict[str, list[dict[str, Any]]]:
@@ -794,7 +814,7 @@ def size_points(
         points[method] = []
         for widths in all_sizes:
             runs = grid.select(config, method, seeds, widths=widths)
-            summ = summarise_epochs([r["acc"] for r in runs], threshold)
+            summ = summarise_epochs([r["acc"] for r in runs], threshold=threshold)
             model = build_model(mlp_config(grid.base, widths))
             points[method].append(
                 {
@@ -814,6 +834,7 @@ def activation_rows(
     config: str,
     activations: Sequence[str],
     seeds: Sequence[int],
+    *,
     threshold: float = 0.99,
     methods: Sequence[str] = PAIR_METHODS,
 ) -> list[dict[str, Any]]:
@@ -822,7 +843,7 @@ def activation_rows(
     for act in activations:
         for method in methods:
             runs = grid.select(config, method, seeds, activation=act)
-            summ = summarise_epochs([r["acc"] for r in runs], threshold)
+            summ = summarise_epochs([r["acc"] for r in runs], threshold=threshold)
             rows.append(
                 {
                     "activation": act,
@@ -865,7 +886,7 @@ def add_cost_metrics(
     metrics["epoch_seconds"] = float(np.mean([r["epoch_seconds"] for r in costs]))
 
 
-def solver_text(rows: Sequence[dict[str, Any]], sweeps: int = PAPER_SWEEPS) -> str:
+def solver_text(rows: Sequence[dict[str, Any]], *, sweeps: int = PAPER_SWEEPS) -> str:
     """The solver comparison of :func:`solver_comparison` in words."""
     parts = []
     for r in rows:

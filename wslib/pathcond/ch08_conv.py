@@ -34,6 +34,7 @@ def train_archs(
     methods: Sequence[str],
     seeds: Sequence[int],
     ds: Dataset,
+    *,
     cache_dir: str | Path | None = None,
 ) -> dict[tuple[str, str, int], Run]:
     """One run per (architecture, method, seed), one after the other, keyed so.
@@ -62,7 +63,7 @@ def train_archs(
 
 
 def rescale_costs(
-    models: dict[str, dict[str, Any]], ds: Dataset, repeats: int = 1
+    models: dict[str, dict[str, Any]], ds: Dataset, *, repeats: int = 1
 ) -> list[dict[str, Any]]:
     """:func:`~wslib.pathcond.protocols.rescale_cost` of each named model config on ``ds``, one row each."""
     return [
@@ -95,6 +96,7 @@ def arch_metrics(
     archs: dict[str, dict[str, Any]],
     methods: Sequence[str],
     seeds: Sequence[int],
+    *,
     threshold: float = 0.99,
 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """The results-file entry of every architecture of chapter 8, and table rows.
@@ -122,12 +124,12 @@ def arch_metrics(
             row = {
                 "architecture": arch,
                 "method": method,
-                "final train loss": format_mean_std(final, ".4g", ".2g"),
+                "final train loss": format_mean_std(final, fmt=".4g", std_fmt=".2g"),
                 "test loss": entry["test_loss"][method],
             }
             entry["test_acc"][method] = None
             if spec["task"] == "classify":
-                summ = summarise_epochs([r["acc"] for r in sel], threshold)
+                summ = summarise_epochs([r["acc"] for r in sel], threshold=threshold)
                 entry["epochs_to_99"][method] = summ
                 entry["test_acc"][method] = float(np.mean([r["test_acc"] for r in sel]))
                 row[f"epochs to {pct}"] = format_epochs(summ)
@@ -170,7 +172,7 @@ def setup_rows(
     return [
         {
             "architecture": arch,
-            "model": describe_model(spec["model"], "details"),
+            "model": describe_model(spec["model"], words="details"),
             "data": data_label(spec.get("data", {}).get("name", ds.name)),
             "task": spec["task"],
             "epochs": spec["recipe"]["epochs"],
@@ -194,6 +196,7 @@ def convergence_rows(
     runs: dict[tuple[str, str, int], Run],
     archs: dict[str, dict[str, Any]],
     seeds: Sequence[int],
+    *,
     method: str = "pathcond",
 ) -> list[dict[str, Any]]:
     """Per architecture and seed: did PathCond's solver converge, and how far from it it stopped."""
@@ -215,7 +218,7 @@ def convergence_rows(
     return rows
 
 
-def convergence_text(rows: Sequence[dict[str, Any]], rtol: float = 1e-12) -> str:
+def convergence_text(rows: Sequence[dict[str, Any]], *, rtol: float = 1e-12) -> str:
     """One sentence: which runs' solver stopped at its sweep limit, and how far from converged."""
     stopped = [r for r in rows if not r["converged"]]
     if not stopped:

@@ -26,7 +26,7 @@ PAGE_WIDTH = 8.0  # inches
 THRESHOLD_STYLE: dict[str, Any] = {"color": "gray", "lw": 0.8, "ls": ":"}
 
 
-def panels(n: int, ncols: int = 3, height: float = 2.8) -> tuple[Figure, list[Axes]]:
+def panels(n: int, *, ncols: int = 3, height: float = 2.8) -> tuple[Figure, list[Axes]]:
     """A page-wide figure of ``n`` panels in rows of at most ``ncols``; unused ones hidden."""
     ncols = max(1, min(n, ncols))
     nrows = math.ceil(n / ncols)
@@ -105,7 +105,11 @@ def draw_trajectories(runs: dict[str, Run]) -> Figure:
 
 
 def draw_config_curves(
-    grid: RunGrid, seeds: Sequence[int], quantity: str, threshold: float | None = None
+    grid: RunGrid,
+    seeds: Sequence[int],
+    quantity: str,
+    *,
+    threshold: float | None = None,
 ) -> Figure:
     """One panel per configuration: training ``"loss"`` (log) or ``"acc"`` per epoch.
 
@@ -198,7 +202,7 @@ def draw_best_rate_curves(
 
 
 def draw_size_sweep(
-    points: dict[str, list[dict[str, Any]]], title: str, threshold: float = 0.99
+    points: dict[str, list[dict[str, Any]]], title: str, *, threshold: float = 0.99
 ) -> Figure:
     """Epochs to the threshold against the number of parameters (log-log), per method.
 
@@ -237,6 +241,7 @@ def draw_activation_curves(
     config: str,
     activations: Sequence[str],
     seeds: Sequence[int],
+    *,
     methods: Sequence[str] = ("baseline", "pathcond"),
 ) -> Figure:
     """Training accuracy of ``config`` with each activation, one panel each."""

@@ -39,6 +39,7 @@ class Job(NamedTuple):
 def mlp_config(
     base: dict[str, Any],
     widths: Sequence[int],
+    *,
     activation: str = "relu",
     output_bias: bool | None = None,
 ) -> dict[str, Any]:
@@ -94,6 +95,7 @@ class RunGrid:
         config: str,
         method: str,
         seed: int,
+        *,
         lr: float | None = None,
         epochs: int | None = None,
         widths: Sequence[int] | None = None,
@@ -120,7 +122,10 @@ class RunGrid:
         recipe = Recipe(**{**self.recipe, "lr": job.lr, "epochs": job.epochs})
         return {
             "config": mlp_config(
-                self.base, job.widths, job.activation, job.output_bias
+                self.base,
+                job.widths,
+                activation=job.activation,
+                output_bias=job.output_bias,
             ),
             "method": job.method,
             "ds": self.ds,
@@ -131,7 +136,7 @@ class RunGrid:
             "stop_at": job.stop_at,
         }
 
-    def train(self, jobs: Sequence[Job], desc: str = "runs") -> list[Run]:
+    def train(self, jobs: Sequence[Job], *, desc: str = "runs") -> list[Run]:
         """Train the ``jobs`` not trained yet (one :func:`~wslib.pathcond.training.train_runs` call); return all runs."""
         todo = [job for job in dict.fromkeys(jobs) if job not in self.runs]
         if todo and self.ds is None:
@@ -140,7 +145,10 @@ class RunGrid:
                 "jobs but cannot train them; build it with load=True to train"
             )
         done = train_runs(
-            [self.arguments(j) for j in todo], self.workers, desc, self.stack
+            [self.arguments(j) for j in todo],
+            workers=self.workers,
+            desc=desc,
+            stack=self.stack,
         )
         self.runs.update(zip(todo, done, strict=True))
         return [self.runs[job] for job in jobs]
@@ -165,6 +173,7 @@ class RunGrid:
         config: str,
         sizes: Sequence[Sequence[int]],
         seeds: Sequence[int],
+        *,
         methods: Sequence[str] = ("baseline", "pathcond"),
     ) -> list[Job]:
         """``config`` with each of the hidden ``sizes`` (widths) instead of its own."""
@@ -180,6 +189,7 @@ class RunGrid:
         config: str,
         activations: Sequence[str],
         seeds: Sequence[int],
+        *,
         methods: Sequence[str] = ("baseline", "pathcond"),
     ) -> list[Job]:
         """``config`` with each of ``activations`` instead of ReLU."""

@@ -270,7 +270,7 @@ def diag_g(model: nn.Module, in_shape: Sequence[int]) -> dict[str, torch.Tensor]
 
 
 def incidence_matrix(
-    model: nn.Module, structure: NeuronStructure | None = None
+    model: nn.Module, *, structure: NeuronStructure | None = None
 ) -> tuple[sp.csr_matrix, list[str], list[tuple[str, int]]]:
     """The sparse parameter x neuron incidence ``B`` (+1 "in" slots, -1 "out" slots).
 
@@ -441,6 +441,7 @@ def _neuron_step(view: _GroupView, h: int, total: float, p: int) -> tuple[float,
 def optimize_rescaling(
     g: Mapping[str, torch.Tensor | np.ndarray],
     structure: NeuronStructure,
+    *,
     method: str = "block",
     max_sweeps: int = 1000,
     rtol: float = 1e-12,
@@ -530,6 +531,7 @@ def am_over_gm(g: dict[str, torch.Tensor] | np.ndarray) -> float:
 def pathcond_rescale(
     model: nn.Module,
     in_shape: Sequence[int],
+    *,
     method: str = "block",
     max_sweeps: int = 1000,
     rtol: float = 1e-12,
@@ -544,7 +546,9 @@ def pathcond_rescale(
     """
     g = diag_g(model, in_shape)
     structure = rescalable_structure(model)
-    result = optimize_rescaling(g, structure, method, max_sweeps, rtol)
+    result = optimize_rescaling(
+        g, structure, method=method, max_sweeps=max_sweeps, rtol=rtol
+    )
     state = model.state_dict()
     wide = {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
     rescaled = rescale_state(wide, structure, result.scales)

@@ -80,9 +80,9 @@ def solver_report(solver: PathCondResult | None) -> dict[str, Any]:
 def prepare_model(
     config: dict[str, Any],
     method: str,
+    *,
     init_scale: float = 1.0,
     seed: int = 0,
-    *,
     device: str | torch.device | None = None,
 ) -> Prepared:
     """Build ``config`` with ``seed``, initialise it by ``method``, on ``device``.
@@ -137,6 +137,7 @@ def train_run(
     method: str,
     ds: Dataset | DataKey,
     recipe: Recipe,
+    *,
     seed: int = 0,
     init_scale: float = 1.0,
     device: str | torch.device | None = None,
@@ -222,7 +223,7 @@ def _train_run(
     stop_at: float | None,
 ) -> dict[str, Any]:
     model, rescale_seconds, solver = prepare_model(
-        config, method, init_scale, seed, device=device
+        config, method, init_scale=init_scale, seed=seed, device=device
     )
     on_step = enorm_callback() if method == "enorm" else None
     auto = task == "autoencoder"
@@ -233,9 +234,9 @@ def _train_run(
         ds.x_train,
         y_train,
         recipe,
-        seed,
-        device,
-        progress,
+        seed=seed,
+        device=device,
+        progress=progress,
         on_step=on_step,
         loss_fn=F.mse_loss if auto else None,
         stop_at=stop_at,
@@ -279,6 +280,7 @@ def stackable(job: dict[str, Any]) -> bool:
 
 def train_runs(
     jobs: Sequence[dict[str, Any]],
+    *,
     workers: int | None = None,
     desc: str = "runs",
     stack: bool | None = None,
@@ -296,7 +298,10 @@ def train_runs(
     together = [i for i, job in enumerate(jobs) if stack and stackable(job)]
     apart = sorted(set(range(len(jobs))) - set(together))
     results = dict(
-        zip(apart, run_jobs(train_run, [jobs[i] for i in apart], workers, desc))
+        zip(
+            apart,
+            run_jobs(train_run, [jobs[i] for i in apart], workers=workers, desc=desc),
+        )
     )
     groups: dict[str, list[int]] = {}
     for i in together:
@@ -329,7 +334,7 @@ def _train_group(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         for j in jobs
     ]
-    stored = [stored_run(root, key, CODE) for key in keys]
+    stored = [stored_run(root, key, code=CODE) for key in keys]
     missing = [i for i, result in enumerate(stored) if result is None]
     if missing:
         refuse_compute(f"{len(missing)} stacked runs")
@@ -337,7 +342,7 @@ def _train_group(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         result
         if result is not None
-        else cached_run(root, keys[i], functools.partial(dict, fresh[i]), CODE)
+        else cached_run(root, keys[i], functools.partial(dict, fresh[i]), code=CODE)
         for i, result in enumerate(stored)
     ]
 
@@ -349,7 +354,11 @@ def _fit_group(jobs: list[dict[str, Any]], ds: Dataset) -> list[dict[str, Any]]:
     device = jobs[0].get("device")
     prepared = [
         prepare_model(
-            j["config"], j["method"], j["init_scale"], j["seed"], device=device
+            j["config"],
+            j["method"],
+            init_scale=j["init_scale"],
+            seed=j["seed"],
+            device=device,
         )
         for j in jobs
     ]
@@ -361,7 +370,7 @@ def _fit_group(jobs: list[dict[str, Any]], ds: Dataset) -> list[dict[str, Any]]:
         ds.y_train,
         [j["recipe"] for j in jobs],
         [j["seed"] for j in jobs],
-        device,
+        device=device,
         progress=False,
         stop_at=jobs[0].get("stop_at"),
     )

@@ -90,6 +90,7 @@ class Zoo:
     def __init__(
         self,
         root: str | Path | None = None,
+        *,
         data_root: str | Path | None = None,
         device: str | None = None,
         progress: bool = True,
@@ -110,7 +111,7 @@ class Zoo:
         if key not in self._datasets:
             options = {k: v for k, v in data_config.items() if k != "name"}
             self._datasets[key] = wdata.load_dataset(
-                data_config["name"], self.data_root, **options
+                data_config["name"], root=self.data_root, **options
             )
         return self._datasets[key]
 
@@ -166,7 +167,15 @@ class Zoo:
         seed_everything(config["seed"])
         model = build_model(config["model"]).to(self.device)
         recipe = Recipe.from_dict(config["recipe"])
-        history = fit(model, x, y, recipe, config["seed"], self.device, self.progress)
+        history = fit(
+            model,
+            x,
+            y,
+            recipe,
+            seed=config["seed"],
+            device=self.device,
+            progress=self.progress,
+        )
         test_loss, test_acc = evaluate(model, ds.x_test, ds.y_test)
         return {
             "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},

@@ -196,7 +196,7 @@ def fused_model(
     ).model
     acc = {"fused_acc": evaluate(out, ds.x_test, ds.y_test)[1]}
     recipe = Recipe.from_dict(dict(settings["finetune"]))
-    fit(out, train.x_train, train.y_train, recipe, seed, progress=False)
+    fit(out, train.x_train, train.y_train, recipe, seed=seed, progress=False)
     acc["finetuned_acc"] = evaluate(out, ds.x_test, ds.y_test)[1]
     return out.eval(), acc
 
@@ -208,6 +208,7 @@ def pair_study(
     fusion: tuple[torch.Tensor, torch.Tensor],
     settings: Mapping[str, Any],
     seed: int,
+    *,
     train: Dataset | None = None,
 ) -> dict[str, Any]:
     """Questions 2 and 3 for one pair of parents ``a``, ``b``.
@@ -493,7 +494,7 @@ def basin_sentence(basin: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     return "; ".join(parts)[0].upper() + "; ".join(parts)[1:] + "."
 
 
-def conditioning_sentence(summary: Mapping[str, Any], tol: float = 1e-4) -> str:
+def conditioning_sentence(summary: Mapping[str, Any], *, tol: float = 1e-4) -> str:
     """Question 3's verdict in words: AM/GM of the low-loss paths against the line."""
     v = summary["conditioning_verdict"]
     text = {
@@ -552,7 +553,7 @@ def cached_alignment(
 ) -> dict[str, Any]:
     """:func:`alignment_run`, cached under ``root`` by ``key`` (configs, seeds, data) and code."""
     full = {"question": "alignment", **key, "ts": list(map(float, ts)), "seed": seed}
-    return cached_run(root, full, lambda: alignment_run(modes, ds, ts, seed), CODE)
+    return cached_run(root, full, lambda: alignment_run(modes, ds, ts, seed), code=CODE)
 
 
 def cached_pairs(
@@ -563,6 +564,7 @@ def cached_pairs(
     fusion: tuple[torch.Tensor, torch.Tensor],
     settings: Mapping[str, Any],
     seed: int,
+    *,
     train: Dataset | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`pair_study` of every pair of ``models``, each cached; pair ``k``
@@ -576,14 +578,14 @@ def cached_pairs(
         def study(
             a: nn.Module = a, b: nn.Module = b, s: int = pair_seed
         ) -> dict[str, Any]:
-            return pair_study(a, b, ds, fusion, settings, s, train)
+            return pair_study(a, b, ds, fusion, settings, s, train=train)
 
         runs.append(
             cached_run(
                 root,
                 full,
                 study,
-                CODE,
+                code=CODE,
             )
         )
     return runs
@@ -601,7 +603,7 @@ def cached_gauge_fusion(
     """:func:`gauge_fusion`, cached under ``root`` by ``key`` and code."""
     full = {"question": "gauge fusion", **key, "methods": list(methods), "seed": seed}
     return cached_run(
-        root, full, lambda: gauge_fusion(regimes, ds, fusion, methods, seed), CODE
+        root, full, lambda: gauge_fusion(regimes, ds, fusion, methods, seed), code=CODE
     )
 
 
