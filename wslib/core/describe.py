@@ -75,7 +75,7 @@ def describe_recipe(recipe: Mapping[str, Any]) -> str:
     )
 
 
-def in_words(items: Iterable[Any], *, last: str = "and") -> str:
+def in_words(items: Iterable[Any], *, last: Literal["and", "or"] = "and") -> str:
     """``a, b and c`` (``last`` joins the final pair); one item as is, none empty."""
     words = [str(i) for i in items]
     if len(words) < 2:

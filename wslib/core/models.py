@@ -643,7 +643,19 @@ def vit(
     return Transformer(shape, n_classes, patch_size, embed_dim, depth, heads, mlp_dim)
 
 
-_FACTORIES: dict[str, Callable[..., nn.Module]] = {
+# The models a config may name (:data:`MODEL_NAMES` lists them at run time).
+ModelName = Literal[
+    "mlp",
+    "cnn1d",
+    "cnn2d",
+    "resnet1d",
+    "transformer1d",
+    "cifar_nv",
+    "resnet18",
+    "vgg11",
+    "vit",
+]
+_FACTORIES: dict[ModelName, Callable[..., nn.Module]] = {
     "mlp": mlp,
     "cnn1d": cnn1d,
     "cnn2d": cnn2d,
@@ -654,10 +666,10 @@ _FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "vgg11": vgg11,
     "vit": vit,
 }
-MODEL_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+MODEL_NAMES: tuple[ModelName, ...] = tuple(_FACTORIES)
 
 
-def config_keys(name: str) -> tuple[list[str], dict[str, Any]]:
+def config_keys(name: ModelName) -> tuple[list[str], dict[str, Any]]:
     """Required keys and optional keys (with defaults) of model ``name``, ``"name"`` excluded."""
     params = inspect.signature(_FACTORIES[name]).parameters.values()
     required = [p.name for p in params if p.default is p.empty]

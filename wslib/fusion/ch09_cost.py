@@ -93,7 +93,9 @@ def theorem1_gaps(costs: pd.DataFrame) -> dict[str, float | int]:
     }
 
 
-def cost_shares(costs: pd.DataFrame, importance: str = "uniform") -> pd.DataFrame:
+def cost_shares(
+    costs: pd.DataFrame, importance: ImportanceName = "uniform"
+) -> pd.DataFrame:
     """The rows of one weighting with the shares of the cost: ``clustering share``, ``approximation share``."""
     view = costs[costs.importance == importance].copy()
     view["clustering share"] = view["clustering"] / view["cost"]
@@ -102,7 +104,7 @@ def cost_shares(costs: pd.DataFrame, importance: str = "uniform") -> pd.DataFram
 
 
 def approximation_shares(
-    costs: pd.DataFrame, importance: str = "uniform"
+    costs: pd.DataFrame, importance: ImportanceName = "uniform"
 ) -> dict[str, float]:
     """Mean share of the approximation error for the Linear and the Gradient variants."""
     view = cost_shares(costs, importance)

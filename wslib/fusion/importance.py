@@ -28,7 +28,7 @@ IMPORTANCES: tuple[ImportanceName, ...] = get_args(ImportanceName)
 class Scores(dict):
     """Importance scores (layer or group name -> tensor) tagged with the ``method`` that made them."""
 
-    def __init__(self, scores: dict[str, torch.Tensor], method: str) -> None:
+    def __init__(self, scores: dict[str, torch.Tensor], method: ImportanceName) -> None:
         super().__init__(scores)
         self.method = method
 

@@ -28,7 +28,7 @@ from wslib.core.train import Recipe, model_device, seed_everything
 from wslib.pathcond.lifting import PathLifting, explicit_path_lifting, mlp_path_labels
 from wslib.pathcond.protocols import Run
 from wslib.pathcond.rescaling import am_over_gm, diag_g, pathcond_rescale
-from wslib.pathcond.training import prepare_model, train_run
+from wslib.pathcond.training import InitMethod, prepare_model, train_run
 
 
 @dataclass
@@ -193,7 +193,7 @@ def function_check(
 
 def trajectories(
     config: dict[str, Any],
-    methods: Sequence[str],
+    methods: Sequence[InitMethod],
     ds: Dataset,
     recipe: Recipe,
     *,
@@ -206,7 +206,7 @@ def trajectories(
     training set before the first step (the same for every method that keeps
     the function, as PathCond does).
     """
-    runs = {
+    runs: dict[str, Run] = {
         method: train_run(config, method, ds, recipe, seed=seed, init_scale=init_scale)
         for method in tqdm(methods, desc="training")
     }

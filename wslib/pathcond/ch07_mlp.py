@@ -24,18 +24,19 @@ import torch
 
 from wslib.core.data import DataKey, Dataset, load_dataset
 from wslib.core.describe import mlp_sizes, percent
-from wslib.core.models import build_model
+from wslib.core.models import ActivationName, build_model
 from wslib.core.seeds import derive_seed, derive_seeds
 from wslib.pathcond.grid import Job, Pair, RunGrid, has_output_bias, mlp_config
 from wslib.pathcond.protocols import RUNS_DIR, Run, rescale_cost
 from wslib.pathcond.rescaling import (
     PAPER_SWEEPS,
+    RescalingMethod,
     am_over_gm,
     diag_g,
     optimize_rescaling,
     rescalable_structure,
 )
-from wslib.pathcond.training import prepare_model
+from wslib.pathcond.training import InitMethod, prepare_model
 from wslib.runs.stats import (
     RateSearch,
     format_epochs,
@@ -47,8 +48,10 @@ from wslib.runs.stats import (
 )
 from wslib.runs.verdicts import Verdict, compare
 
-SWEPT_METHODS = ("baseline", "pathcond")  #: the methods of chapter 7's rate search
-PAIR_METHODS = ("baseline", "pathcond")  # the two methods every comparison holds
+#: the methods of chapter 7's rate search
+SWEPT_METHODS: tuple[InitMethod, ...] = ("baseline", "pathcond")
+# the two methods every comparison holds
+PAIR_METHODS: tuple[InitMethod, ...] = ("baseline", "pathcond")
 
 # --- the protocol -----------------------------------------------------------------
 
@@ -98,7 +101,7 @@ def default_jobs(
     seeds: Sequence[int],
     size_sweep: dict[str, Any],
     activation_config: str,
-    activations: Sequence[str],
+    activations: Sequence[ActivationName],
     activation_seeds: Sequence[int],
 ) -> list[Job]:
     """Chapter 7's runs at the default recipe: every configuration and method on
@@ -253,7 +256,7 @@ def solver_comparison(
     )
     g = diag_g(model, base["in_shape"])
     structure = rescalable_structure(model)
-    settings = {
+    settings: dict[str, tuple[RescalingMethod, int, float]] = {
         "converged": ("block", 1000, 1e-12),
         f"block, {PAPER_SWEEPS} sweeps": ("block", PAPER_SWEEPS, 0.0),
         f"per neuron, {PAPER_SWEEPS} sweeps": ("neuron", PAPER_SWEEPS, 0.0),
@@ -455,7 +458,7 @@ def best_rates_text(
     search: RateSearch[Pair],
     names: Sequence[str],
     *,
-    methods: Sequence[str] = PAIR_METHODS,
+    methods: Sequence[InitMethod] = PAIR_METHODS,
 ) -> str:
     """:func:`best_rate_text` of every method on every configuration in ``names``."""
     return "; ".join(
@@ -800,7 +803,7 @@ def size_points(
     seeds: Sequence[int],
     *,
     threshold: float = 0.99,
-    methods: Sequence[str] = PAIR_METHODS,
+    methods: Sequence[InitMethod] = PAIR_METHODS,
 ) -> dict[str, list[dict[str, Any]]]:
     """Epochs to ``threshold`` against the number of parameters, per method.
 
@@ -832,11 +835,11 @@ def size_points(
 def activation_rows(
     grid: RunGrid,
     config: str,
-    activations: Sequence[str],
+    activations: Sequence[ActivationName],
     seeds: Sequence[int],
     *,
     threshold: float = 0.99,
-    methods: Sequence[str] = PAIR_METHODS,
+    methods: Sequence[InitMethod] = PAIR_METHODS,
 ) -> list[dict[str, Any]]:
     """Per activation and method: mean epochs to ``threshold``, runs reaching it, test accuracy."""
     rows = []

@@ -22,7 +22,7 @@ from wslib.core.data import Dataset, load_dataset
 from wslib.core.describe import data_label, describe_model, describe_sgd, percent
 from wslib.core.train import Recipe
 from wslib.pathcond.protocols import Run, rescale_cost
-from wslib.pathcond.training import train_run
+from wslib.pathcond.training import InitMethod, train_run
 from wslib.runs.published import PATHCOND, beside_paper, run_setting
 from wslib.runs.stats import format_epochs, format_mean_std, mean_std, summarise_epochs
 
@@ -31,7 +31,7 @@ from wslib.runs.stats import format_epochs, format_mean_std, mean_std, summarise
 
 def train_archs(
     archs: dict[str, dict[str, Any]],
-    methods: Sequence[str],
+    methods: Sequence[InitMethod],
     seeds: Sequence[int],
     ds: Dataset,
     *,
@@ -47,7 +47,7 @@ def train_archs(
         for a, spec in archs.items()
     }
     jobs = [(a, m, s) for a in archs for m in methods for s in seeds]
-    runs = {}
+    runs: dict[tuple[str, str, int], Run] = {}
     for arch, method, s in tqdm(jobs, desc="runs"):
         spec = archs[arch]
         runs[(arch, method, s)] = train_run(
@@ -94,7 +94,7 @@ def pooling_text(config: dict[str, Any]) -> str:
 def arch_metrics(
     runs: dict[tuple[str, str, int], Run],
     archs: dict[str, dict[str, Any]],
-    methods: Sequence[str],
+    methods: Sequence[InitMethod],
     seeds: Sequence[int],
     *,
     threshold: float = 0.99,
@@ -166,7 +166,7 @@ def paper_numbers_beside(
 
 
 def setup_rows(
-    archs: dict[str, dict[str, Any]], ds: Dataset, methods: Sequence[str]
+    archs: dict[str, dict[str, Any]], ds: Dataset, methods: Sequence[InitMethod]
 ) -> list[dict[str, Any]]:
     """Table rows of chapter 8's set-up: per architecture its model, data, task and recipe."""
     return [
@@ -197,7 +197,7 @@ def convergence_rows(
     archs: dict[str, dict[str, Any]],
     seeds: Sequence[int],
     *,
-    method: str = "pathcond",
+    method: InitMethod = "pathcond",
 ) -> list[dict[str, Any]]:
     """Per architecture and seed: did PathCond's solver converge, and how far from it it stopped."""
     rows = []

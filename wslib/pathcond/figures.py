@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -17,8 +17,10 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from wslib.core.models import ActivationName
 from wslib.pathcond.grid import Pair, RunGrid
 from wslib.pathcond.protocols import Run
+from wslib.pathcond.training import InitMethod
 from wslib.plotting import band, label_axes, method_colour
 from wslib.runs.stats import RateSearch
 
@@ -107,7 +109,7 @@ def draw_trajectories(runs: dict[str, Run]) -> Figure:
 def draw_config_curves(
     grid: RunGrid,
     seeds: Sequence[int],
-    quantity: str,
+    quantity: Literal["loss", "acc"],
     *,
     threshold: float | None = None,
 ) -> Figure:
@@ -239,10 +241,10 @@ def draw_size_sweep(
 def draw_activation_curves(
     grid: RunGrid,
     config: str,
-    activations: Sequence[str],
+    activations: Sequence[ActivationName],
     seeds: Sequence[int],
     *,
-    methods: Sequence[str] = ("baseline", "pathcond"),
+    methods: Sequence[InitMethod] = ("baseline", "pathcond"),
 ) -> Figure:
     """Training accuracy of ``config`` with each activation, one panel each."""
     fig, axes = panels(len(activations), ncols=2, height=3.4)
@@ -264,7 +266,7 @@ def draw_activation_curves(
 def draw_arch_curves(
     runs: dict[tuple[str, str, int], Run],
     archs: dict[str, dict[str, Any]],
-    methods: Sequence[str],
+    methods: Sequence[InitMethod],
     seeds: Sequence[int],
 ) -> Figure:
     """Per architecture: training loss (log) and, for classifiers, running accuracy.

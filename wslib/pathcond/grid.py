@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from wslib.core.data import DataKey, Dataset
+from wslib.core.models import ActivationName
 from wslib.core.train import Recipe
 from wslib.pathcond.protocols import Run
-from wslib.pathcond.training import train_runs
+from wslib.pathcond.training import InitMethod, train_runs
 
-Pair = tuple[str, str]  # (configuration, method)
+Pair = tuple[str, InitMethod]  # (configuration, method)
 
 
 class Job(NamedTuple):
@@ -27,8 +28,8 @@ class Job(NamedTuple):
     config: str
     widths: tuple[int, ...]
     init_scale: float
-    activation: str
-    method: str
+    activation: ActivationName
+    method: InitMethod
     lr: float
     seed: int
     epochs: int
@@ -40,7 +41,7 @@ def mlp_config(
     base: dict[str, Any],
     widths: Sequence[int],
     *,
-    activation: str = "relu",
+    activation: ActivationName = "relu",
     output_bias: bool | None = None,
 ) -> dict[str, Any]:
     """The model config of an MLP: ``base`` (name, in_shape, n_classes), widths, activation.
@@ -93,13 +94,13 @@ class RunGrid:
     def job(
         self,
         config: str,
-        method: str,
+        method: InitMethod,
         seed: int,
         *,
         lr: float | None = None,
         epochs: int | None = None,
         widths: Sequence[int] | None = None,
-        activation: str = "relu",
+        activation: ActivationName = "relu",
         stop_at: float | None = None,
     ) -> Job:
         """The run of ``config`` by ``method`` on ``seed``; recipe and widths by default."""
@@ -154,7 +155,7 @@ class RunGrid:
         return [self.runs[job] for job in jobs]
 
     def select(
-        self, config: str, method: str, seeds: Sequence[int], **options: Any
+        self, config: str, method: InitMethod, seeds: Sequence[int], **options: Any
     ) -> list[Run]:
         """The trained runs of ``config`` by ``method`` on ``seeds`` (options: see :meth:`job`)."""
         return [self.runs[self.job(config, method, s, **options)] for s in seeds]
@@ -174,7 +175,7 @@ class RunGrid:
         sizes: Sequence[Sequence[int]],
         seeds: Sequence[int],
         *,
-        methods: Sequence[str] = ("baseline", "pathcond"),
+        methods: Sequence[InitMethod] = ("baseline", "pathcond"),
     ) -> list[Job]:
         """``config`` with each of the hidden ``sizes`` (widths) instead of its own."""
         return [
@@ -187,10 +188,10 @@ class RunGrid:
     def activation_jobs(
         self,
         config: str,
-        activations: Sequence[str],
+        activations: Sequence[ActivationName],
         seeds: Sequence[int],
         *,
-        methods: Sequence[str] = ("baseline", "pathcond"),
+        methods: Sequence[InitMethod] = ("baseline", "pathcond"),
     ) -> list[Job]:
         """``config`` with each of ``activations`` instead of ReLU."""
         return [

@@ -50,7 +50,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import scipy.sparse as sp
@@ -67,7 +67,9 @@ from wslib.core.neurons import (
 from wslib.core.norms import is_batchnorm
 from wslib.core.train import model_device
 
-METHODS = ("block", "neuron")
+# The solvers of :func:`optimize_rescaling` (:data:`METHODS` lists them at run time).
+RescalingMethod = Literal["block", "neuron"]
+METHODS: tuple[RescalingMethod, ...] = get_args(RescalingMethod)
 PAPER_SWEEPS = 10  #: the authors stop their solver after 10 sweeps
 _HOMOGENEOUS = (nn.ReLU, nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d)
 _APPROXIMATE = (nn.GELU, nn.SiLU)
@@ -328,7 +330,7 @@ class PathCondResult:
     z: dict[str, np.ndarray]
     objective: list[float]
     seconds: float
-    method: str
+    method: RescalingMethod
     converged: bool = True
 
     @property
@@ -442,7 +444,7 @@ def optimize_rescaling(
     g: Mapping[str, torch.Tensor | np.ndarray],
     structure: NeuronStructure,
     *,
-    method: str = "block",
+    method: RescalingMethod = "block",
     max_sweeps: int = 1000,
     rtol: float = 1e-12,
 ) -> PathCondResult:
@@ -532,7 +534,7 @@ def pathcond_rescale(
     model: nn.Module,
     in_shape: Sequence[int],
     *,
-    method: str = "block",
+    method: RescalingMethod = "block",
     max_sweeps: int = 1000,
     rtol: float = 1e-12,
 ) -> PathCondResult:

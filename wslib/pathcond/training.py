@@ -8,7 +8,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 import torch
 import torch.nn.functional as F
@@ -44,8 +44,12 @@ CODE = (
     "wslib.pathcond.rescaling",
     "wslib.pathcond.training",
 )
-INIT_METHODS = ("baseline", "kaiming", "pathcond", "pathcond_10", "enorm")
-TASKS = ("classify", "autoencoder")
+# How a model is initialised before training (:data:`INIT_METHODS` lists them at run time).
+InitMethod = Literal["baseline", "kaiming", "pathcond", "pathcond_10", "enorm"]
+INIT_METHODS: tuple[InitMethod, ...] = get_args(InitMethod)
+# What a run trains the model for (:data:`TASKS` lists them at run time).
+TaskName = Literal["classify", "autoencoder"]
+TASKS: tuple[TaskName, ...] = get_args(TaskName)
 
 
 class Prepared(NamedTuple):
@@ -79,7 +83,7 @@ def solver_report(solver: PathCondResult | None) -> dict[str, Any]:
 
 def prepare_model(
     config: dict[str, Any],
-    method: str,
+    method: InitMethod,
     *,
     init_scale: float = 1.0,
     seed: int = 0,
@@ -134,14 +138,14 @@ def prepare_model(
 
 def train_run(
     config: dict[str, Any],
-    method: str,
+    method: InitMethod,
     ds: Dataset | DataKey,
     recipe: Recipe,
     *,
     seed: int = 0,
     init_scale: float = 1.0,
     device: str | torch.device | None = None,
-    task: str = "classify",
+    task: TaskName = "classify",
     progress: bool = False,
     cache_dir: str | Path | None = None,
     stop_at: float | None = None,
@@ -186,12 +190,12 @@ def train_run(
 
 def run_key(
     config: dict[str, Any],
-    method: str,
+    method: InitMethod,
     ds: Dataset,
     recipe: Recipe,
     seed: int,
     init_scale: float,
-    task: str,
+    task: TaskName,
     stop_at: float | None,
 ) -> dict[str, Any]:
     """A training run's full description: its key in the run cache."""
@@ -212,13 +216,13 @@ def run_key(
 
 def _train_run(
     config: dict[str, Any],
-    method: str,
+    method: InitMethod,
     ds: Dataset,
     recipe: Recipe,
     seed: int,
     init_scale: float,
     device: str | torch.device | None,
-    task: str,
+    task: TaskName,
     progress: bool,
     stop_at: float | None,
 ) -> dict[str, Any]:

@@ -40,6 +40,7 @@ from wslib.pathcond.ch07_mlp import (
 from wslib.pathcond.ch08_conv import train_archs
 from wslib.pathcond.grid import Job, Pair, RunGrid
 from wslib.pathcond.protocols import RUNS_DIR
+from wslib.pathcond.training import InitMethod
 from wslib.runs.stats import RateSearch
 from wslib.runs.units import Params, Unit
 
@@ -139,7 +140,7 @@ def conv_units(params: Params) -> list[Unit]:
     def ds() -> Dataset:  # loaded on the first unit run, shared by the others
         return load_dataset(**p["data"])
 
-    def train(arch: str, method: str, seed: int) -> None:
+    def train(arch: str, method: InitMethod, seed: int) -> None:
         train_archs(
             {arch: p["archs"][arch]}, [method], [seed], ds(), cache_dir=RUNS_DIR
         )
