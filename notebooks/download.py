@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.names:
         folder = args.root / name
         try:
-            print(download_dataset(name, args.root), flush=True)
+            print(download_dataset(name, root=args.root), flush=True)
         except (OSError, RuntimeError) as error:  # URLError is an OSError
             print(by_hand(name, folder, first_line(error)), file=sys.stderr)
             return 1

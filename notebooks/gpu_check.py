@@ -278,8 +278,18 @@ def time_steps(
     recipe = Recipe(
         epochs=1, batch_size=batch, lr=0.01, precision=precision, augment=images
     )
-    fit(model, x[: 5 * batch], y[: 5 * batch], recipe, 0, device, progress=False)
-    seconds = timed(lambda: fit(model, x, y, recipe, 0, device, progress=False), device)
+    fit(
+        model,
+        x[: 5 * batch],
+        y[: 5 * batch],
+        recipe,
+        seed=0,
+        device=device,
+        progress=False,
+    )
+    seconds = timed(
+        lambda: fit(model, x, y, recipe, seed=0, device=device, progress=False), device
+    )
     if model_device(model).type != device.type:
         raise RuntimeError(f"the model trained on {model_device(model)}, not {device}")
     return seconds / steps
@@ -307,7 +317,7 @@ def llpf_pilot(
     for s in (0, 1):
         torch.manual_seed(s)
         model = build_model(config)
-        fit(model, x, y, recipe, s, device, progress=False)
+        fit(model, x, y, recipe, seed=s, device=device, progress=False)
         modes.append(model)
     threshold = max(evaluate(m, x, y)[0] for m in modes) + 0.005
     r_min, r_max = (2, 10) if quick else (20, 2000)
@@ -356,7 +366,9 @@ def tf32_difference(
     torch.manual_seed(0)
     model = build_model(config).to(device).eval()
     structure = neuron_structure(model)
-    scales = random_scales(structure, 1.0, torch.Generator().manual_seed(0))
+    scales = random_scales(
+        structure, spread=1.0, generator=torch.Generator().manual_seed(0)
+    )
     state = rescale_state(model.state_dict(), structure, scales)
     x = torch.randn(64, *config["in_shape"])
     other = copy.deepcopy(model)

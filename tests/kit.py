@@ -138,7 +138,7 @@ def trained_model(
     """A :func:`seeded_model` (train mode) fitted on ``ds``'s training set with
     ``recipe`` and ``seed``, on ``device``."""
     model = seeded_model(config, seed, train=True)
-    fit(model, ds.x_train, ds.y_train, recipe, seed, device, progress=False)
+    fit(model, ds.x_train, ds.y_train, recipe, seed=seed, device=device, progress=False)
     return model
 
 

@@ -64,9 +64,19 @@ def test_fit_and_evaluate_on_the_device(config: dict, recipe: Recipe) -> None:
     torch.manual_seed(0)
     host = build_model(config)
     on_dev = copy.deepcopy(host)
-    h_hist = fit(host, ds.x_train, ds.y_train, recipe, 1, "cpu", progress=False)
+    h_hist = fit(
+        host, ds.x_train, ds.y_train, recipe, seed=1, device="cpu", progress=False
+    )
     with DeviceDiscipline():
-        d_hist = fit(on_dev, ds.x_train, ds.y_train, recipe, 1, DEVICE, progress=False)
+        d_hist = fit(
+            on_dev,
+            ds.x_train,
+            ds.y_train,
+            recipe,
+            seed=1,
+            device=DEVICE,
+            progress=False,
+        )
         d_eval = evaluate(on_dev, ds.x_test, ds.y_test)
     assert d_hist == h_hist
     assert d_eval == evaluate(host, ds.x_test, ds.y_test)

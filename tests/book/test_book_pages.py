@@ -260,7 +260,7 @@ def n_train(data: dict) -> int:
     from wslib.core.data import load_dataset
 
     options = {k: v for k, v in data.items() if k != "name"}
-    return len(load_dataset(data["name"], WORK / "data", **options).x_train)
+    return len(load_dataset(data["name"], root=WORK / "data", **options).x_train)
 
 
 def number(value: int) -> re.Pattern:

@@ -154,7 +154,7 @@ def test_straight_line_is_the_linear_path_on_the_data_set() -> None:
     assert np.array_equal(line["train_loss"], ref["train_loss"])
     assert np.array_equal(line["test_acc"], ref["test_acc"])
     assert "test_loss" not in straight_line(
-        a, a.state_dict(), b.state_dict(), ts, ds, False
+        a, a.state_dict(), b.state_dict(), ts, ds, test=False
     )
 
 

@@ -55,41 +55,41 @@ def test_detailed_descriptions_of_data_models_and_recipes() -> None:
     )
     mlp = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10}
     assert mlp_sizes({**mlp, "widths": [256, 32]}) == "40-256-32-10"
-    assert describe_model({**mlp, "widths": [4]}, "details") == "MLP 40-4-10"
+    assert describe_model({**mlp, "widths": [4]}, words="details") == "MLP 40-4-10"
     gelu = {**mlp, "widths": [4], "activation": "gelu"}
-    assert describe_model(gelu, "details") == "MLP 40-4-10, GELU"
+    assert describe_model(gelu, words="details") == "MLP 40-4-10, GELU"
     cnn = {"name": "cnn1d", "channels": [32, 64], "pool": "avg", "fully_conv": True}
     assert (
-        describe_model(cnn, "details")
+        describe_model(cnn, words="details")
         == "1-D CNN, channels 32-64, average pooling, fully convolutional"
     )
     assert describe_model(
-        {"name": "cnn2d", "channels": [8], "bn": True}, "details"
+        {"name": "cnn2d", "channels": [8], "bn": True}, words="details"
     ) == ("2-D CNN, channels 8, BatchNorm")
     resnet = {"name": "resnet1d", "widths": [16, 32], "blocks_per_stage": 1}
     assert (
-        describe_model(resnet, "details")
+        describe_model(resnet, words="details")
         == "1-D ResNet with BatchNorm, widths 16-32, 1 block per stage"
     )
-    assert describe_model({**resnet, "blocks_per_stage": 2}, "details").endswith(
+    assert describe_model({**resnet, "blocks_per_stage": 2}, words="details").endswith(
         "2 blocks per stage"
     )
     resnet18 = {"name": "resnet18"}
-    assert describe_model(resnet18, "details") == "ResNet-18 with BatchNorm"
-    assert describe_model({**resnet18, "width": 0.25}, "details").endswith(
+    assert describe_model(resnet18, words="details") == "ResNet-18 with BatchNorm"
+    assert describe_model({**resnet18, "width": 0.25}, words="details").endswith(
         ", width 0.25"
     )
     assert (
-        describe_model({"name": "vgg11", "bn": True}, "details")
+        describe_model({"name": "vgg11", "bn": True}, words="details")
         == "VGG-11 with BatchNorm"
     )
-    assert describe_model({"name": "vgg11"}, "details") == "VGG-11"
-    assert describe_model({"name": "vit"}, "details") == "vit"
+    assert describe_model({"name": "vgg11"}, words="details") == "VGG-11"
+    assert describe_model({"name": "vit"}, words="details") == "vit"
     nv = {"name": "cifar_nv", "in_shape": [3, 32, 32], "n_classes": 10}
-    assert describe_model(nv, "details") == (
+    assert describe_model(nv, words="details") == (
         "CIFAR-NV-like net (9 convolutions, max pooling)"
     )
-    assert describe_model({**nv, "width": 0.5}, "details").endswith(", width 0.5")
+    assert describe_model({**nv, "width": 0.5}, words="details").endswith(", width 0.5")
     recipe = {
         "batch_size": 64,
         "momentum": 0.9,

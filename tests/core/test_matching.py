@@ -31,7 +31,7 @@ def test_recovers_a_hidden_permutation() -> None:
         b = permute_state(
             a,
             structure,
-            random_permutations(structure, torch.Generator().manual_seed(1)),
+            random_permutations(structure, generator=torch.Generator().manual_seed(1)),
         )
         aligned = align(a, b, structure)
         for k in a:

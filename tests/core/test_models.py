@@ -162,7 +162,7 @@ def test_bn_running_stats_are_nontrivial(key, model):
 @pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
 def test_permutation_preserves_function(key, model, train):
     structure = model.neuron_structure()
-    perms = random_permutations(structure, torch.Generator().manual_seed(2))
+    perms = random_permutations(structure, generator=torch.Generator().manual_seed(2))
     state = model.state_dict()
     new_state = permute_state(state, structure, perms)
     for group in structure.groups:

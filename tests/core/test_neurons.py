@@ -60,7 +60,7 @@ def test_validate_structure_names_the_problem(model) -> None:
 
 def test_permutation_then_inverse_is_identity(model) -> None:
     structure, state = model.neuron_structure(), model.state_dict()
-    perms = random_permutations(structure, torch.Generator().manual_seed(0))
+    perms = random_permutations(structure, generator=torch.Generator().manual_seed(0))
     inverse = {k: torch.argsort(p) for k, p in perms.items()}
     back = permute_state(permute_state(state, structure, perms), structure, inverse)
     assert all(torch.equal(back[k], state[k]) for k in state)

@@ -60,6 +60,6 @@ def test_self_fusion_runs_without_tf32(tf32_on, monkeypatch) -> None:
     monkeypatch.setattr(ch10_regimes, "fuse_by", fake_fuse)
     model = nn.Sequential(nn.Linear(3, 2))
     out = ch10_regimes.self_fusion(
-        model, torch.randn(4, 3), None, torch.randn(5, 3), ["x"]
+        model, torch.randn(4, 3), None, torch.randn(5, 3), methods=["x"]
     )
     assert out == {"x": 0.0} and seen == [(False, False)]

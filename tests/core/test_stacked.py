@@ -30,9 +30,11 @@ def _assert_runs_match(recipes, seeds, stop_at=None, tol=1e-5, give_up_after=Non
     x, y = _data()
     stacked, solo = _models(seeds), _models(seeds)
     stop = {"stop_at": stop_at, "give_up_after": give_up_after}
-    hists = fit_stacked(stacked, x, y, recipes, seeds, "cpu", progress=False, **stop)
+    hists = fit_stacked(
+        stacked, x, y, recipes, seeds, device="cpu", progress=False, **stop
+    )
     for m, s, r, h in zip(solo, seeds, recipes, hists, strict=True):
-        expected = fit(m, x, y, r, s, "cpu", progress=False, **stop)
+        expected = fit(m, x, y, r, seed=s, device="cpu", progress=False, **stop)
         assert len(h["loss"]) == len(expected["loss"])
         torch.testing.assert_close(h["loss"], expected["loss"], atol=tol, rtol=tol)
         assert h["acc"] == pytest.approx(expected["acc"], abs=2 / len(x))
@@ -87,9 +89,9 @@ def test_on_a_stand_in_gpu_without_mixing():
     recipes = [Recipe(epochs=2, batch_size=16, lr=lr) for lr in (0.1, 0.05)]
     x, y = _data()
     host, dev = _models([0, 1]), _models([0, 1])
-    expected = fit_stacked(host, x, y, recipes, [0, 1], "cpu", progress=False)
+    expected = fit_stacked(host, x, y, recipes, [0, 1], device="cpu", progress=False)
     with DeviceDiscipline():
-        got = fit_stacked(dev, x, y, recipes, [0, 1], DEVICE, progress=False)
+        got = fit_stacked(dev, x, y, recipes, [0, 1], device=DEVICE, progress=False)
     assert got == expected
 
 

@@ -116,14 +116,16 @@ def test_the_run_seed_reaches_the_shuffling_and_the_augmentation() -> None:
         torch.manual_seed(5)  # the same initial weights every time
         model = build_model(cnn)
         recipe = Recipe(epochs=1, batch_size=16, lr=0.1, augment=augment)
-        results[seed, augment] = fit(model, x, y, recipe, seed, progress=False)["loss"]
+        results[seed, augment] = fit(model, x, y, recipe, seed=seed, progress=False)[
+            "loss"
+        ]
     assert results[0, False] != results[1, False]
     assert results[0, True] != results[1, True] != results[1, False]
     torch.manual_seed(5)
     model = build_model(cnn)
     torch.manual_seed(123)  # the global stream must not matter: the run's seed decides
     recipe = Recipe(epochs=1, batch_size=16, lr=0.1, augment=True)
-    assert fit(model, x, y, recipe, 1, progress=False)["loss"] == results[1, True]
+    assert fit(model, x, y, recipe, seed=1, progress=False)["loss"] == results[1, True]
 
 
 def test_stop_at_ends_after_the_first_epoch_that_reaches_it() -> None:
@@ -148,12 +150,26 @@ def test_give_up_after_ends_an_unfinished_run_as_the_start_of_the_full_one() -> 
     full = fit(build_model(MLP), x, y, recipe, seed=0, progress=False)
     seed_everything(0)
     cut = fit(
-        build_model(MLP), x, y, recipe, 0, progress=False, stop_at=1.1, give_up_after=3
+        build_model(MLP),
+        x,
+        y,
+        recipe,
+        seed=0,
+        progress=False,
+        stop_at=1.1,
+        give_up_after=3,
     )
     assert cut["loss"] == full["loss"][:3]  # the schedule still spans 8 epochs
     seed_everything(0)
     first = fit(
-        build_model(MLP), x, y, recipe, 0, progress=False, stop_at=0.0, give_up_after=3
+        build_model(MLP),
+        x,
+        y,
+        recipe,
+        seed=0,
+        progress=False,
+        stop_at=0.0,
+        give_up_after=3,
     )
     assert len(first["acc"]) == 1  # reaching the threshold still ends it first
 

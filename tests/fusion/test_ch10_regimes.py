@@ -28,14 +28,22 @@ from wslib.fusion.levels import GradientConfig
 
 def test_head_rules_fuse_with_each_head_target() -> None:
     study, _ = toy_study()
-    out = ch10_regimes.head_rules(study, "sharded", 2, 0, "kf_linear", "uniform")
+    out = ch10_regimes.head_rules(
+        study, "sharded", 2, 0, method="kf_linear", importance="uniform"
+    )
     assert list(out) == ["equal", "data share", "attribution"]
     models, counts = study.base_models("sharded", 2, 0)
     xf, yf = study.fusion_set(0)
     grad = GradientConfig(**study.gradient)
     for name, weights in (("equal", None), ("data share", class_share(counts))):
         fused = fuse_by(
-            "kf_linear", models, xf, yf, weights, ridge=study.ridge, gradient=grad
+            "kf_linear",
+            models,
+            xf,
+            yf,
+            class_weights=weights,
+            ridge=study.ridge,
+            gradient=grad,
         )
         assert out[name] == protocols.accuracy(fused, study.ds)
 
@@ -124,13 +132,13 @@ def test_importance_gains_and_pivot() -> None:
     assert "otfusion" in set(
         ch10_regimes.importance_pivot(summary).index.get_level_values("method")
     )
-    wide = ch10_regimes.importance_pivot(summary, HF_KF)
+    wide = ch10_regimes.importance_pivot(summary, methods=HF_KF)
     assert set(wide.index.get_level_values("method")) == {
         "hf_linear",
         "kf_linear",
         "kf_gradient",
     }
-    gains = ch10_regimes.importance_gains(summary, IMPORTANCES, HF_KF)
+    gains = ch10_regimes.importance_gains(summary, IMPORTANCES, methods=HF_KF)
     assert list(gains.columns) == ["conductance", "deeplift"]
     kf = gains.xs("kf_linear", level="method")
     assert (kf["conductance"] == 0.0).all()
@@ -143,7 +151,9 @@ def test_summary_cell_and_headline_numbers() -> None:
     summary = ch10_regimes.summarise_runs(toy_runs())
     assert ch10_regimes.summary_cell(summary, "full", 2, "ensemble") == 87.5
     assert math.isnan(
-        ch10_regimes.summary_cell(summary, "full", 4, "hf_linear", "conductance")
+        ch10_regimes.summary_cell(
+            summary, "full", 4, "hf_linear", importance="conductance"
+        )
     )
     head = ch10_regimes.headline_numbers(summary, [2, 4], IMPORTANCES)
     words = {k: head.pop(k) for k in list(head) if isinstance(head[k], str)}

@@ -148,18 +148,21 @@ def test_size_sweep_rows_and_augmentation_gain() -> None:
 def test_cached_size_sweep_reads_back_and_keys_the_data(tmp_path, monkeypatch) -> None:
     calls = []
 
-    def fake_sweep(models, share, ds, sizes, copies, gradient, seed=0, progress=True):
+    def fake_sweep(
+        models, share, ds, sizes, copies, gradient, *, seed=0, progress=True
+    ):
         calls.append(len(models))
         return [{"size": 1}]
 
     monkeypatch.setattr(ch11_beyond, "size_sweep", fake_sweep)
     zoo = FakeZoo(balanced_dataset())
-    args = (zoo, {"name": "toy"}, MLP, RECIPE, [2], 1, {"max_epochs": 3}, 0, tmp_path)
-    assert ch11_beyond.cached_size_sweep(*args) == [{"size": 1}]
-    assert ch11_beyond.cached_size_sweep(*args) == [{"size": 1}]
+    args = (zoo, {"name": "toy"}, MLP, RECIPE, [2], 1, {"max_epochs": 3})
+    options = {"seed": 0, "run_cache": tmp_path}
+    assert ch11_beyond.cached_size_sweep(*args, **options) == [{"size": 1}]
+    assert ch11_beyond.cached_size_sweep(*args, **options) == [{"size": 1}]
     assert calls == [2]
     zoo.ds.x_test[0, 0, 0] += 1.0  # other data: computed anew
-    ch11_beyond.cached_size_sweep(*args)
+    ch11_beyond.cached_size_sweep(*args, **options)
     assert calls == [2, 2]
 
 
@@ -249,5 +252,5 @@ def test_block_fit_study_runs_the_residual_nets_on_the_zero_shot_models():
     models = [
         zoo.get({"model": RESNET, "seed": s}) for s in derive_seeds(1, "model", 2)
     ]
-    rows = ch11_beyond.residual_gradient_variants(models, x, y, ds, QUICK, 1)
+    rows = ch11_beyond.residual_gradient_variants(models, x, y, ds, QUICK, seed=1)
     assert [r["test acc"] for r in out["r"]] == [r["test acc"] for r in rows]

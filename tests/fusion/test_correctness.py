@@ -107,7 +107,7 @@ def test_gradient_retrofit_reaches_the_least_squares_error(kind):
     ls_layer = copy.deepcopy(layer)
     retrofit_linear(ls_layer, x, flat, ridge=0.0)
     least = F.mse_loss(ls_layer(x), t).item()
-    out = retrofit_gradient(layer, x, t, GradientConfig())
+    out = retrofit_gradient(layer, x, t, config=GradientConfig())
     reached = F.mse_loss(layer(x), t).item()
     assert start > 2 * least  # the start is far from the optimum
     assert reached <= least + 0.01 * (start - least)
@@ -122,7 +122,7 @@ def test_adam_retrofit_with_scaled_steps_converges_too():
     retrofit_linear(ls_layer, x, flat, ridge=0.0)
     least = F.mse_loss(ls_layer(x), t).item()
     config = GradientConfig(optimizer="adam", lr=0.2, max_epochs=1000)
-    retrofit_gradient(layer, x, t, config)
+    retrofit_gradient(layer, x, t, config=config)
     assert F.mse_loss(layer(x), t).item() <= least + 0.01 * (start - least)
 
 
@@ -138,7 +138,7 @@ def test_adam_steps_scale_with_the_weights():
     retrofit_linear(ls_layer, x, flat, ridge=0.0)
     least = F.mse_loss(ls_layer(x), t).item()
     retrofit_gradient(
-        layer, x, t, GradientConfig(optimizer="adam", lr=0.2, max_epochs=1000)
+        layer, x, t, config=GradientConfig(optimizer="adam", lr=0.2, max_epochs=1000)
     )
     assert F.mse_loss(layer(x), t).item() <= least + 0.01 * (start - least)
 
@@ -148,7 +148,7 @@ def test_gradient_retrofit_is_never_worse_than_its_start():
     start = F.mse_loss(layer(x), t).item()
     before = copy.deepcopy(layer.state_dict())
     wild = GradientConfig(optimizer="adam", lr=1e4, max_epochs=3)
-    out = retrofit_gradient(layer, x, t, wild)
+    out = retrofit_gradient(layer, x, t, config=wild)
     assert F.mse_loss(layer(x), t).item() <= start
     assert out["best"] <= out["start"]
     # every step made it worse here, so the start is kept exactly
@@ -157,7 +157,9 @@ def test_gradient_retrofit_is_never_worse_than_its_start():
 
 def test_gradient_retrofit_selects_on_the_held_out_part():
     layer, x, t, _ = _affine_problem("linear")
-    out = retrofit_gradient(layer, x, t, GradientConfig(val_fraction=0.25), seed=1)
+    out = retrofit_gradient(
+        layer, x, t, config=GradientConfig(val_fraction=0.25), seed=1
+    )
     val = torch.randperm(len(x), generator=torch.Generator().manual_seed(1))[:75]
     assert out["best"] == pytest.approx(F.mse_loss(layer(x[val]), t[val]).item())
     assert out["best"] < out["start"]
@@ -212,7 +214,9 @@ def test_hf_matches_every_model_to_the_reference():
     x, y = class_blocks(12)
     copies, perms = [model], [None]
     for seed in (3, 4):
-        perm = random_permutations(structure, torch.Generator().manual_seed(seed))
+        perm = random_permutations(
+            structure, generator=torch.Generator().manual_seed(seed)
+        )
         other = copy.deepcopy(model)
         other.load_state_dict(permute_state(model.state_dict(), structure, perm))
         copies.append(other)
@@ -269,7 +273,7 @@ def test_theorem1_parts_are_those_of_the_fused_output():
     models = pair(CNN)
     x, y = class_blocks(12)
     scores = [_skewed(m, i) for i, m in enumerate(models)]
-    res = fuse(models, x, y, "hf", "linear", "conductance", scores=scores)
+    res = fuse(models, x, y, "hf", "linear", importance="conductance", scores=scores)
     for level, cost in zip(chain_levels(models[0])[:-1], res.costs):
         mats = [neuron_matrix(layer_io(m, [level], x)[level]).numpy() for m in models]
         w = [normalised_scores(s[level]) for s in scores]
@@ -355,7 +359,7 @@ def test_permuted_importance_average_permutes_the_scores_with_the_neurons():
     models = pair(MLP)
     structure = models[0].neuron_structure()
     levels = chain_levels(models[0])
-    perm = random_permutations(structure, torch.Generator().manual_seed(2))
+    perm = random_permutations(structure, generator=torch.Generator().manual_seed(2))
     states = [models[0].state_dict()]
     states.append(permute_state(models[1].state_dict(), structure, perm))
     scores = [
@@ -385,7 +389,7 @@ def test_rebasin_without_scores_is_plain_averaging_of_aligned_models():
     ]
     for fn in (
         lambda s: rebasin_weight_matching(models, scores=s),
-        lambda s: rebasin_activation_matching(models, x, s),
+        lambda s: rebasin_activation_matching(models, x, scores=s),
     ):
         assert (predict(fn(None), x) - predict(fn(uniform), x)).abs().max() < 1e-5
 
@@ -718,7 +722,7 @@ def test_gradient_config_blocks_must_be_a_bool():
 
 def test_ensemble_class_weights_are_a_buffer_that_follows_the_members():
     models = pair(MLP)
-    ens = Ensemble(models, np.ones((2, 10)))
+    ens = Ensemble(models, class_weights=np.ones((2, 10)))
     assert "class_weights" in dict(ens.named_buffers())
     assert ens.class_weights.device == next(models[0].parameters()).device
     ens.to(torch.float64)  # .to() reaches the buffer, so a device move does too
@@ -732,7 +736,8 @@ def test_least_squares_run_in_float64_where_the_device_supports_it():
     conv = nn.Conv1d(2, 3, 3)
     assert design_matrix(conv, torch.randn(4, 2, 8)).dtype == torch.float64
     assert (
-        design_matrix(conv, torch.randn(4, 2, 8), torch.float32).dtype == torch.float32
+        design_matrix(conv, torch.randn(4, 2, 8), dtype=torch.float32).dtype
+        == torch.float32
     )
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(50, 4, generator=gen, dtype=torch.float64)

@@ -58,13 +58,13 @@ def _max_diff(a: torch.nn.Module, b: torch.nn.Module, x: torch.Tensor) -> float:
 
 SELF_FUSIONS = {
     "averaging": lambda ms, x, y: averaging(ms),
-    "otfusion_activation": lambda ms, x, y: otfusion(ms, x, "activation"),
-    "otfusion_weight": lambda ms, x, y: otfusion(ms, None, "weight"),
+    "otfusion_activation": lambda ms, x, y: otfusion(ms, x, cost="activation"),
+    "otfusion_weight": lambda ms, x, y: otfusion(ms, None, cost="weight"),
     "rebasin_wm": lambda ms, x, y: rebasin_weight_matching(ms),
     "hf_linear": lambda ms, x, y: fuse(ms, x, y, "hf", "linear", progress=False).model,
     "kf_linear": lambda ms, x, y: fuse(ms, x, y, "kf", "linear", progress=False).model,
     "kf_linear_conductance": lambda ms, x, y: (
-        fuse(ms, x, y, "kf", "linear", "conductance", progress=False).model
+        fuse(ms, x, y, "kf", "linear", importance="conductance", progress=False).model
     ),
 }
 
@@ -119,7 +119,7 @@ def test_permuted_residual_copy_fuses_back_to_the_model(config):
         permute_state(
             model.state_dict(),
             structure,
-            random_permutations(structure, torch.Generator().manual_seed(5)),
+            random_permutations(structure, generator=torch.Generator().manual_seed(5)),
         )
     )
     fused = fuse([model, other], x, y, "hf", progress=False).model
@@ -132,7 +132,14 @@ def test_residual_fusion_of_different_models(config, grouping, retrofit):
     x, y = class_blocks(12)
     models = [_with_bn_statistics(seeded_model(config, s), x) for s in (0, 1)]
     result = fuse(
-        models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
+        models,
+        x,
+        y,
+        grouping,
+        retrofit,
+        importance="deeplift",
+        gradient=QUICK,
+        progress=False,
     )
     assert type(result.model) is type(models[0])
     assert torch.isfinite(predict(result.model, x)).all()
@@ -147,7 +154,7 @@ def test_residual_fusion_of_different_models(config, grouping, retrofit):
 def test_hungarian_recovers_the_permutation_of_a_permuted_copy():
     model = seeded_model(MLP, 0)
     structure = model.neuron_structure()
-    perms = random_permutations(structure, torch.Generator().manual_seed(3))
+    perms = random_permutations(structure, generator=torch.Generator().manual_seed(3))
     other = copy.deepcopy(model)
     other.load_state_dict(permute_state(model.state_dict(), structure, perms))
     x, _ = class_blocks(12)
@@ -164,7 +171,7 @@ def test_permuted_copy_fuses_back_to_the_model():
     model = seeded_model(MLP, 0)
     structure = model.neuron_structure()
     other = copy.deepcopy(model)
-    perms = random_permutations(structure, torch.Generator().manual_seed(4))
+    perms = random_permutations(structure, generator=torch.Generator().manual_seed(4))
     other.load_state_dict(permute_state(model.state_dict(), structure, perms))
     x, y = class_blocks(12)
     for grouping in ("hf", "kf"):
@@ -179,7 +186,14 @@ def test_theorem1_decomposition_is_exact(grouping, retrofit):
     models = pair(CNN)
     x, y = class_blocks(12)
     result = fuse(
-        models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
+        models,
+        x,
+        y,
+        grouping,
+        retrofit,
+        importance="deeplift",
+        gradient=QUICK,
+        progress=False,
     )
     assert len(result.costs) == 2
     for c in result.costs:
@@ -232,7 +246,7 @@ def test_class_weighted_ensemble_follows_the_owner_of_each_class():
     models = pair(MLP)
     share = class_share(np.array([[5] * 5 + [0] * 5, [0] * 5 + [5] * 5]))
     x, _ = class_blocks(2)
-    ens = predict(Ensemble(models, share), x).exp()
+    ens = predict(Ensemble(models, class_weights=share), x).exp()
     p0, p1 = (torch.softmax(predict(m, x), 1) for m in models)
     mixed = torch.cat([p0[:, :5], p1[:, 5:]], 1)
     assert torch.allclose(ens, mixed / mixed.sum(1, keepdim=True), atol=1e-5)
@@ -300,13 +314,20 @@ def test_non_chain_architectures_get_a_clear_error():
 def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path):
     """VGG-11 (no BN) through HF/KF and the baselines; ResNet-18 and a ViT through Re-Basin and KF."""
     write_cifar10(tmp_path / "cifar10", np.random.default_rng(0), n_train=10, n_test=10)
-    ds = load_dataset("cifar10", tmp_path)
+    ds = load_dataset("cifar10", root=tmp_path)
     x, y = ds.x_train[:20], ds.y_train[:20]
     vgg = {"name": "vgg11", "in_shape": [3, 32, 32], "n_classes": 10, "width": 0.0625}
     models = pair(vgg)
     for grouping, retrofit in (("hf", "linear"), ("kf", "gradient")):
         fused = fuse(
-            models, x, y, grouping, retrofit, "deeplift", gradient=QUICK, progress=False
+            models,
+            x,
+            y,
+            grouping,
+            retrofit,
+            importance="deeplift",
+            gradient=QUICK,
+            progress=False,
         ).model
         assert torch.isfinite(predict(fused, ds.x_test)).all()
     assert (
@@ -331,7 +352,9 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path):
         models = pair(config)
         fused = rebasin_weight_matching(models, x_bn=x)
         assert torch.isfinite(predict(fused, ds.x_test)).all()
-        fused = fuse(models, x, y, "kf", "linear", "deeplift", progress=False).model
+        fused = fuse(
+            models, x, y, "kf", "linear", importance="deeplift", progress=False
+        ).model
         assert torch.isfinite(predict(fused, ds.x_test)).all()
 
 

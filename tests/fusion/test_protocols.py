@@ -98,15 +98,15 @@ def test_regime_models_full_regime_uses_all_data() -> None:
 
 def test_in_words_and_describe_model() -> None:
     assert in_words([2]) == "2" and in_words([]) == ""
-    assert in_words([2, 4, 6], "or") == "2, 4 or 6"
+    assert in_words([2, 4, 6], last="or") == "2, 4 or 6"
     assert in_words(["a", "b"]) == "a and b"
-    assert describe.describe_model(MLP, "settings") == "mlp (widths [8, 6])"
+    assert describe.describe_model(MLP, words="settings") == "mlp (widths [8, 6])"
     assert (
-        describe.describe_model(RESNET, "settings")
+        describe.describe_model(RESNET, words="settings")
         == "resnet1d (widths [4, 8], blocks per stage 1)"
     )
     assert (
-        describe.describe_model({"name": "resnet18", "n_classes": 10}, "settings")
+        describe.describe_model({"name": "resnet18", "n_classes": 10}, words="settings")
         == "resnet18"
     )
 

@@ -119,7 +119,9 @@ def test_tiny_lifting_scales_its_seed_s_model_by_its_seed_s_scales():
         seed_everything(seed)
         net = build_model(TINY).double()
         structure = net.neuron_structure()
-        scales = random_scales(structure, 1.0, torch.Generator().manual_seed(seed))
+        scales = random_scales(
+            structure, spread=1.0, generator=torch.Generator().manual_seed(seed)
+        )
         net.load_state_dict(rescale_state(net.state_dict(), structure, scales))
         ref = explicit_path_lifting(net, TINY["in_shape"])
         torch.testing.assert_close(got.before.jacobian, ref.jacobian)

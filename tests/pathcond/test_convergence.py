@@ -30,7 +30,7 @@ def test_runs_record_the_solver_outcome() -> None:
 def test_paper_setting_runs_at_most_its_sweeps_and_no_solver_without_rescaling() -> (
     None
 ):
-    _, seconds, solver = prepare_model(MLP, "pathcond_10", 0.1, seed=1)
+    _, seconds, solver = prepare_model(MLP, "pathcond_10", init_scale=0.1, seed=1)
     assert 1 <= solver.sweeps <= 10 and seconds > 0
     assert prepare_model(MLP, "kaiming").solver is None
 

@@ -104,7 +104,7 @@ def test_draw_config_curves_one_panel_per_config_and_marks_divergence(grid):
     assert "diverged: enorm" in axes[1].get_title()
     assert "diverged" not in axes[0].get_title()
     assert axes[0].get_yscale() == "log"
-    acc = visible_axes(draw_config_curves(grid, [0, 1], "acc", 0.99))
+    acc = visible_axes(draw_config_curves(grid, [0, 1], "acc", threshold=0.99))
     assert acc[0].get_yscale() == "linear"
     assert any(list(line.get_ydata()) == [0.99, 0.99] for line in acc[0].get_lines())
 

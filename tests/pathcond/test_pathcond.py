@@ -203,7 +203,9 @@ def test_phi_invariant_g_equivariant(arch):
     config = TINY[arch]
     model = _perturbed(config)
     structure = model.neuron_structure()
-    scales = random_scales(structure, 0.7, torch.Generator().manual_seed(1))
+    scales = random_scales(
+        structure, spread=0.7, generator=torch.Generator().manual_seed(1)
+    )
     rescaled = copy.deepcopy(model)
     rescaled.load_state_dict(rescale_state(model.state_dict(), structure, scales))
     before = explicit_path_lifting(model, config["in_shape"])
@@ -240,12 +242,12 @@ def test_fast_g_equivariant_with_incidence(arch):
     model = _perturbed(config)
     structure = model.neuron_structure()
     gen = torch.Generator().manual_seed(2)
-    scales = random_scales(structure, 0.5, gen)
+    scales = random_scales(structure, spread=0.5, generator=gen)
     g = diag_g(model, config["in_shape"])
     rescaled = copy.deepcopy(model)
     rescaled.load_state_dict(rescale_state(model.state_dict(), structure, scales))
     g2 = diag_g(rescaled, config["in_shape"])
-    b, names, neurons = incidence_matrix(model, structure)
+    b, names, neurons = incidence_matrix(model, structure=structure)
     z = np.array([2 * np.log(float(scales[grp][i])) for grp, i in neurons])
     flat = torch.cat([g[n].reshape(-1) for n in names]).numpy()
     flat2 = torch.cat([g2[n].reshape(-1) for n in names]).numpy()
@@ -263,7 +265,9 @@ def test_pathcond_preserves_function_train_and_eval(arch):
     x = torch.randn(16, *config["in_shape"])
     rescaled = copy.deepcopy(model)
     structure = model.neuron_structure()
-    scales = random_scales(structure, 1.0, torch.Generator().manual_seed(0))
+    scales = random_scales(
+        structure, spread=1.0, generator=torch.Generator().manual_seed(0)
+    )
     rescaled.load_state_dict(rescale_state(model.state_dict(), structure, scales))
     result = pathcond_rescale(rescaled, config["in_shape"])
     assert result.objective[-1] < result.objective[0]
@@ -293,8 +297,8 @@ def _g_and_structure(
 @pytest.mark.parametrize("arch", ["mlp", "resnet1d", "cnn_bn"])
 def test_objective_decreases_and_block_beats_gauss_seidel(arch):
     g, structure, model = _g_and_structure(ALL_ARCHS[arch])
-    block = optimize_rescaling(g, structure, "block", max_sweeps=10, rtol=0)
-    neuron = optimize_rescaling(g, structure, "neuron", max_sweeps=10, rtol=0)
+    block = optimize_rescaling(g, structure, method="block", max_sweeps=10, rtol=0)
+    neuron = optimize_rescaling(g, structure, method="neuron", max_sweeps=10, rtol=0)
     for res in (block, neuron):
         assert 1 <= res.sweeps <= 10
         assert np.all(np.diff(res.objective) <= 1e-9 * abs(res.objective[0]))
@@ -302,7 +306,7 @@ def test_objective_decreases_and_block_beats_gauss_seidel(arch):
         neuron.objective[-1]
     )
     # the reported F is F(z) evaluated from scratch with the incidence matrix
-    b, names, neurons = incidence_matrix(model, structure)
+    b, names, neurons = incidence_matrix(model, structure=structure)
     z = np.array([block.z[grp][i] for grp, i in neurons])
     flat = torch.cat([g[n].reshape(-1) for n in names]).numpy()
     assert objective(flat, b @ z) == pytest.approx(block.objective[-1], rel=1e-12)
@@ -313,10 +317,10 @@ def test_objective_decreases_and_block_beats_gauss_seidel(arch):
 
 def test_solver_reaches_stationary_point_and_rescaled_g_is_balanced():
     g, structure, model = _g_and_structure(ALL_ARCHS["mlp"])
-    res = optimize_rescaling(g, structure, "block", max_sweeps=2000, rtol=1e-15)
-    ref = optimize_rescaling(g, structure, "neuron", max_sweeps=2000, rtol=1e-15)
+    res = optimize_rescaling(g, structure, method="block", max_sweeps=2000, rtol=1e-15)
+    ref = optimize_rescaling(g, structure, method="neuron", max_sweeps=2000, rtol=1e-15)
     assert res.objective[-1] == pytest.approx(ref.objective[-1], rel=1e-9)
-    b, names, neurons = incidence_matrix(model, structure)
+    b, names, neurons = incidence_matrix(model, structure=structure)
     z = np.array([res.z[grp][i] for grp, i in neurons])
     flat = torch.cat([g[n].reshape(-1) for n in names]).numpy()
     gp = flat * np.exp(b @ z)
@@ -328,7 +332,7 @@ def test_solver_reaches_stationary_point_and_rescaled_g_is_balanced():
 def test_solver_rejects_bad_input():
     g, structure, _ = _g_and_structure(ALL_ARCHS["mlp"])
     with pytest.raises(ValueError, match="method"):
-        optimize_rescaling(g, structure, "newton")
+        optimize_rescaling(g, structure, method="newton")
     bad = dict(g)
     bad["linears.0.weight"] = -bad["linears.0.weight"]
     with pytest.raises(ValueError, match="non-negative"):
@@ -477,9 +481,9 @@ def test_enorm_matches_out_of_place_reference(arch, p, rescale_bias, authors):
             param.mul_(torch.exp(0.5 * torch.randn_like(param)))
     expected = _enorm_reference(model, p, rescale_bias, authors)
     if authors:
-        enorm_step_authors(model, p)
+        enorm_step_authors(model, p=p)
     else:
-        enorm_step(model, p, rescale_bias)
+        enorm_step(model, p=p, rescale_bias=rescale_bias)
     for name, value in model.state_dict().items():
         assert torch.allclose(value, expected[name], rtol=1e-12, atol=1e-14), name
 
@@ -529,10 +533,10 @@ def test_enorm_leaves_a_dead_neuron_alone():
 def test_enorm_callbacks_apply_their_step():
     model = _perturbed(ALL_ARCHS["mlp"])
     step_copy, cb_copy = copy.deepcopy(model), copy.deepcopy(model)
-    enorm_step(step_copy, 1.0)
-    enorm_callback(1.0)(cb_copy)
+    enorm_step(step_copy, p=1.0)
+    enorm_callback(p=1.0)(cb_copy)
     variant_copy, authors_copy = copy.deepcopy(model), copy.deepcopy(model)
-    enorm_step_authors(authors_copy, 2.0)
+    enorm_step_authors(authors_copy, p=2.0)
     enorm_step_pathcond_variant(3, variant_copy)
     for name in model.state_dict():
         assert torch.equal(cb_copy.state_dict()[name], step_copy.state_dict()[name])
@@ -589,17 +593,17 @@ def test_fit_on_step_and_loss_fn():
 
 def test_prepare_model_methods():
     config = ALL_ARCHS["mlp"]
-    base, *_ = prepare_model(config, "baseline", 1.0, seed=3)
-    low, *_ = prepare_model(config, "baseline", 0.1, seed=3)
+    base, *_ = prepare_model(config, "baseline", init_scale=1.0, seed=3)
+    low, *_ = prepare_model(config, "baseline", init_scale=0.1, seed=3)
     assert torch.allclose(low.linears[0].weight, 0.1 * base.linears[0].weight)
-    pc, *_ = prepare_model(config, "pathcond", 0.1, seed=3)
+    pc, *_ = prepare_model(config, "pathcond", init_scale=0.1, seed=3)
     x = torch.randn(5, 1, 40)
     with torch.no_grad():
         assert _rel(pc(x), low(x)) < 1e-5
-    kn, *_ = prepare_model(config, "kaiming", 1.0, seed=3)
+    kn, *_ = prepare_model(config, "kaiming", init_scale=1.0, seed=3)
     assert float(kn.linears[0].bias.detach().abs().max()) == 0.0
     with pytest.raises(ValueError, match="method"):
-        prepare_model(config, "magic", 1.0)
+        prepare_model(config, "magic", init_scale=1.0)
 
 
 def _write_tiny_cifar10(root) -> None:

@@ -66,7 +66,7 @@ def _flat(g: dict, names: list[str]) -> np.ndarray:
 
 def _gradient(g: dict, model: nn.Module, z: dict) -> tuple[np.ndarray, list]:
     """dF/dz at log-scales ``z`` and the (group, index) of each entry."""
-    b, names, neurons = incidence_matrix(model, rescalable_structure(model))
+    b, names, neurons = incidence_matrix(model, structure=rescalable_structure(model))
     zz = np.array([z[grp][i] for grp, i in neurons])
     gp = _flat(g, names) * np.exp(b @ zz)
     return b.T @ (gp.size * gp / gp.sum() - 1.0), neurons
@@ -81,7 +81,7 @@ def test_g_after_rescaling_is_g_times_exp_bz(config):
     g = diag_g(model, config["in_shape"])
     rescaled = copy.deepcopy(model)
     res = pathcond_rescale(rescaled, config["in_shape"])
-    b, names, neurons = incidence_matrix(model, rescalable_structure(model))
+    b, names, neurons = incidence_matrix(model, structure=rescalable_structure(model))
     z = np.array([res.z[grp][i] for grp, i in neurons])
     assert np.abs(z).max() > 0.1  # a real rescaling, not the identity
     g_after = _flat(diag_g(rescaled, config["in_shape"]), names)
@@ -133,7 +133,9 @@ def test_bn_scale_goes_to_gamma_and_beta():
 def test_block_sweep_visits_groups_in_data_flow_order():
     model = _model(MLP, scale=0.1)
     g = diag_g(model, MLP["in_shape"])
-    one = optimize_rescaling(g, rescalable_structure(model), "block", 1, rtol=0.0)
+    one = optimize_rescaling(
+        g, rescalable_structure(model), method="block", max_sweeps=1, rtol=0.0
+    )
     grad, neurons = _gradient(g, model, one.z)
     last = np.array([grp == "layer2" for grp, _ in neurons])
     first = np.array([grp == "layer0" for grp, _ in neurons])
@@ -145,7 +147,9 @@ def test_block_sweep_visits_groups_in_data_flow_order():
 def test_neuron_sweep_ends_on_the_last_neuron():
     model = _model(MLP, scale=0.1)
     g = diag_g(model, MLP["in_shape"])
-    one = optimize_rescaling(g, rescalable_structure(model), "neuron", 1, rtol=0.0)
+    one = optimize_rescaling(
+        g, rescalable_structure(model), method="neuron", max_sweeps=1, rtol=0.0
+    )
     grad, _ = _gradient(g, model, one.z)
     assert abs(grad[-1]) < 1e-8 * max(np.abs(grad).max(), 1.0)
     assert np.abs(grad[:-1]).max() > 1e-3
@@ -170,9 +174,9 @@ def test_paper_setting_method_stops_after_ten_sweeps():
     config = {**MLP, "widths": [8, 24, 6]}
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        paper, *_ = prepare_model(config, "pathcond_10", 0.1, seed=1)
-    full, *_ = prepare_model(config, "pathcond", 0.1, seed=1)
-    base, *_ = prepare_model(config, "baseline", 0.1, seed=1)
+        paper, *_ = prepare_model(config, "pathcond_10", init_scale=0.1, seed=1)
+    full, *_ = prepare_model(config, "pathcond", init_scale=0.1, seed=1)
+    base, *_ = prepare_model(config, "baseline", init_scale=0.1, seed=1)
     x = torch.randn(4, *config["in_shape"])
     with torch.no_grad():
         torch.testing.assert_close(paper(x), base(x), rtol=1e-4, atol=1e-6)

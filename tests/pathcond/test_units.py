@@ -122,7 +122,7 @@ def notebook_protocol(p: dict[str, Any]) -> dict:
     seeds, tuning, act_seeds = ch07_mlp.mlp_seeds(
         p["seed"], p["n_seeds"], p["n_activation_seeds"]
     )
-    grid = ch07_mlp.mlp_grid(p["data"], p["mlp"], p["recipe"], p["configs"], 1)
+    grid = ch07_mlp.mlp_grid(p["data"], p["mlp"], p["recipe"], p["configs"], workers=1)
     jobs = ch07_mlp.default_jobs(
         grid,
         seeds,
@@ -243,7 +243,7 @@ def test_conv_units_train_exactly_the_notebook_s_runs(monkeypatch):
         p["methods"],
         derive_seeds(4, "run", 2),
         toy_data(),
-        protocols.RUNS_DIR,
+        cache_dir=protocols.RUNS_DIR,
     )
     assert sorted(by_units) == sorted(calls) and len(calls) == 8
     assert {c[2] for c in calls if c[0] == "cnn1d"} == {"own"}

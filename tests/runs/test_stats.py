@@ -76,7 +76,9 @@ def test_mean_std_and_its_text():
     assert mean_std([1.0, 3.0]) == (2.0, 1.0)
     assert all(type(v) is float for v in mean_std([1, 2]))
     assert format_mean_std([1.0, 3.0]) == "2.000 ± 1.000"
-    assert format_mean_std([0.123456, 0.123456], ".4g", ".2g") == "0.1235 ± 0"
+    assert (
+        format_mean_std([0.123456, 0.123456], fmt=".4g", std_fmt=".2g") == "0.1235 ± 0"
+    )
 
 
 def _curve(epochs_needed: int, length: int = 10, final: float = 0.5) -> list[float]:

@@ -26,7 +26,7 @@ def test_a_keyed_entry_is_named_by_its_key_and_read_back(tmp_path: Path) -> None
 
 
 def test_a_json_entry_holds_its_key_and_payload(tmp_path: Path) -> None:
-    entry = keyed(tmp_path, {"run": 1}, "cached run", ".json")
+    entry = keyed(tmp_path, {"run": 1}, "cached run", suffix=".json")
     entry.save({"result": {"v": [1.0, 2.0]}})
     assert json.loads(entry.path.read_text()) == {
         "result": {"v": [1.0, 2.0]},

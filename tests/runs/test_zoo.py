@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from wslib.runs.zoo import Zoo, config_hash, normalise_config
+from wslib.runs.zoo import Zoo, normalise_config
 
 CONFIG = {
     "data": {"name": "mnist1d"},
@@ -46,14 +46,14 @@ def test_checkpoint_loads_with_weights_only(zoo: Zoo) -> None:
     assert ckpt["key"]["config"]["seed"] == 0
 
 
-def test_hash_depends_on_every_part() -> None:
-    base = config_hash(normalise_config(CONFIG))
+def test_checkpoint_name_depends_on_every_part(zoo: Zoo) -> None:
+    base = zoo.path(normalise_config(CONFIG))
     for key, value in [
         ("seed", 1),
         ("recipe", {"epochs": 2}),
         ("split", {"kind": "iid", "n_parts": 2, "part": 0}),
     ]:
-        assert config_hash(normalise_config({**CONFIG, key: value})) != base
+        assert zoo.path(normalise_config({**CONFIG, key: value})) != base
 
 
 def test_corrupted_checkpoint_is_retrained(zoo: Zoo) -> None:

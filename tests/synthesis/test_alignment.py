@@ -47,7 +47,9 @@ def rescaled_copy(model: torch.nn.Module, seed: int, spread: float = 1.0) -> dic
     structure = model.neuron_structure()
     gen = torch.Generator().manual_seed(seed)
     wide = {k: v.double() for k, v in model.state_dict().items()}
-    state = rescale_state(wide, structure, random_scales(structure, spread, gen))
+    state = rescale_state(
+        wide, structure, random_scales(structure, spread=spread, generator=gen)
+    )
     return {k: v.float() for k, v in state.items()}
 
 
@@ -67,7 +69,7 @@ def test_precomputed_gauges_give_the_same_steps() -> None:
     torch.manual_seed(2)
     a, b = build_model(CONFIGS["mlp"]), build_model(CONFIGS["mlp"])
     fresh = alignment_steps(a, b, IN, seed=0)
-    given = alignment_steps(a, b, IN, 0, (gauges_of(a, IN), gauges_of(b, IN)))
+    given = alignment_steps(a, b, IN, 0, gauges=(gauges_of(a, IN), gauges_of(b, IN)))
     for step in STEPS:
         for s, t in zip(fresh[step], given[step]):
             assert all(torch.equal(s[k], t[k]) for k in s)
@@ -154,7 +156,7 @@ def test_lifting_distance_ignores_rescalings_and_sees_permutations_as_labels() -
     assert lifting_distance(a, sb, rescaled_copy(b, 9)) < 1e-5
     assert lifting_distance(a, sa, sb) > 0.05
     structure = a.neuron_structure()
-    perms = random_permutations(structure, torch.Generator().manual_seed(1))
+    perms = random_permutations(structure, generator=torch.Generator().manual_seed(1))
     assert lifting_distance(a, sa, permute_state(sa, structure, perms)) > 0.05
 
 

@@ -35,17 +35,20 @@ SETTINGS = {
 }
 
 
-def test_subset_draws_matching_rows_per_seed() -> None:
+def test_random_subset_draws_matching_rows_per_seed() -> None:
     ds = readable_dataset()
-    small = ex.subset(ds, 10, 5, seed=1)
+    small = ex.random_subset(ds, 10, 5, seed=1)
     assert (len(small.y_train), len(small.y_test)) == (10, 5)
     assert torch.equal(small.x_train[:, 0, 0], small.y_train.float())
     assert torch.equal(small.x_test[:, 0, 0], small.y_test.float())
-    again, other = ex.subset(ds, 10, 5, seed=1), ex.subset(ds, 10, 5, seed=2)
+    again, other = (
+        ex.random_subset(ds, 10, 5, seed=1),
+        ex.random_subset(ds, 10, 5, seed=2),
+    )
     assert torch.equal(again.x_train, small.x_train)
     assert not torch.equal(other.x_train, small.x_train)
     with pytest.raises(ValueError, match="n_train, n_test >= 1"):
-        ex.subset(ds, 0, 5, seed=1)
+        ex.random_subset(ds, 0, 5, seed=1)
 
 
 def test_fusion_set_has_per_class_examples_of_every_class() -> None:
@@ -94,11 +97,11 @@ def test_compare_at_the_edge_of_the_spread() -> None:
         ex.compare([1.0], [1.0, 2.0])
 
 
-def test_mean_std() -> None:
-    r = ex.mean_std([1.0, 3.0])
+def test_sample_mean_std() -> None:
+    r = ex.sample_mean_std([1.0, 3.0])
     assert (r["mean"], r["values"]) == (2.0, [1.0, 3.0])
     assert r["std"] == pytest.approx(2**0.5)
-    assert ex.mean_std([5.0])["std"] == 0.0
+    assert ex.sample_mean_std([5.0])["std"] == 0.0
 
 
 def alignment_fixture() -> dict:
@@ -348,7 +351,7 @@ def test_parents_are_aligned_to_the_fused_model(
     )
     a.eval()
     structure = a.neuron_structure()
-    perms = random_permutations(structure, torch.Generator().manual_seed(0))
+    perms = random_permutations(structure, generator=torch.Generator().manual_seed(0))
     copy_of_a = with_state(a, permute_state(a.state_dict(), structure, perms))
     monkeypatch.setattr(
         ex, "fused_model", lambda *args: (copy_of_a, {"fused_acc": 0.0})

@@ -138,9 +138,9 @@ def symmetry_check(
     for name, model in models.items():
         structure = neuron_structure(model)
         state = model.state_dict()
-        perms = random_permutations(structure, gen)
+        perms = random_permutations(structure, generator=gen)
         permuted = permute_state(state, structure, perms)
-        scales = random_scales(structure, 1.0, gen)
+        scales = random_scales(structure, spread=1.0, generator=gen)
         states[name] = {
             "permutation": permuted,
             "rescaling": rescale_state(state, structure, scales),
@@ -169,6 +169,7 @@ def straight_line(
     end: StateDict,
     ts: Sequence[float],
     ds: Dataset,
+    *,
     test: bool = True,
 ) -> dict[str, np.ndarray]:
     """:func:`~wslib.core.interpolation.linear_path` from ``start`` to ``end`` on ``ds``.
@@ -184,6 +185,7 @@ def lines_between(
     b: nn.Module,
     ts: Sequence[float],
     ds: Dataset,
+    *,
     seed: int = 0,
     test: bool = True,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
@@ -196,8 +198,8 @@ def lines_between(
     sa, sb = a.state_dict(), b.state_dict()
     aligned = align(sa, sb, neuron_structure(a), seed=seed)
     return (
-        straight_line(a, sa, sb, ts, ds, test),
-        straight_line(a, sa, aligned, ts, ds, test),
+        straight_line(a, sa, sb, ts, ds, test=test),
+        straight_line(a, sa, aligned, ts, ds, test=test),
     )
 
 
@@ -210,6 +212,7 @@ def barrier_sweep(
     seeds: Sequence[int],
     ts: Sequence[float],
     ds: Dataset,
+    *,
     seed: int = 0,
 ) -> list[dict[str, float]]:
     """Training-set barrier before and after weight matching for MLPs of each width.
@@ -222,7 +225,7 @@ def barrier_sweep(
     for width in widths:
         arch = {**mlp, "widths": [width, width]}
         a, b = (zoo.get(mode_config(data, arch, recipe, s)) for s in seeds[:2])
-        line, aligned = lines_between(a, b, ts, ds, seed, test=False)
+        line, aligned = lines_between(a, b, ts, ds, seed=seed, test=False)
         rows.append(
             {
                 "width": width,

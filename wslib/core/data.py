@@ -22,7 +22,7 @@ import random
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast, get_args
 
 import numpy as np
 import torch
@@ -35,8 +35,12 @@ from wslib.core.workspace import workspace
 SYNTHETIC_MARK = (
     "SYNTHETIC"  # a file the synthetic stand-in writer leaves in each folder
 )
+# The name of a data set :func:`load_dataset` knows (:data:`DATASETS` lists them at run time).
+DatasetName = Literal[
+    "mnist1d", "digits", "mnist", "fashion_mnist", "cifar10", "cifar100"
+]
 #: The data sets :func:`load_dataset` knows.
-DATASETS = ("mnist1d", "digits", "mnist", "fashion_mnist", "cifar10", "cifar100")
+DATASETS: tuple[DatasetName, ...] = get_args(DatasetName)
 
 Labels = np.ndarray | torch.Tensor
 
@@ -81,7 +85,9 @@ class Dataset:
         return tuple(self.x_train.shape[1:])
 
 
-def load_dataset(name: str, root: str | Path | None = None, **options) -> Dataset:
+def load_dataset(
+    name: DatasetName, *, root: str | Path | None = None, **options
+) -> Dataset:
     """Load a data set as standardised tensors.
 
     Parameters
@@ -147,7 +153,7 @@ class DataKey:
     whatever its working directory.
     """
 
-    name: str
+    name: DatasetName
     root: str
     options: tuple[tuple[str, Any], ...] = ()
 
@@ -164,7 +170,9 @@ class DataKey:
     def load(self) -> Dataset:
         """The data set (read from disk on the first call in this process)."""
         if self not in _LOADED:
-            _LOADED[self] = load_dataset(self.name, self.root, **dict(self.options))
+            _LOADED[self] = load_dataset(
+                self.name, root=self.root, **dict(self.options)
+            )
         return _LOADED[self]
 
 
@@ -352,7 +360,7 @@ def _missing_message(name: str, folder: Path) -> str:
     )
 
 
-def download_dataset(name: str, root: str | Path | None = None) -> Path:
+def download_dataset(name: DatasetName, *, root: str | Path | None = None) -> Path:
     """Download a torchvision data set into ``root/<name>`` (default: the
     workspace's ``data/``; needs the internet)."""
     if name not in _TORCHVISION_CLASS:
@@ -493,7 +501,7 @@ def shard_split(y: Labels, n_parts: int, seed: int) -> list[np.ndarray]:
 
 
 def balanced_subset(
-    y: Labels, per_class: int, seed: int, indices: np.ndarray | None = None
+    y: Labels, per_class: int, seed: int, *, indices: np.ndarray | None = None
 ) -> np.ndarray:
     """Draw ``per_class`` examples of every class, without replacement.
 

@@ -37,7 +37,7 @@ DATA_LABELS = {
 ModelWords = Literal["label", "details", "settings"]
 
 
-def describe_model(config: Mapping[str, Any], words: ModelWords = "label") -> str:
+def describe_model(config: Mapping[str, Any], *, words: ModelWords = "label") -> str:
     """A model config in words, in one of three ``words`` styles.
 
     - ``"label"``: kind and widths, ``"MLP 256-256"``, ``"1-D CNN 32-64-64"``,
@@ -75,7 +75,7 @@ def describe_recipe(recipe: Mapping[str, Any]) -> str:
     )
 
 
-def in_words(items: Iterable[Any], last: str = "and") -> str:
+def in_words(items: Iterable[Any], *, last: Literal["and", "or"] = "and") -> str:
     """``a, b and c`` (``last`` joins the final pair); one item as is, none empty."""
     words = [str(i) for i in items]
     if len(words) < 2:
@@ -95,7 +95,7 @@ def data_label(name: str) -> str:
     return DATA_LABELS.get(name, name)
 
 
-def describe_data(ds: Dataset, detailed: bool = False) -> str:
+def describe_data(ds: Dataset, *, detailed: bool = False) -> str:
     """``"MNIST-1D"`` for the data set ``ds``; ``detailed``: with its size,
     ``"MNIST-1D (4000 training examples of shape 1×40, 10 classes)"``."""
     name = data_label(ds.name)

@@ -46,7 +46,7 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 
-def stable_hash(obj: Any, length: int = 20) -> str:
+def stable_hash(obj: Any, *, length: int = 20) -> str:
     """A short SHA-256 of a JSON-serialisable object, independent of dict order."""
     text = json.dumps(obj, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:length]
@@ -203,6 +203,7 @@ def _acquire(
 @contextmanager
 def entry_lock(
     path: str | Path,
+    *,
     report_every: float = LOCK_REPORT_S,
     timeout: float | None = None,
 ) -> Iterator[None]:

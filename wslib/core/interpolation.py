@@ -98,6 +98,7 @@ def linear_path(
     y_train: torch.Tensor,
     x_test: torch.Tensor | None = None,
     y_test: torch.Tensor | None = None,
+    *,
     names: Iterable[str] | None = None,
     progress: bool = True,
 ) -> dict[str, np.ndarray]:
@@ -112,12 +113,3 @@ def linear_path(
     res["ts"] = np.asarray(ts, dtype=float)
     res["barrier"] = np.array(barrier(res["train_loss"]))
     return res
-
-
-def layer_names(model: nn.Module) -> dict[str, list[str]]:
-    """Floating-point state tensors grouped by the module that owns them, in data-flow order."""
-    groups: dict[str, list[str]] = {}
-    for name, value in model.state_dict().items():
-        if value.is_floating_point():
-            groups.setdefault(name.rsplit(".", 1)[0], []).append(name)
-    return groups

@@ -73,6 +73,7 @@ def weight_matching(
     a: StateDict,
     b: StateDict,
     structure: NeuronStructure,
+    *,
     max_sweeps: int = 100,
     seed: int = 0,
 ) -> dict[str, torch.Tensor]:
@@ -145,6 +146,7 @@ def match_scales(
     a: StateDict,
     b: StateDict,
     structure: NeuronStructure,
+    *,
     max_sweeps: int = 200,
     tol: float = 1e-10,
 ) -> tuple[dict[str, torch.Tensor], list[float]]:

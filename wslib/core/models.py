@@ -50,12 +50,12 @@ _CIFAR_NV_PLAN = (128, 128, 128, "P", 256, 256, 256, "P", 320, 320)
 # --- slot helpers ----------------------------------------------------------------------------
 
 
-def rows(name: str, role: Role = "out") -> Slot:
+def rows(name: str, *, role: Role = "out") -> Slot:
     """Axis 0 of ``name`` (weight rows, a bias, a norm parameter)."""
     return Slot(name, 0, role)
 
 
-def linear_in(prefix: str, block: int = 1) -> list[Slot]:
+def linear_in(prefix: str, *, block: int = 1) -> list[Slot]:
     """Input columns of a Linear or Conv layer that consumes the neurons."""
     return [Slot(f"{prefix}.weight", 1, "in", block)]
 
@@ -70,19 +70,19 @@ def bn_out(prefix: str) -> list[Slot]:
     return [
         rows(f"{prefix}.weight"),
         rows(f"{prefix}.bias"),
-        rows(f"{prefix}.running_mean", "free"),
-        rows(f"{prefix}.running_var", "free"),
+        rows(f"{prefix}.running_mean", role="free"),
+        rows(f"{prefix}.running_var", role="free"),
     ]
 
 
 def conv_bn_out(conv: str, bn: str) -> list[Slot]:
     """A bias-free conv followed by BatchNorm: the conv rows are scale-free."""
-    return [rows(f"{conv}.weight", "free"), *bn_out(bn)]
+    return [rows(f"{conv}.weight", role="free"), *bn_out(bn)]
 
 
 def norm_free(prefix: str) -> list[Slot]:
     """LayerNorm affine parameters (permuted only)."""
-    return [rows(f"{prefix}.weight", "free"), rows(f"{prefix}.bias", "free")]
+    return [rows(f"{prefix}.weight", role="free"), rows(f"{prefix}.bias", role="free")]
 
 
 def _structure(sizes: dict[str, int], slots: dict[str, list[Slot]]) -> NeuronStructure:
@@ -108,6 +108,7 @@ class MLP(nn.Module):
         in_shape: Sequence[int],
         n_classes: int,
         widths: Sequence[int],
+        *,
         activation: ActivationName = "relu",
         output_bias: bool = True,
     ) -> None:
@@ -173,6 +174,7 @@ class ConvNet(nn.Module):
         in_shape: Sequence[int],
         n_classes: int,
         plan: Sequence[int | str],
+        *,
         kernel_size: int = 3,
         pool: PoolName = "max",
         bn: bool = False,
@@ -228,7 +230,7 @@ class ConvNet(nn.Module):
     def neuron_structure(self) -> NeuronStructure:
         prefixes = [f"features.{i}" for i, _ in self.convs]
         consumers = [linear_in(p) for p in prefixes[1:]] + [
-            linear_in("head", self.head_block)
+            linear_in("head", block=self.head_block)
         ]
         groups = []
         for k, ((i, width), consumer) in enumerate(zip(self.convs, consumers)):
@@ -308,6 +310,7 @@ class ResNet(nn.Module):
         n_classes: int,
         widths: Sequence[int],
         blocks_per_stage: int,
+        *,
         kernel_size: int = 3,
     ) -> None:
         super().__init__()
@@ -488,17 +491,21 @@ def _scaled(widths: Sequence[int], width: float) -> list[int]:
 def mlp(
     in_shape: Sequence[int],
     n_classes: int,
+    *,
     widths: Sequence[int] = (256, 256),
     activation: ActivationName = "relu",
     output_bias: bool = True,
 ) -> MLP:
     """Fully connected net on the flattened input (``output_bias``: a bias in the head)."""
-    return MLP(in_shape, n_classes, widths, activation, output_bias)
+    return MLP(
+        in_shape, n_classes, widths, activation=activation, output_bias=output_bias
+    )
 
 
 def cnn1d(
     in_shape: Sequence[int],
     n_classes: int,
+    *,
     channels: Sequence[int] = (32, 32, 32),
     kernel_size: int = 5,
     pool: PoolName | None = "max",
@@ -513,6 +520,7 @@ def cnn1d(
 def cnn2d(
     in_shape: Sequence[int],
     n_classes: int,
+    *,
     channels: Sequence[int] = (32, 64, 128),
     kernel_size: int = 3,
     pool: PoolName | None = "max",
@@ -539,12 +547,21 @@ def _staged_cnn(
 ) -> ConvNet:
     plan = [c for ch in channels for c in ((ch, "P") if pool else (ch,))]
     head: Literal["flatten", "conv"] = "conv" if fully_conv else "flatten"
-    return ConvNet(shape, n_classes, plan, kernel_size, pool or "max", bn, head)
+    return ConvNet(
+        shape,
+        n_classes,
+        plan,
+        kernel_size=kernel_size,
+        pool=pool or "max",
+        bn=bn,
+        head=head,
+    )
 
 
 def resnet1d(
     in_shape: Sequence[int],
     n_classes: int,
+    *,
     widths: Sequence[int] = (16, 32, 64),
     blocks_per_stage: int = 2,
     kernel_size: int = 3,
@@ -555,13 +572,14 @@ def resnet1d(
         n_classes,
         widths,
         blocks_per_stage,
-        kernel_size,
+        kernel_size=kernel_size,
     )
 
 
 def transformer1d(
     in_shape: Sequence[int],
     n_classes: int,
+    *,
     patch_size: int = 4,
     embed_dim: int = 64,
     depth: int = 2,
@@ -573,7 +591,7 @@ def transformer1d(
     return Transformer(shape, n_classes, patch_size, embed_dim, depth, heads, mlp_dim)
 
 
-def cifar_nv(in_shape: Sequence[int], n_classes: int, width: float = 1.0) -> ConvNet:
+def cifar_nv(in_shape: Sequence[int], n_classes: int, *, width: float = 1.0) -> ConvNet:
     """Fully convolutional CIFAR-NV-like net: 9 convolutions, 3x3, ReLU, max pooling.
 
     Eight ``Conv -> ReLU`` layers in three stages (3, 3, 2 convolutions, 2x max
@@ -584,26 +602,36 @@ def cifar_nv(in_shape: Sequence[int], n_classes: int, width: float = 1.0) -> Con
     """
     plan = [p if isinstance(p, str) else _scaled([p], width)[0] for p in _CIFAR_NV_PLAN]
     shape = _check_shape(in_shape, 2, "cifar_nv")
-    return ConvNet(shape, n_classes, plan, 3, "max", False, "conv")
+    return ConvNet(
+        shape, n_classes, plan, kernel_size=3, pool="max", bn=False, head="conv"
+    )
 
 
-def resnet18(in_shape: Sequence[int], n_classes: int, width: float = 1.0) -> ResNet:
+def resnet18(in_shape: Sequence[int], n_classes: int, *, width: float = 1.0) -> ResNet:
     """CIFAR ResNet-18 (3x3 stem, no max pool); ``width`` multiplies all channel counts."""
     shape = _check_shape(in_shape, 2, "resnet18")
     return ResNet(shape, n_classes, _scaled(_RESNET18_WIDTHS, width), 2)
 
 
 def vgg11(
-    in_shape: Sequence[int], n_classes: int, width: float = 1.0, bn: bool = False
+    in_shape: Sequence[int], n_classes: int, *, width: float = 1.0, bn: bool = False
 ) -> ConvNet:
     """VGG-11 convolutions (3x3, ReLU, max pool) with a single Linear head."""
     plan = [p if isinstance(p, str) else _scaled([p], width)[0] for p in _VGG11_PLAN]
-    return ConvNet(_check_shape(in_shape, 2, "vgg11"), n_classes, plan, 3, "max", bn)
+    return ConvNet(
+        _check_shape(in_shape, 2, "vgg11"),
+        n_classes,
+        plan,
+        kernel_size=3,
+        pool="max",
+        bn=bn,
+    )
 
 
 def vit(
     in_shape: Sequence[int],
     n_classes: int,
+    *,
     patch_size: int = 4,
     embed_dim: int = 128,
     depth: int = 6,
@@ -615,7 +643,19 @@ def vit(
     return Transformer(shape, n_classes, patch_size, embed_dim, depth, heads, mlp_dim)
 
 
-_FACTORIES: dict[str, Callable[..., nn.Module]] = {
+# The models a config may name (:data:`MODEL_NAMES` lists them at run time).
+ModelName = Literal[
+    "mlp",
+    "cnn1d",
+    "cnn2d",
+    "resnet1d",
+    "transformer1d",
+    "cifar_nv",
+    "resnet18",
+    "vgg11",
+    "vit",
+]
+_FACTORIES: dict[ModelName, Callable[..., nn.Module]] = {
     "mlp": mlp,
     "cnn1d": cnn1d,
     "cnn2d": cnn2d,
@@ -626,10 +666,10 @@ _FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "vgg11": vgg11,
     "vit": vit,
 }
-MODEL_NAMES: tuple[str, ...] = tuple(_FACTORIES)
+MODEL_NAMES: tuple[ModelName, ...] = tuple(_FACTORIES)
 
 
-def config_keys(name: str) -> tuple[list[str], dict[str, Any]]:
+def config_keys(name: ModelName) -> tuple[list[str], dict[str, Any]]:
     """Required keys and optional keys (with defaults) of model ``name``, ``"name"`` excluded."""
     params = inspect.signature(_FACTORIES[name]).parameters.values()
     required = [p.name for p in params if p.default is p.empty]

@@ -178,7 +178,7 @@ def rescale_state(
 
 
 def random_permutations(
-    structure: NeuronStructure, generator: torch.Generator | None = None
+    structure: NeuronStructure, *, generator: torch.Generator | None = None
 ) -> dict[str, torch.Tensor]:
     """One uniformly random permutation per group."""
     return {
@@ -188,6 +188,7 @@ def random_permutations(
 
 def random_scales(
     structure: NeuronStructure,
+    *,
     spread: float = 1.0,
     generator: torch.Generator | None = None,
 ) -> dict[str, torch.Tensor]:

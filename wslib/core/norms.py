@@ -36,7 +36,7 @@ def norm_parameter_names(model: nn.Module) -> set[str]:
 
 
 @torch.no_grad()
-def reset_bn_stats(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> None:
+def reset_bn_stats(model: nn.Module, x: torch.Tensor, *, batch_size: int = 512) -> None:
     """Recompute BatchNorm running statistics as exact averages over ``x``."""
     bns = [m for m in model.modules() if is_batchnorm(m)]
     if not bns:

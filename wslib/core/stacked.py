@@ -79,6 +79,7 @@ def fit_stacked(
     y: torch.Tensor,
     recipes: Sequence[Recipe],
     seeds: Sequence[int],
+    *,
     device: str | torch.device | None = None,
     progress: bool = True,
     stop_at: float | None = None,
@@ -122,7 +123,7 @@ def fit_stacked(
         rates = rates * active
         total_loss = torch.zeros(n, dtype=torch.float64, device=dev)
         correct = torch.zeros(n, dtype=torch.long, device=dev)
-        orders = [batches(len(x), recipe.batch_size, g) for g in gens]
+        orders = [batches(len(x), recipe.batch_size, generator=g) for g in gens]
         for batch in zip(*orders):
             idx = torch.stack(batch).to(dev)  # (runs, batch)
             xb, yb = x[idx], y[idx]

@@ -137,7 +137,7 @@ def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
 
 
 def batches(
-    n: int, batch_size: int, generator: torch.Generator | None = None
+    n: int, batch_size: int, *, generator: torch.Generator | None = None
 ) -> Iterator[torch.Tensor]:
     """Index batches over ``range(n)``; shuffled when a generator is given.
 
@@ -177,6 +177,7 @@ def fit(
     x: torch.Tensor,
     y: torch.Tensor,
     recipe: Recipe,
+    *,
     seed: int = 0,
     device: str | torch.device | None = None,
     progress: bool = True,
@@ -223,7 +224,7 @@ def fit(
         model.train()
         total_loss = torch.zeros((), dtype=torch.float64, device=dev)
         correct = torch.zeros((), dtype=torch.long, device=dev)
-        for idx in batches(len(x), recipe.batch_size, gen):
+        for idx in batches(len(x), recipe.batch_size, generator=gen):
             idx = idx.to(dev)  # already there on CUDA
             xb, yb = x[idx], y[idx]
             if recipe.augment:
@@ -290,7 +291,9 @@ def device_slices(
 
 
 @torch.no_grad()
-def predict(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+def predict(
+    model: nn.Module, x: torch.Tensor, *, batch_size: int = 1024
+) -> torch.Tensor:
     """Model outputs for ``x`` in eval mode (on the model's device), returned on the CPU."""
     dev = model_device(model)
     model.eval()
@@ -299,10 +302,10 @@ def predict(model: nn.Module, x: torch.Tensor, batch_size: int = 1024) -> torch.
 
 @torch.no_grad()
 def evaluate(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 1024
+    model: nn.Module, x: torch.Tensor, y: torch.Tensor, *, batch_size: int = 1024
 ) -> tuple[float, float]:
     """Mean cross-entropy loss and accuracy of ``model`` on ``(x, y)`` in eval mode."""
-    out = predict(model, x, batch_size)
+    out = predict(model, x, batch_size=batch_size)
     loss = nn.functional.cross_entropy(out, y.cpu()).item()
     acc = (out.argmax(1) == y.cpu()).float().mean().item()
     return loss, acc

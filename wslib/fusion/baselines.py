@@ -51,7 +51,7 @@ OT_COSTS: tuple[OTCostName, ...] = get_args(OTCostName)
 
 
 def average_states(
-    states: Sequence[StateDict], weights: Sequence[float] | None = None
+    states: Sequence[StateDict], *, weights: Sequence[float] | None = None
 ) -> StateDict:
     """Weighted mean of state dicts (integer buffers are taken from the first)."""
     w = (
@@ -85,7 +85,7 @@ def _cpu_states(models: Sequence[nn.Module]) -> list[StateDict]:
 
 
 def averaging(
-    models: Sequence[nn.Module], x_bn: torch.Tensor | None = None
+    models: Sequence[nn.Module], *, x_bn: torch.Tensor | None = None
 ) -> nn.Module:
     """Vanilla averaging of the weights (BatchNorm statistics recomputed on ``x_bn``)."""
     check_same_architecture(models)
@@ -105,7 +105,7 @@ class Ensemble(nn.Module):
     class_weights: torch.Tensor | None
 
     def __init__(
-        self, models: Sequence[nn.Module], class_weights: np.ndarray | None = None
+        self, models: Sequence[nn.Module], *, class_weights: np.ndarray | None = None
     ) -> None:
         super().__init__()
         self.members = nn.ModuleList(models)
@@ -133,6 +133,7 @@ class Ensemble(nn.Module):
 def last_layer_kd(
     models: Sequence[nn.Module],
     x: torch.Tensor,
+    *,
     class_weights: np.ndarray | None = None,
     head: str | None = None,
     temperature: float = 2.0,
@@ -143,13 +144,15 @@ def last_layer_kd(
     """Model 0 with only its last layer distilled from the ensemble on the fusion set ``x``."""
     check_same_architecture(models)
     dev = _device(models)
-    teacher = Ensemble([copy.deepcopy(m).eval() for m in models], class_weights)
+    teacher = Ensemble(
+        [copy.deepcopy(m).eval() for m in models], class_weights=class_weights
+    )
     student = copy.deepcopy(models[0]).eval()
     head = head or last_linear(student)
     with torch.no_grad():
         x = x.to(dev)
         soft = F.softmax(teacher(x) / temperature, 1)
-        feats = layer_io(student, [head], x, "input")[head].to(dev)
+        feats = layer_io(student, [head], x, kind="input")[head].to(dev)
     layer = student.get_submodule(head)
     _fit_soft_targets(layer, feats, soft, epochs, lr, temperature, 128, seed)
     return student.eval()
@@ -180,6 +183,7 @@ def _align_in(w: torch.Tensor, p_prev: torch.Tensor | None) -> torch.Tensor:
 def otfusion(
     models: Sequence[nn.Module],
     x: torch.Tensor | None = None,
+    *,
     cost: OTCostName = "activation",
     scores: Sequence[Mapping[str, torch.Tensor]] | None = None,
 ) -> nn.Module:
@@ -327,6 +331,7 @@ def matched(
 
 def rebasin_weight_matching(
     models: Sequence[nn.Module],
+    *,
     x_bn: torch.Tensor | None = None,
     seed: int = 0,
     scores: Sequence[Mapping[str, torch.Tensor]] | None = None,
@@ -373,6 +378,7 @@ def permuted_importance_average(
 def rebasin_activation_matching(
     models: Sequence[nn.Module],
     x: torch.Tensor,
+    *,
     scores: Sequence[Mapping[str, torch.Tensor]] | None = None,
 ) -> nn.Module:
     """Activation matching: per level, the assignment that maximises the correlation of
@@ -439,6 +445,7 @@ def fuse_by(
     models: Sequence[nn.Module],
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     class_weights: np.ndarray | None = None,
     importance: ImportanceName = "uniform",
     scores: Sequence[dict[str, torch.Tensor]] | None = None,
@@ -467,30 +474,36 @@ def fuse_by(
             y,
             cast(GroupingName, grouping),
             cast(RetrofitName, retrofit),
-            importance,
-            fused,
-            class_weights,
-            ridge,
-            gradient or GradientConfig(),
-            scores,
-            seed,
+            importance=importance,
+            fused=fused,
+            class_weights=class_weights,
+            ridge=ridge,
+            gradient=gradient or GradientConfig(),
+            scores=scores,
+            seed=seed,
             progress=False,
         ).model
     if method in USES_IMPORTANCE and importance != "uniform":
         if scores is None:
-            scores = [model_importance(m, x, y, importance, False) for m in models]
+            scores = [
+                model_importance(m, x, y, importance, progress=False) for m in models
+            ]
         check_scores(scores, importance, len(models))
     else:
         scores = None
     simple = {
-        "averaging": lambda: averaging(models, x),
+        "averaging": lambda: averaging(models, x_bn=x),
         "ensemble": lambda: Ensemble(
-            [copy.deepcopy(m).eval() for m in models], class_weights
+            [copy.deepcopy(m).eval() for m in models], class_weights=class_weights
         ),
-        "last_layer_kd": lambda: last_layer_kd(models, x, class_weights, seed=seed),
-        "otfusion": lambda: otfusion(models, x, "activation", scores),
-        "rebasin_wm": lambda: rebasin_weight_matching(models, x, seed, scores),
-        "rebasin_am": lambda: rebasin_activation_matching(models, x, scores),
+        "last_layer_kd": lambda: last_layer_kd(
+            models, x, class_weights=class_weights, seed=seed
+        ),
+        "otfusion": lambda: otfusion(models, x, cost="activation", scores=scores),
+        "rebasin_wm": lambda: rebasin_weight_matching(
+            models, x_bn=x, seed=seed, scores=scores
+        ),
+        "rebasin_am": lambda: rebasin_activation_matching(models, x, scores=scores),
     }
     return simple[method]().eval()
 
@@ -499,6 +512,7 @@ def distill(
     student: nn.Module,
     teacher: nn.Module,
     x: torch.Tensor,
+    *,
     epochs: int = 200,
     lr: float = 3e-3,
     temperature: float = 2.0,
@@ -545,7 +559,7 @@ def _fit_soft_targets(
     opt = torch.optim.Adam(module.parameters(), lr=lr)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(epochs):
-        for idx in batches(len(inputs), batch_size, gen):
+        for idx in batches(len(inputs), batch_size, generator=gen):
             idx = torch.as_tensor(idx, device=inputs.device)
             loss = soft_target_loss(module(inputs[idx]), soft[idx], temperature)
             opt.zero_grad(set_to_none=True)

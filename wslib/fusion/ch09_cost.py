@@ -40,6 +40,7 @@ def cost_decompositions(
     ds: Dataset,
     importances: Sequence[ImportanceName],
     gradient: GradientConfig,
+    *,
     seed: int = 0,
     progress: bool = True,
 ) -> pd.DataFrame:
@@ -60,7 +61,9 @@ def cost_decompositions(
     rows = []
     for a, g, r, imp in tqdm(jobs, desc="fusions", disable=not progress):
         ms = models[a][:2] if g == "hf" else models[a]
-        res = fuse(ms, x, y, g, r, imp, gradient=gradient, seed=seed, progress=False)
+        res = fuse(
+            ms, x, y, g, r, importance=imp, gradient=gradient, seed=seed, progress=False
+        )
         acc = evaluate(res.model, ds.x_test, ds.y_test)[1]
         for li, c in enumerate(res.costs):
             rows.append(
@@ -90,7 +93,9 @@ def theorem1_gaps(costs: pd.DataFrame) -> dict[str, float | int]:
     }
 
 
-def cost_shares(costs: pd.DataFrame, importance: str = "uniform") -> pd.DataFrame:
+def cost_shares(
+    costs: pd.DataFrame, importance: ImportanceName = "uniform"
+) -> pd.DataFrame:
     """The rows of one weighting with the shares of the cost: ``clustering share``, ``approximation share``."""
     view = costs[costs.importance == importance].copy()
     view["clustering share"] = view["clustering"] / view["cost"]
@@ -99,7 +104,7 @@ def cost_shares(costs: pd.DataFrame, importance: str = "uniform") -> pd.DataFram
 
 
 def approximation_shares(
-    costs: pd.DataFrame, importance: str = "uniform"
+    costs: pd.DataFrame, importance: ImportanceName = "uniform"
 ) -> dict[str, float]:
     """Mean share of the approximation error for the Linear and the Gradient variants."""
     view = cost_shares(costs, importance)
@@ -168,6 +173,7 @@ def kf_target_map(
     x: torch.Tensor,
     level: str,
     scores: Mapping[str, Sequence[Mapping[str, torch.Tensor]]],
+    *,
     seed: int = 0,
 ) -> dict[str, Any]:
     """The neurons of one level of several models and their KF targets, in 2-D.

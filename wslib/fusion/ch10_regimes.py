@@ -12,7 +12,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 import pandas as pd
@@ -129,12 +129,12 @@ class RegimeStudy:
         fusion = balanced_subset(self.ds.y_train, self.fusion_per_class, s)
         rest = np.setdiff1d(np.arange(len(self.ds.y_train)), fusion)
         idx = balanced_subset(
-            self.ds.y_train, self.val_per_class, derive_seed(s, "subset"), rest
+            self.ds.y_train, self.val_per_class, derive_seed(s, "subset"), indices=rest
         )
         return self.ds.x_train[idx], self.ds.y_train[idx]
 
     def train(
-        self, settings: Iterable[tuple[str, int, int]], progress: bool = True
+        self, settings: Iterable[tuple[str, int, int]], *, progress: bool = True
     ) -> None:
         """Train (or load) the base models of every setting."""
         for r, n, s in tqdm(list(settings), desc="base models", disable=not progress):
@@ -182,9 +182,9 @@ class RegimeStudy:
                     models,
                     xf,
                     yf,
-                    share,
-                    imp,
-                    scores[imp],
+                    class_weights=share,
+                    importance=imp,
+                    scores=scores[imp],
                     ridge=self.ridge,
                     gradient=grad_config,
                     seed=s,
@@ -228,7 +228,7 @@ class RegimeStudy:
         )
 
     def run(
-        self, settings: Iterable[tuple[str, int, int]], progress: bool = True
+        self, settings: Iterable[tuple[str, int, int]], *, progress: bool = True
     ) -> tuple[pd.DataFrame, dict[str, list[float]]]:
         """Every setting (cached): one row per setting, method and importance; fusion seconds per method."""
         runs: list[dict[str, Any]] = []
@@ -246,6 +246,7 @@ def head_rules(
     regime: str,
     n: int,
     s: int,
+    *,
     method: MethodName = "kf_linear",
     importance: ImportanceName = "conductance",
 ) -> dict[str, float]:
@@ -270,8 +271,8 @@ def head_rules(
                 models,
                 xf,
                 yf,
-                w,
-                importance,
+                class_weights=w,
+                importance=importance,
                 ridge=study.ridge,
                 gradient=grad,
                 seed=s,
@@ -282,7 +283,7 @@ def head_rules(
     }
 
 
-def method_groups(methods: Sequence[str]) -> dict[str, list[str]]:
+def method_groups(methods: Sequence[MethodName]) -> dict[str, list[str]]:
     """The methods in two figure panels: the baselines, and HF/KF with two references.
 
     Both panels show the mean individual model; the HF/KF panel also shows the
@@ -316,8 +317,8 @@ def accuracy_table(
     summary: pd.DataFrame,
     regimes: Sequence[str],
     n_models: Sequence[int],
-    methods: Sequence[str],
-    importances: Sequence[str],
+    methods: Sequence[MethodName],
+    importances: Sequence[ImportanceName],
 ) -> pd.DataFrame:
     """The main table: "mean ± std" in %, rows (method, importance), columns (regime, n)."""
     order = ["individual", *methods]
@@ -336,15 +337,18 @@ def accuracy_table(
     return table.fillna("n/a")
 
 
-NOT_FUSED = ("individual", "ensemble")  # rows that are no single fused model
+# A row of the main table: a fusion method, or the mean individual model.
+RowMethod = MethodName | Literal["individual"]
+# The rows that are no single fused model.
+NOT_FUSED: tuple[RowMethod, ...] = ("individual", "ensemble")
 
 
 def styled_accuracy_table(
     summary: pd.DataFrame,
     regimes: Sequence[str],
     n_models: Sequence[int],
-    methods: Sequence[str],
-    importances: Sequence[str],
+    methods: Sequence[MethodName],
+    importances: Sequence[ImportanceName],
 ) -> Styler:
     """:func:`accuracy_table` for a page: each cell on one line, and in each
     column the highest mean among the fused models in bold (the mean
@@ -395,7 +399,7 @@ def _selection_column(summary: pd.DataFrame) -> str:
     return "mean"
 
 
-def best_importance(summary: pd.DataFrame, method: str) -> pd.DataFrame:
+def best_importance(summary: pd.DataFrame, method: MethodName) -> pd.DataFrame:
     """For each regime and n, the row of ``method`` whose importance is best on validation.
 
     Falls back to the test accuracy, with a warning, only for summaries
@@ -406,7 +410,7 @@ def best_importance(summary: pd.DataFrame, method: str) -> pd.DataFrame:
 
 
 def importance_pivot(
-    summary: pd.DataFrame, methods: Sequence[str] = USES_IMPORTANCE
+    summary: pd.DataFrame, *, methods: Sequence[MethodName] = USES_IMPORTANCE
 ) -> pd.DataFrame:
     """Mean accuracy of ``methods`` (default: all with importance): rows (regime, n, method), columns importance."""
     view = summary[summary.method.isin(methods)]
@@ -417,11 +421,12 @@ def importance_pivot(
 
 def importance_gains(
     summary: pd.DataFrame,
-    importances: Sequence[str],
-    methods: Sequence[str] = USES_IMPORTANCE,
+    importances: Sequence[ImportanceName],
+    *,
+    methods: Sequence[MethodName] = USES_IMPORTANCE,
 ) -> pd.DataFrame:
     """Accuracy gain (points) of each non-uniform importance over uniform weights, per cell."""
-    wide = importance_pivot(summary, methods)
+    wide = importance_pivot(summary, methods=methods)
     return pd.DataFrame(
         {
             imp: 100 * (wide[imp] - wide["uniform"])
@@ -432,7 +437,12 @@ def importance_gains(
 
 
 def summary_cell(
-    summary: pd.DataFrame, regime: str, n: int, method: str, importance: str = "uniform"
+    summary: pd.DataFrame,
+    regime: str,
+    n: int,
+    method: RowMethod,
+    *,
+    importance: ImportanceName = "uniform",
 ) -> float:
     """Mean accuracy (%) of one cell of the table; NaN when the method did not run there."""
     row = _row(summary, regime, n, method, importance)
@@ -440,7 +450,11 @@ def summary_cell(
 
 
 def _row(
-    summary: pd.DataFrame, regime: str, n: int, method: str, importance: str = "uniform"
+    summary: pd.DataFrame,
+    regime: str,
+    n: int,
+    method: RowMethod,
+    importance: ImportanceName = "uniform",
 ) -> pd.Series | None:
     """The summary row of one cell (None when the method did not run there)."""
     rows = summary[
@@ -453,7 +467,7 @@ def _row(
 
 
 def select_variant(
-    summary: pd.DataFrame, regime: str, n: int, methods: Sequence[str]
+    summary: pd.DataFrame, regime: str, n: int, methods: Sequence[MethodName]
 ) -> tuple[str, float]:
     """The (method, importance) of ``methods`` best on validation in a cell, and its test accuracy (%).
 
@@ -469,7 +483,7 @@ def _variant(row: pd.Series) -> tuple[str, float]:
 
 
 def _chosen(
-    summary: pd.DataFrame, regime: str, n: int, methods: Sequence[str]
+    summary: pd.DataFrame, regime: str, n: int, methods: Sequence[MethodName]
 ) -> pd.Series:
     """The summary row of :func:`select_variant`'s choice."""
     rows = summary[
@@ -497,7 +511,9 @@ def gradient_word(gap: float) -> str:
 
 
 def headline_numbers(
-    summary: pd.DataFrame, n_models: Sequence[int], importances: Sequence[str]
+    summary: pd.DataFrame,
+    n_models: Sequence[int],
+    importances: Sequence[ImportanceName],
 ) -> dict[str, float | int | str]:
     """The numbers and verdicts the chapter's closing text quotes (accuracies in %, gaps in points).
 
@@ -509,8 +525,10 @@ def headline_numbers(
     """
     n0, n_max = n_models[0], n_models[-1]
 
-    def cell(r: str, n: int, method: str, imp: str = "uniform") -> float:
-        return summary_cell(summary, r, n, method, imp)
+    def cell(
+        r: str, n: int, method: RowMethod, imp: ImportanceName = "uniform"
+    ) -> float:
+        return summary_cell(summary, r, n, method, importance=imp)
 
     sh, full = (_chosen(summary, r, n0, HF_KF) for r in ("sharded", "full"))
     shmax = _chosen(summary, "sharded", n_max, HF_KF)
@@ -519,8 +537,8 @@ def headline_numbers(
     full_name, full_best = _variant(full)
     shmax_name, shmax_best = _variant(shmax)
     sh_ot, shmax_ot = _variant(ot)[1], _variant(ot_max)[1]
-    wide = importance_pivot(summary, HF_KF)
-    gains = importance_gains(summary, importances, HF_KF)
+    wide = importance_pivot(summary, methods=HF_KF)
+    gains = importance_gains(summary, importances, methods=HF_KF)
 
     def lin_minus_grad(g: str) -> float:
         methods = set(wide.index.get_level_values("method"))
@@ -580,6 +598,7 @@ def self_fusion(
     x: torch.Tensor,
     y: torch.Tensor,
     x_test: torch.Tensor,
+    *,
     methods: Sequence[MethodName] = SELF_FUSION_METHODS,
     ridge: float = 1e-8,
 ) -> dict[str, float]:

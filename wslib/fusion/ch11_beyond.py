@@ -61,6 +61,7 @@ def finetune_curves(
     ds: Dataset,
     recipe: Recipe,
     gradient: GradientConfig,
+    *,
     seed: int = 0,
     progress: bool = True,
 ) -> dict[str, list[float]]:
@@ -90,7 +91,7 @@ def finetune_curves(
             ds.x_train,
             ds.y_train,
             recipe,
-            seed,
+            seed=seed,
             progress=False,
             on_epoch=record,
         )
@@ -99,7 +100,7 @@ def finetune_curves(
 
 
 def epochs_within(
-    curve: Sequence[float], target: float, gap: float = 0.01
+    curve: Sequence[float], target: float, *, gap: float = 0.01
 ) -> int | None:
     """Fine-tuning epochs until ``curve`` comes within ``gap`` of ``target``.
 
@@ -108,7 +109,7 @@ def epochs_within(
     """
     if curve[0] >= target - gap:
         return 0
-    return epochs_to(curve[1:], target - gap)
+    return epochs_to(curve[1:], threshold=target - gap)
 
 
 def width_fusions(
@@ -119,6 +120,7 @@ def width_fusions(
     y: torch.Tensor,
     ds: Dataset,
     gradient: GradientConfig,
+    *,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """KF fusion of models of different widths into a model of each width.
@@ -165,6 +167,7 @@ def compression(
     ds: Dataset,
     gradient: GradientConfig,
     kd_epochs: int,
+    *,
     seed: int = 0,
     importances: Sequence[ImportanceName] = ("uniform", "conductance"),
 ) -> dict[str, Any]:
@@ -187,7 +190,7 @@ def compression(
                 y,
                 "kf",
                 retrofit,
-                imp,
+                importance=imp,
                 fused=target,
                 gradient=gradient,
                 seed=seed,
@@ -195,7 +198,7 @@ def compression(
             )
             variants[f"KF-{retrofit} ({imp})"] = accuracy(res.model, ds)
     torch.manual_seed(seed)
-    student = distill(student_like(narrow, wide), wide, x, kd_epochs, seed=seed)
+    student = distill(student_like(narrow, wide), wide, x, epochs=kd_epochs, seed=seed)
     kd_acc = accuracy(student, ds)
     gap = 100 * (max(variants.values()) - kd_acc)
     return {
@@ -213,6 +216,7 @@ def depth_compression(
     sizes: Sequence[int],
     gradient: GradientConfig,
     kd_epochs: int,
+    *,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """A deeper chain compressed into a shallower one (KF across depths) against distillation.
@@ -250,7 +254,9 @@ def depth_compression(
                 }
             )
         torch.manual_seed(seed)
-        student = distill(student_like(shallow, deep), deep, x, kd_epochs, seed=seed)
+        student = distill(
+            student_like(shallow, deep), deep, x, epochs=kd_epochs, seed=seed
+        )
         rows.append(
             {
                 "per class": per_class,
@@ -284,6 +290,7 @@ def size_sweep(
     sizes: Sequence[int],
     copies: int,
     gradient: GradientConfig,
+    *,
     seed: int = 0,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
@@ -308,8 +315,8 @@ def size_sweep(
                     models,
                     x_s,
                     y_s,
-                    share,
-                    "conductance",
+                    class_weights=share,
+                    importance="conductance",
                     gradient=gradient,
                     seed=seed,
                 )
@@ -343,6 +350,7 @@ def cached_size_sweep(
     sizes: Sequence[int],
     copies: int,
     gradient: dict[str, Any],
+    *,
     seed: int = 0,
     run_cache: str | Path | None = None,
 ) -> list[dict[str, Any]]:
@@ -375,11 +383,22 @@ def cached_size_sweep(
             sizes,
             copies,
             GradientConfig(**gradient),
-            seed,
+            seed=seed,
         )
         return {"rows": rows}
 
     return cached_run(run_cache, key, compute, code=FUSION_CODE)["rows"]
+
+
+def _full_data_pair(
+    zoo: Zoo, data: dict[str, Any], spec: Mapping[str, Any], seed: int
+) -> list[nn.Module]:
+    """The two models of ``spec`` (its ``model`` config and ``recipe``) trained on all of
+    ``data``, with model seeds ``derive_seed(seed, "model", i)``, ``i = 0, 1``."""
+    return [
+        trained(zoo, data, spec["model"], spec["recipe"], derive_seed(seed, "model", i))
+        for i in (0, 1)
+    ]
 
 
 def architecture_zero_shot(
@@ -390,6 +409,7 @@ def architecture_zero_shot(
     x: torch.Tensor,
     y: torch.Tensor,
     gradient: GradientConfig,
+    *,
     seed: int = 0,
     progress: bool = True,
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -405,12 +425,7 @@ def architecture_zero_shot(
     for name, spec in tqdm(
         architectures.items(), desc="architectures", disable=not progress
     ):
-        models = [
-            trained(
-                zoo, data, spec["model"], spec["recipe"], derive_seed(seed, "model", i)
-            )
-            for i in range(2)
-        ]
+        models = _full_data_pair(zoo, data, spec, seed)
         row = {
             "architecture": name,
             "individual": float(np.mean([accuracy(m, ds) for m in models])),
@@ -444,6 +459,7 @@ def residual_gradient_variants(
     y: torch.Tensor,
     ds: Dataset,
     gradient: GradientConfig,
+    *,
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """HF and KF (uniform weights) of two residual models with each of :data:`GRADIENT_VARIANTS`.
@@ -525,6 +541,7 @@ def block_fit_study(
     x: torch.Tensor,
     y: torch.Tensor,
     gradient: GradientConfig,
+    *,
     seed: int = 0,
 ) -> dict[str, list[dict[str, Any]]]:
     """:func:`residual_gradient_variants` for the two full-data models of each residual net.
@@ -535,12 +552,6 @@ def block_fit_study(
     ds = zoo.dataset(data)
     out = {}
     for name in residual_architectures(architectures):
-        spec = architectures[name]
-        models = [
-            trained(
-                zoo, data, spec["model"], spec["recipe"], derive_seed(seed, "model", i)
-            )
-            for i in (0, 1)
-        ]
-        out[name] = residual_gradient_variants(models, x, y, ds, gradient, seed)
+        models = _full_data_pair(zoo, data, architectures[name], seed)
+        out[name] = residual_gradient_variants(models, x, y, ds, gradient, seed=seed)
     return out

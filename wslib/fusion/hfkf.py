@@ -247,11 +247,12 @@ def model_importance(
     x: torch.Tensor,
     y: torch.Tensor,
     method: ImportanceName,
+    *,
     progress: bool = True,
 ) -> dict[str, torch.Tensor]:
     """Importance of the neurons of every hidden level (chains) or neuron group (ResNets, transformers)."""
     if isinstance(model, RESIDUAL_ARCHS):
-        return residual_importance(model, x, y, method, progress)
+        return residual_importance(model, x, y, method, progress=progress)
     return neuron_importance(
         model, chain_levels(model)[:-1], x, y, method, progress=progress
     )
@@ -263,6 +264,7 @@ def fuse(
     y: torch.Tensor,
     grouping: GroupingName = "kf",
     retrofit: RetrofitName = "linear",
+    *,
     importance: ImportanceName = "uniform",
     fused: nn.Module | None = None,
     class_weights: np.ndarray | None = None,
@@ -345,7 +347,9 @@ def fuse(
         raise ValueError(f"the fusion set has {len(x)} inputs but {len(y)} labels")
     weights = head_weights(class_weights, len(models), n_classes)
     if scores is None:
-        scores = [model_importance(m, x, y, importance, progress) for m in models]
+        scores = [
+            model_importance(m, x, y, importance, progress=progress) for m in models
+        ]
     check_scores(scores, importance, len(models))
     if residual:
         return fuse_residual(
@@ -367,7 +371,7 @@ def fuse(
             sizes = [o[name].shape[1] for o in outs]
             w = np.concatenate([normalised_scores(s[name]) for s in scores])
             k = module.weight.shape[0]
-            labels = group_labels(points, sizes, w, k, grouping, seed)
+            labels = group_labels(points, sizes, w, k, grouping, seed=seed)
             targets = weighted_centroids(points, w, labels, k)
             grouped, member_w = Grouping(labels, sizes, k), w
         else:
@@ -385,9 +389,9 @@ def fuse(
             else None
         )
         previous = grouped
-        inputs = layer_io(fused, [fused_name], x, "input")[fused_name]
+        inputs = layer_io(fused, [fused_name], x, kind="input")[fused_name]
         if retrofit == "linear":
-            retrofit_linear(module, inputs, targets, ridge, prior)
+            retrofit_linear(module, inputs, targets, ridge=ridge, prior=prior)
         else:
             if prior is not None:
                 set_affine(module, prior)  # start at the aligned parents
@@ -397,8 +401,8 @@ def fuse(
                     module,
                     inputs,
                     from_neuron_matrix(targets, like),
-                    gradient,
-                    derive_seed(seed, "level", li),
+                    config=gradient,
+                    seed=derive_seed(seed, "level", li),
                 )
         if points is not None and w is not None and labels is not None:
             out = neuron_matrix(layer_io(fused, [fused_name], x)[fused_name])
@@ -436,6 +440,7 @@ def augment_fusion_set(
     x: torch.Tensor,
     y: torch.Tensor,
     copies: int,
+    *,
     shift: int = 3,
     noise: float = 0.1,
     seed: int = 0,

@@ -28,7 +28,7 @@ IMPORTANCES: tuple[ImportanceName, ...] = get_args(ImportanceName)
 class Scores(dict):
     """Importance scores (layer or group name -> tensor) tagged with the ``method`` that made them."""
 
-    def __init__(self, scores: dict[str, torch.Tensor], method: str) -> None:
+    def __init__(self, scores: dict[str, torch.Tensor], method: ImportanceName) -> None:
         super().__init__(scores)
         self.method = method
 
@@ -62,6 +62,7 @@ def neuron_importance(
     x: torch.Tensor,
     y: torch.Tensor,
     method: ImportanceName = "conductance",
+    *,
     batch_size: int = 256,
     n_steps: int = 16,
     progress: bool = True,
@@ -130,6 +131,7 @@ def example_scores(
     x: torch.Tensor,
     y: torch.Tensor,
     method: ImportanceName = "conductance",
+    *,
     batch_size: int = 256,
     n_steps: int = 16,
 ) -> torch.Tensor:

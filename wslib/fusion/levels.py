@@ -99,7 +99,7 @@ def level_widths(model: nn.Module) -> list[int]:
 
 
 def check_same_architecture(
-    models: Sequence[nn.Module], same_widths: bool = True
+    models: Sequence[nn.Module], *, same_widths: bool = True
 ) -> None:
     """Raise a ValueError unless all models share one architecture (and widths)."""
     if not models:
@@ -237,6 +237,7 @@ def layer_io(
     model: nn.Module,
     names: Sequence[str],
     x: torch.Tensor,
+    *,
     kind: Literal["input", "output"] = "output",
     batch_size: int = 512,
 ) -> dict[str, torch.Tensor]:
@@ -417,6 +418,7 @@ def kmeans_groups(
     points: Points,
     weights: np.ndarray,
     k: int,
+    *,
     init_first: bool = False,
     seed: int = 0,
 ) -> np.ndarray:
@@ -450,6 +452,7 @@ def group_labels(
     weights: np.ndarray,
     k: int,
     grouping: GroupingName,
+    *,
     seed: int = 0,
 ) -> np.ndarray:
     """HF or KF labels of every model's neurons into ``k`` groups.
@@ -461,7 +464,7 @@ def group_labels(
     if grouping == "hf":
         cuts = np.cumsum(sizes)[:-1]
         return hf_groups(list(points.split(list(sizes))), np.split(weights, cuts))
-    return kmeans_groups(points, weights, k, k == sizes[0], seed)
+    return kmeans_groups(points, weights, k, init_first=k == sizes[0], seed=seed)
 
 
 _COST_ROWS = 64
@@ -508,7 +511,7 @@ def solve_dtype(device: torch.device) -> torch.dtype:
 
 
 def design_matrix(
-    module: Affine, inputs: torch.Tensor, dtype: torch.dtype = torch.float64
+    module: Affine, inputs: torch.Tensor, *, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """Rows of the affine map's inputs, ``(samples, fan_in)``, in neuron_matrix's sample order."""
     x = inputs.to(dtype)
@@ -532,6 +535,7 @@ def ridge_solve(
     targets: torch.Tensor,
     n: int,
     ridge: float,
+    *,
     chunk: int = 256,
 ) -> torch.Tensor:
     """Ridge least squares ``A @ sol ~ targets.T`` for ``A = rows(all n examples)``, float64.
@@ -580,7 +584,7 @@ def set_affine(module: Affine, sol: torch.Tensor) -> None:
 
 @torch.no_grad()
 def affine_outputs(
-    module: Affine, inputs: torch.Tensor, batch_size: int = 512
+    module: Affine, inputs: torch.Tensor, *, batch_size: int = 512
 ) -> torch.Tensor:
     """The layer's outputs on ``inputs`` as :func:`neuron_matrix` rows, on its device.
 
@@ -596,6 +600,7 @@ def retrofit_linear(
     module: Affine,
     inputs: torch.Tensor,
     targets: torch.Tensor,
+    *,
     ridge: float = 1e-8,
     prior: torch.Tensor | None = None,
 ) -> None:
@@ -617,7 +622,7 @@ def retrofit_linear(
     dtype = solve_dtype(dev)
 
     def rows(sl: slice) -> torch.Tensor:
-        a = design_matrix(module, inputs[sl].to(dev), dtype)
+        a = design_matrix(module, inputs[sl].to(dev), dtype=dtype)
         if not bias:
             return a
         return torch.cat([a, torch.ones(len(a), 1, dtype=a.dtype, device=dev)], 1)
@@ -773,6 +778,7 @@ def retrofit_gradient(
     module: nn.Module,
     inputs: torch.Tensor,
     targets: torch.Tensor,
+    *,
     config: GradientConfig = GradientConfig(),
     seed: int = 0,
 ) -> dict[str, float]:
@@ -809,7 +815,7 @@ class FusionResult:
     """Per block fitted end to end: its name and the block-output MSE at the start and the end."""
 
 
-def normalised_scores(scores: torch.Tensor, floor: float = 1e-6) -> np.ndarray:
+def normalised_scores(scores: torch.Tensor, *, floor: float = 1e-6) -> np.ndarray:
     """Scores scaled to mean 1 (every model weighs the same in total), floored above zero."""
     s = scores.double().cpu().numpy()
     s = s / s.mean() if s.mean() > 0 else np.ones_like(s)

@@ -124,7 +124,7 @@ def resnet_taps(model: ResNet, x: torch.Tensor) -> Taps:
             t[f"{p}.in"] = cur
             t[f"{p}.bn1"] = block.bn1(block.conv1(cur))
             t[f"{p}.h"] = F.relu(t[f"{p}.bn1"])
-            t[f"{p}.sum"] = block_output(block, cur, t[f"{p}.h"])
+            t[f"{p}.sum"] = block_output(block, cur, inner=t[f"{p}.h"])
             cur = F.relu(t[f"{p}.sum"])
     t["pooled"] = cur.flatten(2).mean(2)
     t["head"] = model.head(t["pooled"])
@@ -163,6 +163,7 @@ def transformer_taps(model: Transformer, x: torch.Tensor) -> Taps:
 def block_output(
     block: BasicBlock | TransformerBlock,
     x: torch.Tensor,
+    *,
     inner: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The output of a block on its input ``x``: a BasicBlock's pre-ReLU sum, a transformer block's.
@@ -178,7 +179,7 @@ def block_output(
 
 
 def tap_matrix(
-    value: torch.Tensor, tokens: bool, dtype: torch.dtype = torch.float64
+    value: torch.Tensor, tokens: bool, *, dtype: torch.dtype = torch.float64
 ) -> torch.Tensor:
     """A tap as ``(neurons, samples)`` rows (on its device); samples are examples x positions (or tokens)."""
     if tokens or value.dim() == 2:
@@ -318,6 +319,7 @@ def residual_importance(
     x: torch.Tensor,
     y: torch.Tensor,
     method: ImportanceName,
+    *,
     progress: bool = True,
 ) -> Scores:
     """Importance of every neuron group of a residual model (mean over the group's modules)."""
@@ -351,7 +353,7 @@ class _Piece:
             n, t = self.source[sl].shape[:2]
             eye = torch.eye(t, dtype=self.dtype, device=self.source.device)
             return eye.repeat(n, 1)
-        return design_matrix(self.module, self.source[sl], self.dtype)
+        return design_matrix(self.module, self.source[sl], dtype=self.dtype)
 
     @torch.no_grad()
     def coefficients(self) -> torch.Tensor:
@@ -551,12 +553,14 @@ def _group_targets(
     seen: dict[str, dict] = {}
     for group in dict.fromkeys(s.group for s in plan if s.group is not None):
         taps = [s.tap for s in plan if s.group == group]
-        mats = {tap: [tap_matrix(b[tap], tokens, dtype) for b in base] for tap in taps}
+        mats = {
+            tap: [tap_matrix(b[tap], tokens, dtype=dtype) for b in base] for tap in taps
+        }
         points = torch.cat([torch.cat(mats[tap], 0) for tap in taps], 1)
         sizes = [len(m) for m in mats[taps[0]]]
         w = np.concatenate([normalised_scores(s[group]) for s in scores])
         k = fused_sizes[group]
-        labels = group_labels(points, sizes, w, k, grouping, seed)
+        labels = group_labels(points, sizes, w, k, grouping, seed=seed)
         centroids = weighted_centroids(points, w, labels, k)
         widths = [mats[tap][0].shape[1] for tap in taps]
         targets.update(zip(taps, centroids.split(widths, 1)))
@@ -600,7 +604,9 @@ def fuse_residual(
     )
     logits = torch.stack([b["head"].to(dtype) for b in base])
     weights = torch.as_tensor(head_weights, dtype=dtype, device=dev)
-    targets["head"] = tap_matrix((weights[:, None, :] * logits).sum(0), tokens, dtype)
+    targets["head"] = tap_matrix(
+        (weights[:, None, :] * logits).sum(0), tokens, dtype=dtype
+    )
     for norm in (m for m in fused.modules() if isinstance(m, nn.LayerNorm)):
         nn.init.ones_(norm.weight)
         nn.init.zeros_(norm.bias)
@@ -611,10 +617,10 @@ def fuse_residual(
         target = (
             targets[step.tap]
             if step.tap in targets
-            else tap_matrix(base[0][step.tap], tokens, dtype)
+            else tap_matrix(base[0][step.tap], tokens, dtype=dtype)
         )
         if step.residual is not None:
-            target = target - tap_matrix(own[step.residual], tokens, dtype)
+            target = target - tap_matrix(own[step.residual], tokens, dtype=dtype)
         pieces = [_Piece(fused, f, own[f.source], dtype) for f in step.fits]
         if retrofit == "linear" or blocks:
             sol = ridge_solve(
@@ -643,7 +649,9 @@ def fuse_residual(
     result = FusionResult(fused.eval(), [s.tap for s in plan], block_fits=block_fits)
     own = taps_of(fused, x)
     for group, g in seen.items():
-        out = torch.cat([tap_matrix(own[tap], tokens, dtype) for tap in g["taps"]], 1)
+        out = torch.cat(
+            [tap_matrix(own[tap], tokens, dtype=dtype) for tap in g["taps"]], 1
+        )
         result.costs.append(
             {
                 "level": group,

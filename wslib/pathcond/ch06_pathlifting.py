@@ -28,7 +28,7 @@ from wslib.core.train import Recipe, model_device, seed_everything
 from wslib.pathcond.lifting import PathLifting, explicit_path_lifting, mlp_path_labels
 from wslib.pathcond.protocols import Run
 from wslib.pathcond.rescaling import am_over_gm, diag_g, pathcond_rescale
-from wslib.pathcond.training import prepare_model, train_run
+from wslib.pathcond.training import InitMethod, prepare_model, train_run
 
 
 @dataclass
@@ -56,7 +56,9 @@ class TinyLifting:
         return float((self.after.phi - self.before.phi).abs().max())
 
 
-def tiny_lifting(config: dict[str, Any], spread: float, seed: int = 0) -> TinyLifting:
+def tiny_lifting(
+    config: dict[str, Any], spread: float, *, seed: int = 0
+) -> TinyLifting:
     """Build ``config`` in float64, give its neurons random scales, then apply PathCond.
 
     The random positive scales (log-spread ``spread``) make a badly scaled
@@ -66,7 +68,9 @@ def tiny_lifting(config: dict[str, Any], spread: float, seed: int = 0) -> TinyLi
     seed_everything(seed)
     net = build_model(config).double()
     structure = neuron_structure(net)
-    scales = random_scales(structure, spread, torch.Generator().manual_seed(seed))
+    scales = random_scales(
+        structure, spread=spread, generator=torch.Generator().manual_seed(seed)
+    )
     net.load_state_dict(rescale_state(net.state_dict(), structure, scales))
     before = explicit_path_lifting(net, config["in_shape"])
     conditioned = copy.deepcopy(net)
@@ -77,7 +81,7 @@ def tiny_lifting(config: dict[str, Any], spread: float, seed: int = 0) -> TinyLi
 
 
 def path_rows(
-    lifting: TinyLifting, config: dict[str, Any], n_rows: int = 10
+    lifting: TinyLifting, config: dict[str, Any], *, n_rows: int = 10
 ) -> list[dict[str, Any]]:
     """About ``n_rows`` evenly spaced paths of an MLP ``config``: label, Phi before and after."""
     sizes = [math.prod(config["in_shape"]), *config["widths"], config["n_classes"]]
@@ -121,7 +125,7 @@ def lifting_spectra(lifting: TinyLifting) -> dict[str, Any]:
 
 
 def diag_g_check(
-    archs: dict[str, dict[str, Any]], seed: int = 0, noise: float = 0.2
+    archs: dict[str, dict[str, Any]], *, seed: int = 0, noise: float = 0.2
 ) -> list[dict[str, Any]]:
     """The one-pass ``diag(G)`` against brute force, one row per architecture.
 
@@ -154,7 +158,7 @@ def diag_g_check(
 
 
 def function_check(
-    archs: dict[str, dict[str, Any]], seed: int = 0, batch: int = 32
+    archs: dict[str, dict[str, Any]], *, seed: int = 0, batch: int = 32
 ) -> list[dict[str, Any]]:
     """How much PathCond changes each model's outputs, in train and eval mode.
 
@@ -168,7 +172,9 @@ def function_check(
         model = build_model(config)
         x = torch.randn(batch, *config["in_shape"])
         structure = neuron_structure(model)
-        scales = random_scales(structure, 1.0, torch.Generator().manual_seed(seed))
+        scales = random_scales(
+            structure, spread=1.0, generator=torch.Generator().manual_seed(seed)
+        )
         rescaled = copy.deepcopy(model)
         rescaled.load_state_dict(rescale_state(model.state_dict(), structure, scales))
         start = time.perf_counter()
@@ -187,9 +193,10 @@ def function_check(
 
 def trajectories(
     config: dict[str, Any],
-    methods: Sequence[str],
+    methods: Sequence[InitMethod],
     ds: Dataset,
     recipe: Recipe,
+    *,
     seed: int = 0,
     init_scale: float = 1.0,
 ) -> dict[str, Run]:
@@ -199,12 +206,12 @@ def trajectories(
     training set before the first step (the same for every method that keeps
     the function, as PathCond does).
     """
-    runs = {
+    runs: dict[str, Run] = {
         method: train_run(config, method, ds, recipe, seed=seed, init_scale=init_scale)
         for method in tqdm(methods, desc="training")
     }
     for method in methods:
-        model, *_ = prepare_model(config, method, init_scale, seed)
+        model, *_ = prepare_model(config, method, init_scale=init_scale, seed=seed)
         with torch.no_grad():
             out = model(ds.x_train.to(model_device(model)))
             loss = F.cross_entropy(out, ds.y_train.to(out.device))

@@ -24,18 +24,19 @@ import torch
 
 from wslib.core.data import DataKey, Dataset, load_dataset
 from wslib.core.describe import mlp_sizes, percent
-from wslib.core.models import build_model
+from wslib.core.models import ActivationName, build_model
 from wslib.core.seeds import derive_seed, derive_seeds
 from wslib.pathcond.grid import Job, Pair, RunGrid, has_output_bias, mlp_config
 from wslib.pathcond.protocols import RUNS_DIR, Run, rescale_cost
 from wslib.pathcond.rescaling import (
     PAPER_SWEEPS,
+    RescalingMethod,
     am_over_gm,
     diag_g,
     optimize_rescaling,
     rescalable_structure,
 )
-from wslib.pathcond.training import prepare_model
+from wslib.pathcond.training import InitMethod, prepare_model
 from wslib.runs.stats import (
     RateSearch,
     format_epochs,
@@ -47,8 +48,10 @@ from wslib.runs.stats import (
 )
 from wslib.runs.verdicts import Verdict, compare
 
-SWEPT_METHODS = ("baseline", "pathcond")  #: the methods of chapter 7's rate search
-PAIR_METHODS = ("baseline", "pathcond")  # the two methods every comparison holds
+#: the methods of chapter 7's rate search
+SWEPT_METHODS: tuple[InitMethod, ...] = ("baseline", "pathcond")
+# the two methods every comparison holds
+PAIR_METHODS: tuple[InitMethod, ...] = ("baseline", "pathcond")
 
 # --- the protocol -----------------------------------------------------------------
 
@@ -77,6 +80,7 @@ def mlp_grid(
     mlp: dict[str, Any],
     recipe: dict[str, Any],
     configs: dict[str, dict[str, Any]],
+    *,
     workers: int | None = None,
     load: bool = True,
     stack: bool | None = None,
@@ -97,7 +101,7 @@ def default_jobs(
     seeds: Sequence[int],
     size_sweep: dict[str, Any],
     activation_config: str,
-    activations: Sequence[str],
+    activations: Sequence[ActivationName],
     activation_seeds: Sequence[int],
 ) -> list[Job]:
     """Chapter 7's runs at the default recipe: every configuration and method on
@@ -133,6 +137,7 @@ def tune_rates(
     factors: Sequence[float],
     seed: int,
     epochs: int,
+    *,
     threshold: float = 0.99,
 ) -> RateSearch[Pair]:
     """Each (configuration, method)'s best learning rate on the tuning ``seed``.
@@ -153,10 +158,15 @@ def tune_rates(
             )
             for (c, m), lr, cap in items
         ]
-        return grid.train(jobs, "lr sweep")
+        return grid.train(jobs, desc="lr sweep")
 
     return search_rates(
-        train, pairs, lr_grid, factors, threshold, give_up_first=max(epochs // 2, 1)
+        train,
+        pairs,
+        lr_grid,
+        factors,
+        threshold=threshold,
+        give_up_first=max(epochs // 2, 1),
     )
 
 
@@ -169,7 +179,7 @@ def evaluate_rates(
         for (c, m), lr in rates.items()
         for s in seeds
     ]
-    runs = iter(grid.train(jobs, "long runs"))
+    runs = iter(grid.train(jobs, desc="long runs"))
     return {pair: [next(runs) for _ in seeds] for pair in rates}
 
 
@@ -208,7 +218,7 @@ def layer_scale_rows(
     for name, cfg in configs.items():
         config = mlp_config(base, cfg["widths"], output_bias=has_output_bias(base, cfg))
         models = [
-            prepare_model(config, m, cfg["init_scale"], seed)[0]
+            prepare_model(config, m, init_scale=cfg["init_scale"], seed=seed)[0]
             for m in ("baseline", "pathcond")
         ]
         g_before, g_after = (diag_g(m, base["in_shape"]) for m in models)
@@ -252,10 +262,12 @@ def solver_comparison(
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     config = mlp_config(base, cfg["widths"], output_bias=has_output_bias(base, cfg))
-    model, *_ = prepare_model(config, "baseline", cfg["init_scale"], seed)
+    model, *_ = prepare_model(
+        config, "baseline", init_scale=cfg["init_scale"], seed=seed
+    )
     g = diag_g(model, base["in_shape"])
     structure = rescalable_structure(model)
-    settings = {
+    settings: dict[str, tuple[RescalingMethod, int, float]] = {
         "converged": ("block", 1000, 1e-12),
         f"block, {PAPER_SWEEPS} sweeps": ("block", PAPER_SWEEPS, 0.0),
         f"per neuron, {PAPER_SWEEPS} sweeps": ("neuron", PAPER_SWEEPS, 0.0),
@@ -264,8 +276,13 @@ def solver_comparison(
     torch.set_num_threads(1)
     try:
         results = {
-            k: [optimize_rescaling(g, structure, *v) for _ in range(repeats)]
-            for k, v in settings.items()
+            k: [
+                optimize_rescaling(
+                    g, structure, method=method, max_sweeps=sweeps, rtol=rtol
+                )
+                for _ in range(repeats)
+            ]
+            for k, (method, sweeps, rtol) in settings.items()
         }
     finally:
         torch.set_num_threads(threads)
@@ -295,7 +312,12 @@ def cost_rows(
         out = has_output_bias(base, cfg)
         config = mlp_config(base, cfg["widths"], output_bias=out)
         rows.append(
-            {"config": name, **rescale_cost(config, ds, batch_size, seed, repeats)}
+            {
+                "config": name,
+                **rescale_cost(
+                    config, ds, batch_size=batch_size, seed=seed, repeats=repeats
+                ),
+            }
         )
     return rows
 
@@ -354,12 +376,12 @@ def rate_range_text(rates: Sequence[float]) -> str:
 # --- results ----------------------------------------------------------------------
 
 
-def summarise_runs(runs: Sequence[Run], threshold: float = 0.99) -> dict[str, Any]:
+def summarise_runs(runs: Sequence[Run], *, threshold: float = 0.99) -> dict[str, Any]:
     """Runs over seeds: ``epochs`` to ``threshold`` (:func:`~wslib.runs.stats.summarise_epochs`), mean
     and std of ``test_acc``, mean final training accuracy ``final_acc``."""
     test_acc, test_acc_std = mean_std([r["test_acc"] for r in runs])
     return {
-        "epochs": summarise_epochs([r["acc"] for r in runs], threshold),
+        "epochs": summarise_epochs([r["acc"] for r in runs], threshold=threshold),
         "test_acc": test_acc,
         "test_acc_std": test_acc_std,
         "final_acc": float(np.mean([r["acc"][-1] for r in runs])),
@@ -367,18 +389,20 @@ def summarise_runs(runs: Sequence[Run], threshold: float = 0.99) -> dict[str, An
 
 
 def summarise_grid(
-    grid: RunGrid, seeds: Sequence[int], threshold: float = 0.99
+    grid: RunGrid, seeds: Sequence[int], *, threshold: float = 0.99
 ) -> dict[Pair, dict[str, Any]]:
     """:func:`summarise_runs` of every (configuration, method) of ``grid`` on ``seeds``."""
     return {
-        (name, method): summarise_runs(grid.select(name, method, seeds), threshold)
+        (name, method): summarise_runs(
+            grid.select(name, method, seeds), threshold=threshold
+        )
         for name, cfg in grid.configs.items()
         for method in cfg["methods"]
     }
 
 
 def epochs_rows(
-    summaries: dict[Pair, dict[str, Any]], threshold: float = 0.99
+    summaries: dict[Pair, dict[str, Any]], *, threshold: float = 0.99
 ) -> list[dict[str, Any]]:
     """Table rows: epochs to ``threshold``, runs reaching it, test accuracy (mean ± std)."""
     pct = percent(threshold)
@@ -446,7 +470,8 @@ def grid_edge_text(search: RateSearch[Pair], grid: Sequence[float]) -> str:
 def best_rates_text(
     search: RateSearch[Pair],
     names: Sequence[str],
-    methods: Sequence[str] = PAIR_METHODS,
+    *,
+    methods: Sequence[InitMethod] = PAIR_METHODS,
 ) -> str:
     """:func:`best_rate_text` of every method on every configuration in ``names``."""
     return "; ".join(
@@ -458,6 +483,7 @@ def best_rates_text(
 def long_rows(
     long_summary: dict[Pair, dict[str, Any]],
     rates: dict[Pair, float],
+    *,
     threshold: float = 0.99,
 ) -> list[dict[str, Any]]:
     """Table rows of the evaluation at each method's best rate, with PathCond's speed-up.
@@ -613,6 +639,7 @@ def ablation_rows(
     pairs: dict[str, str],
     base: dict[str, Any],
     configs: dict[str, dict[str, Any]],
+    *,
     threshold: float = 0.99,
 ) -> list[dict[str, Any]]:
     """Rows of the output-bias ablation at the shared rate.
@@ -787,8 +814,9 @@ def size_points(
     config: str,
     sizes: Sequence[Sequence[int]],
     seeds: Sequence[int],
+    *,
     threshold: float = 0.99,
-    methods: Sequence[str] = PAIR_METHODS,
+    methods: Sequence[InitMethod] = PAIR_METHODS,
 ) -> dict[str, list[dict[str, Any]]]:
     """Epochs to ``threshold`` against the number of parameters, per method.
 
@@ -802,7 +830,7 @@ def size_points(
         points[method] = []
         for widths in all_sizes:
             runs = grid.select(config, method, seeds, widths=widths)
-            summ = summarise_epochs([r["acc"] for r in runs], threshold)
+            summ = summarise_epochs([r["acc"] for r in runs], threshold=threshold)
             model = build_model(mlp_config(grid.base, widths))
             points[method].append(
                 {
@@ -820,17 +848,18 @@ def size_points(
 def activation_rows(
     grid: RunGrid,
     config: str,
-    activations: Sequence[str],
+    activations: Sequence[ActivationName],
     seeds: Sequence[int],
+    *,
     threshold: float = 0.99,
-    methods: Sequence[str] = PAIR_METHODS,
+    methods: Sequence[InitMethod] = PAIR_METHODS,
 ) -> list[dict[str, Any]]:
     """Per activation and method: mean epochs to ``threshold``, runs reaching it, test accuracy."""
     rows = []
     for act in activations:
         for method in methods:
             runs = grid.select(config, method, seeds, activation=act)
-            summ = summarise_epochs([r["acc"] for r in runs], threshold)
+            summ = summarise_epochs([r["acc"] for r in runs], threshold=threshold)
             rows.append(
                 {
                     "activation": act,
@@ -873,7 +902,7 @@ def add_cost_metrics(
     metrics["epoch_seconds"] = float(np.mean([r["epoch_seconds"] for r in costs]))
 
 
-def solver_text(rows: Sequence[dict[str, Any]], sweeps: int = PAPER_SWEEPS) -> str:
+def solver_text(rows: Sequence[dict[str, Any]], *, sweeps: int = PAPER_SWEEPS) -> str:
     """The solver comparison of :func:`solver_comparison` in words."""
     parts = []
     for r in rows:

@@ -22,7 +22,7 @@ from wslib.core.data import Dataset, load_dataset
 from wslib.core.describe import data_label, describe_model, describe_sgd, percent
 from wslib.core.train import Recipe
 from wslib.pathcond.protocols import Run, rescale_cost
-from wslib.pathcond.training import train_run
+from wslib.pathcond.training import InitMethod, train_run
 from wslib.runs.published import PATHCOND, beside_paper, run_setting
 from wslib.runs.stats import format_epochs, format_mean_std, mean_std, summarise_epochs
 
@@ -31,9 +31,10 @@ from wslib.runs.stats import format_epochs, format_mean_std, mean_std, summarise
 
 def train_archs(
     archs: dict[str, dict[str, Any]],
-    methods: Sequence[str],
+    methods: Sequence[InitMethod],
     seeds: Sequence[int],
     ds: Dataset,
+    *,
     cache_dir: str | Path | None = None,
 ) -> dict[tuple[str, str, int], Run]:
     """One run per (architecture, method, seed), one after the other, keyed so.
@@ -46,7 +47,7 @@ def train_archs(
         for a, spec in archs.items()
     }
     jobs = [(a, m, s) for a in archs for m in methods for s in seeds]
-    runs = {}
+    runs: dict[tuple[str, str, int], Run] = {}
     for arch, method, s in tqdm(jobs, desc="runs"):
         spec = archs[arch]
         runs[(arch, method, s)] = train_run(
@@ -62,7 +63,7 @@ def train_archs(
 
 
 def rescale_costs(
-    models: dict[str, dict[str, Any]], ds: Dataset, repeats: int = 1
+    models: dict[str, dict[str, Any]], ds: Dataset, *, repeats: int = 1
 ) -> list[dict[str, Any]]:
     """:func:`~wslib.pathcond.protocols.rescale_cost` of each named model config on ``ds``, one row each."""
     return [
@@ -93,8 +94,9 @@ def pooling_text(config: dict[str, Any]) -> str:
 def arch_metrics(
     runs: dict[tuple[str, str, int], Run],
     archs: dict[str, dict[str, Any]],
-    methods: Sequence[str],
+    methods: Sequence[InitMethod],
     seeds: Sequence[int],
+    *,
     threshold: float = 0.99,
 ) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
     """The results-file entry of every architecture of chapter 8, and table rows.
@@ -122,12 +124,12 @@ def arch_metrics(
             row = {
                 "architecture": arch,
                 "method": method,
-                "final train loss": format_mean_std(final, ".4g", ".2g"),
+                "final train loss": format_mean_std(final, fmt=".4g", std_fmt=".2g"),
                 "test loss": entry["test_loss"][method],
             }
             entry["test_acc"][method] = None
             if spec["task"] == "classify":
-                summ = summarise_epochs([r["acc"] for r in sel], threshold)
+                summ = summarise_epochs([r["acc"] for r in sel], threshold=threshold)
                 entry["epochs_to_99"][method] = summ
                 entry["test_acc"][method] = float(np.mean([r["test_acc"] for r in sel]))
                 row[f"epochs to {pct}"] = format_epochs(summ)
@@ -164,13 +166,13 @@ def paper_numbers_beside(
 
 
 def setup_rows(
-    archs: dict[str, dict[str, Any]], ds: Dataset, methods: Sequence[str]
+    archs: dict[str, dict[str, Any]], ds: Dataset, methods: Sequence[InitMethod]
 ) -> list[dict[str, Any]]:
     """Table rows of chapter 8's set-up: per architecture its model, data, task and recipe."""
     return [
         {
             "architecture": arch,
-            "model": describe_model(spec["model"], "details"),
+            "model": describe_model(spec["model"], words="details"),
             "data": data_label(spec.get("data", {}).get("name", ds.name)),
             "task": spec["task"],
             "epochs": spec["recipe"]["epochs"],
@@ -194,7 +196,8 @@ def convergence_rows(
     runs: dict[tuple[str, str, int], Run],
     archs: dict[str, dict[str, Any]],
     seeds: Sequence[int],
-    method: str = "pathcond",
+    *,
+    method: InitMethod = "pathcond",
 ) -> list[dict[str, Any]]:
     """Per architecture and seed: did PathCond's solver converge, and how far from it it stopped."""
     rows = []
@@ -215,7 +218,7 @@ def convergence_rows(
     return rows
 
 
-def convergence_text(rows: Sequence[dict[str, Any]], rtol: float = 1e-12) -> str:
+def convergence_text(rows: Sequence[dict[str, Any]], *, rtol: float = 1e-12) -> str:
     """One sentence: which runs' solver stopped at its sweep limit, and how far from converged."""
     stopped = [r for r in rows if not r["converged"]]
     if not stopped:

@@ -94,7 +94,7 @@ def _structure(model: nn.Module) -> NeuronStructure:
 
 
 @torch.no_grad()
-def enorm_step(model: nn.Module, p: float = 2.0, rescale_bias: bool = True) -> None:
+def enorm_step(model: nn.Module, *, p: float = 2.0, rescale_bias: bool = True) -> None:
     """One ENorm cycle in place (function-preserving when ``rescale_bias``).
 
     Norms and scales are computed on the model's device and the tensors are
@@ -112,7 +112,7 @@ def enorm_step(model: nn.Module, p: float = 2.0, rescale_bias: bool = True) -> N
 
 
 @torch.no_grad()
-def enorm_step_authors(model: nn.Module, p: float = 2.0) -> None:
+def enorm_step_authors(model: nn.Module, *, p: float = 2.0) -> None:
     """One cycle of the PathCond authors' ENorm in place (see the module docstring).
 
     All scales ``lam = (b / a)^(1 / (2p))`` come from the state before the
@@ -130,12 +130,12 @@ def enorm_step_authors(model: nn.Module, p: float = 2.0) -> None:
         _rescale_in_place(state, group, lam, rescale_bias=False)
 
 
-def enorm_callback(p: float = 2.0) -> Callable[[nn.Module], None]:
+def enorm_callback(*, p: float = 2.0) -> Callable[[nn.Module], None]:
     """``on_step`` callback for :func:`wslib.core.train.fit`: one ENorm cycle after every SGD step."""
-    return lambda model: enorm_step(model, p)
+    return lambda model: enorm_step(model, p=p)
 
 
 def enorm_step_pathcond_variant(epoch: int, model: nn.Module) -> None:
     """``on_epoch`` callback: the PathCond authors' ENorm (:func:`enorm_step_authors`)."""
     del epoch
-    enorm_step_authors(model, 2.0)
+    enorm_step_authors(model, p=2.0)

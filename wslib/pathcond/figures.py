@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -17,8 +17,10 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from wslib.core.models import ActivationName
 from wslib.pathcond.grid import Pair, RunGrid
 from wslib.pathcond.protocols import Run
+from wslib.pathcond.training import InitMethod
 from wslib.plotting import band, label_axes, method_colour
 from wslib.runs.stats import RateSearch
 
@@ -26,7 +28,7 @@ PAGE_WIDTH = 8.0  # inches
 THRESHOLD_STYLE: dict[str, Any] = {"color": "gray", "lw": 0.8, "ls": ":"}
 
 
-def panels(n: int, ncols: int = 3, height: float = 2.8) -> tuple[Figure, list[Axes]]:
+def panels(n: int, *, ncols: int = 3, height: float = 2.8) -> tuple[Figure, list[Axes]]:
     """A page-wide figure of ``n`` panels in rows of at most ``ncols``; unused ones hidden."""
     ncols = max(1, min(n, ncols))
     nrows = math.ceil(n / ncols)
@@ -105,7 +107,11 @@ def draw_trajectories(runs: dict[str, Run]) -> Figure:
 
 
 def draw_config_curves(
-    grid: RunGrid, seeds: Sequence[int], quantity: str, threshold: float | None = None
+    grid: RunGrid,
+    seeds: Sequence[int],
+    quantity: Literal["loss", "acc"],
+    *,
+    threshold: float | None = None,
 ) -> Figure:
     """One panel per configuration: training ``"loss"`` (log) or ``"acc"`` per epoch.
 
@@ -200,7 +206,7 @@ def draw_best_rate_curves(
 
 
 def draw_size_sweep(
-    points: dict[str, list[dict[str, Any]]], title: str, threshold: float = 0.99
+    points: dict[str, list[dict[str, Any]]], title: str, *, threshold: float = 0.99
 ) -> Figure:
     """Epochs to the threshold against the number of parameters (log-log), per method.
 
@@ -237,9 +243,10 @@ def draw_size_sweep(
 def draw_activation_curves(
     grid: RunGrid,
     config: str,
-    activations: Sequence[str],
+    activations: Sequence[ActivationName],
     seeds: Sequence[int],
-    methods: Sequence[str] = ("baseline", "pathcond"),
+    *,
+    methods: Sequence[InitMethod] = ("baseline", "pathcond"),
 ) -> Figure:
     """Training accuracy of ``config`` with each activation, one panel each."""
     fig, axes = panels(len(activations), ncols=2, height=3.4)
@@ -261,7 +268,7 @@ def draw_activation_curves(
 def draw_arch_curves(
     runs: dict[tuple[str, str, int], Run],
     archs: dict[str, dict[str, Any]],
-    methods: Sequence[str],
+    methods: Sequence[InitMethod],
     seeds: Sequence[int],
 ) -> Figure:
     """Per architecture: training loss (log) and, for classifiers, running accuracy.

@@ -14,11 +14,12 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from wslib.core.data import DataKey, Dataset
+from wslib.core.models import ActivationName
 from wslib.core.train import Recipe
 from wslib.pathcond.protocols import Run
-from wslib.pathcond.training import train_runs
+from wslib.pathcond.training import InitMethod, train_runs
 
-Pair = tuple[str, str]  # (configuration, method)
+Pair = tuple[str, InitMethod]  # (configuration, method)
 
 
 class Job(NamedTuple):
@@ -27,8 +28,8 @@ class Job(NamedTuple):
     config: str
     widths: tuple[int, ...]
     init_scale: float
-    activation: str
-    method: str
+    activation: ActivationName
+    method: InitMethod
     lr: float
     seed: int
     epochs: int
@@ -40,7 +41,8 @@ class Job(NamedTuple):
 def mlp_config(
     base: dict[str, Any],
     widths: Sequence[int],
-    activation: str = "relu",
+    *,
+    activation: ActivationName = "relu",
     output_bias: bool | None = None,
 ) -> dict[str, Any]:
     """The model config of an MLP: ``base`` (name, in_shape, n_classes), widths, activation.
@@ -93,12 +95,13 @@ class RunGrid:
     def job(
         self,
         config: str,
-        method: str,
+        method: InitMethod,
         seed: int,
+        *,
         lr: float | None = None,
         epochs: int | None = None,
         widths: Sequence[int] | None = None,
-        activation: str = "relu",
+        activation: ActivationName = "relu",
         stop_at: float | None = None,
         give_up_after: int | None = None,
     ) -> Job:
@@ -123,7 +126,10 @@ class RunGrid:
         recipe = Recipe(**{**self.recipe, "lr": job.lr, "epochs": job.epochs})
         return {
             "config": mlp_config(
-                self.base, job.widths, job.activation, job.output_bias
+                self.base,
+                job.widths,
+                activation=job.activation,
+                output_bias=job.output_bias,
             ),
             "method": job.method,
             "ds": self.ds,
@@ -135,7 +141,7 @@ class RunGrid:
             "give_up_after": job.give_up_after,
         }
 
-    def train(self, jobs: Sequence[Job], desc: str = "runs") -> list[Run]:
+    def train(self, jobs: Sequence[Job], *, desc: str = "runs") -> list[Run]:
         """Train the ``jobs`` not trained yet (one :func:`~wslib.pathcond.training.train_runs` call); return all runs."""
         todo = [job for job in dict.fromkeys(jobs) if job not in self.runs]
         if todo and self.ds is None:
@@ -144,13 +150,16 @@ class RunGrid:
                 "jobs but cannot train them; build it with load=True to train"
             )
         done = train_runs(
-            [self.arguments(j) for j in todo], self.workers, desc, self.stack
+            [self.arguments(j) for j in todo],
+            workers=self.workers,
+            desc=desc,
+            stack=self.stack,
         )
         self.runs.update(zip(todo, done, strict=True))
         return [self.runs[job] for job in jobs]
 
     def select(
-        self, config: str, method: str, seeds: Sequence[int], **options: Any
+        self, config: str, method: InitMethod, seeds: Sequence[int], **options: Any
     ) -> list[Run]:
         """The trained runs of ``config`` by ``method`` on ``seeds`` (options: see :meth:`job`)."""
         return [self.runs[self.job(config, method, s, **options)] for s in seeds]
@@ -169,7 +178,8 @@ class RunGrid:
         config: str,
         sizes: Sequence[Sequence[int]],
         seeds: Sequence[int],
-        methods: Sequence[str] = ("baseline", "pathcond"),
+        *,
+        methods: Sequence[InitMethod] = ("baseline", "pathcond"),
     ) -> list[Job]:
         """``config`` with each of the hidden ``sizes`` (widths) instead of its own."""
         return [
@@ -182,9 +192,10 @@ class RunGrid:
     def activation_jobs(
         self,
         config: str,
-        activations: Sequence[str],
+        activations: Sequence[ActivationName],
         seeds: Sequence[int],
-        methods: Sequence[str] = ("baseline", "pathcond"),
+        *,
+        methods: Sequence[InitMethod] = ("baseline", "pathcond"),
     ) -> list[Job]:
         """``config`` with each of ``activations`` instead of ReLU."""
         return [

@@ -50,7 +50,7 @@ class Factor:
 
 
 def chain_paths(
-    factors: Sequence[Factor], use_bias: Sequence[bool] | None = None
+    factors: Sequence[Factor], *, use_bias: Sequence[bool] | None = None
 ) -> torch.Tensor:
     """Path products of a chain, as a matrix ``(output neuron, path ending there)``.
 
@@ -189,7 +189,7 @@ def _resnet_paths(
     skip = Factor(torch.ones(width, dtype=dtype), None, True)
     routes: list[tuple[list[Factor], list[bool]]] = [(stem, [True, True])]
     for b in range(len(stages[0])):
-        stream = torch.cat([chain_paths(f, fl) for f, fl in routes], 1)
+        stream = torch.cat([chain_paths(f, use_bias=fl) for f, fl in routes], 1)
         body = _block_factors(params, f"stages.0.{b}", stream, length)
         # a bias path of the body is the same whatever route led to the block: count it once
         routes = [(f + [skip], fl + [False]) for f, fl in routes] + [
@@ -199,7 +199,7 @@ def _resnet_paths(
     head = Factor(params["head.weight"], params["head.bias"])
     return torch.cat(
         [
-            chain_paths([*f, mean, head], [*fl, False, i == 0])
+            chain_paths([*f, mean, head], use_bias=[*fl, False, i == 0])
             for i, (f, fl) in enumerate(routes)
         ],
         1,

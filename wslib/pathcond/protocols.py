@@ -24,6 +24,7 @@ RUNS_DIR = "data/runs"  #: the chapters' run cache, under the workspace's root
 def rescale_cost(
     config: dict[str, Any],
     ds: Dataset,
+    *,
     batch_size: int = COST_BATCH,
     seed: int = 0,
     repeats: int = 1,
@@ -42,9 +43,9 @@ def rescale_cost(
     )
     rescale, epoch = [], []
     for _ in range(repeats):
-        model, seconds, _ = prepare_model(config, "pathcond", 1.0, seed)
+        model, seconds, _ = prepare_model(config, "pathcond", init_scale=1.0, seed=seed)
         start = time.perf_counter()
-        fit(model, ds.x_train, ds.y_train, recipe, seed, progress=False)
+        fit(model, ds.x_train, ds.y_train, recipe, seed=seed, progress=False)
         epoch.append(time.perf_counter() - start)
         rescale.append(seconds)
     rescale_seconds, epoch_seconds = float(np.median(rescale)), float(np.median(epoch))

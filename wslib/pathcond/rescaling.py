@@ -50,7 +50,7 @@ import time
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import scipy.sparse as sp
@@ -67,7 +67,9 @@ from wslib.core.neurons import (
 from wslib.core.norms import is_batchnorm
 from wslib.core.train import model_device
 
-METHODS = ("block", "neuron")
+# The solvers of :func:`optimize_rescaling` (:data:`METHODS` lists them at run time).
+RescalingMethod = Literal["block", "neuron"]
+METHODS: tuple[RescalingMethod, ...] = get_args(RescalingMethod)
 PAPER_SWEEPS = 10  #: the authors stop their solver after 10 sweeps
 _HOMOGENEOUS = (nn.ReLU, nn.MaxPool1d, nn.MaxPool2d, nn.AvgPool1d, nn.AvgPool2d)
 _APPROXIMATE = (nn.GELU, nn.SiLU)
@@ -270,7 +272,7 @@ def diag_g(model: nn.Module, in_shape: Sequence[int]) -> dict[str, torch.Tensor]
 
 
 def incidence_matrix(
-    model: nn.Module, structure: NeuronStructure | None = None
+    model: nn.Module, *, structure: NeuronStructure | None = None
 ) -> tuple[sp.csr_matrix, list[str], list[tuple[str, int]]]:
     """The sparse parameter x neuron incidence ``B`` (+1 "in" slots, -1 "out" slots).
 
@@ -328,7 +330,7 @@ class PathCondResult:
     z: dict[str, np.ndarray]
     objective: list[float]
     seconds: float
-    method: str
+    method: RescalingMethod
     converged: bool = True
 
     @property
@@ -441,7 +443,8 @@ def _neuron_step(view: _GroupView, h: int, total: float, p: int) -> tuple[float,
 def optimize_rescaling(
     g: Mapping[str, torch.Tensor | np.ndarray],
     structure: NeuronStructure,
-    method: str = "block",
+    *,
+    method: RescalingMethod = "block",
     max_sweeps: int = 1000,
     rtol: float = 1e-12,
 ) -> PathCondResult:
@@ -530,7 +533,8 @@ def am_over_gm(g: dict[str, torch.Tensor] | np.ndarray) -> float:
 def pathcond_rescale(
     model: nn.Module,
     in_shape: Sequence[int],
-    method: str = "block",
+    *,
+    method: RescalingMethod = "block",
     max_sweeps: int = 1000,
     rtol: float = 1e-12,
 ) -> PathCondResult:
@@ -544,7 +548,9 @@ def pathcond_rescale(
     """
     g = diag_g(model, in_shape)
     structure = rescalable_structure(model)
-    result = optimize_rescaling(g, structure, method, max_sweeps, rtol)
+    result = optimize_rescaling(
+        g, structure, method=method, max_sweeps=max_sweeps, rtol=rtol
+    )
     state = model.state_dict()
     wide = {k: v.double() if v.is_floating_point() else v for k, v in state.items()}
     rescaled = rescale_state(wide, structure, result.scales)

@@ -8,7 +8,7 @@ import time
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 import torch
 import torch.nn.functional as F
@@ -44,8 +44,12 @@ CODE = (
     "wslib.pathcond.rescaling",
     "wslib.pathcond.training",
 )
-INIT_METHODS = ("baseline", "kaiming", "pathcond", "pathcond_10", "enorm")
-TASKS = ("classify", "autoencoder")
+# How a model is initialised before training (:data:`INIT_METHODS` lists them at run time).
+InitMethod = Literal["baseline", "kaiming", "pathcond", "pathcond_10", "enorm"]
+INIT_METHODS: tuple[InitMethod, ...] = get_args(InitMethod)
+# What a run trains the model for (:data:`TASKS` lists them at run time).
+TaskName = Literal["classify", "autoencoder"]
+TASKS: tuple[TaskName, ...] = get_args(TaskName)
 
 
 class Prepared(NamedTuple):
@@ -79,10 +83,10 @@ def solver_report(solver: PathCondResult | None) -> dict[str, Any]:
 
 def prepare_model(
     config: dict[str, Any],
-    method: str,
+    method: InitMethod,
+    *,
     init_scale: float = 1.0,
     seed: int = 0,
-    *,
     device: str | torch.device | None = None,
 ) -> Prepared:
     """Build ``config`` with ``seed``, initialise it by ``method``, on ``device``.
@@ -134,13 +138,14 @@ def prepare_model(
 
 def train_run(
     config: dict[str, Any],
-    method: str,
+    method: InitMethod,
     ds: Dataset | DataKey,
     recipe: Recipe,
+    *,
     seed: int = 0,
     init_scale: float = 1.0,
     device: str | torch.device | None = None,
-    task: str = "classify",
+    task: TaskName = "classify",
     progress: bool = False,
     cache_dir: str | Path | None = None,
     stop_at: float | None = None,
@@ -190,12 +195,12 @@ def train_run(
 
 def run_key(
     config: dict[str, Any],
-    method: str,
+    method: InitMethod,
     ds: Dataset,
     recipe: Recipe,
     seed: int,
     init_scale: float,
-    task: str,
+    task: TaskName,
     stop_at: float | None,
     give_up_after: int | None = None,
 ) -> dict[str, Any]:
@@ -218,19 +223,19 @@ def run_key(
 
 def _train_run(
     config: dict[str, Any],
-    method: str,
+    method: InitMethod,
     ds: Dataset,
     recipe: Recipe,
     seed: int,
     init_scale: float,
     device: str | torch.device | None,
-    task: str,
+    task: TaskName,
     progress: bool,
     stop_at: float | None,
     give_up_after: int | None,
 ) -> dict[str, Any]:
     model, rescale_seconds, solver = prepare_model(
-        config, method, init_scale, seed, device=device
+        config, method, init_scale=init_scale, seed=seed, device=device
     )
     on_step = enorm_callback() if method == "enorm" else None
     auto = task == "autoencoder"
@@ -241,9 +246,9 @@ def _train_run(
         ds.x_train,
         y_train,
         recipe,
-        seed,
-        device,
-        progress,
+        seed=seed,
+        device=device,
+        progress=progress,
         on_step=on_step,
         loss_fn=F.mse_loss if auto else None,
         stop_at=stop_at,
@@ -288,6 +293,7 @@ def stackable(job: dict[str, Any]) -> bool:
 
 def train_runs(
     jobs: Sequence[dict[str, Any]],
+    *,
     workers: int | None = None,
     desc: str = "runs",
     stack: bool | None = None,
@@ -305,7 +311,10 @@ def train_runs(
     together = [i for i, job in enumerate(jobs) if stack and stackable(job)]
     apart = sorted(set(range(len(jobs))) - set(together))
     results = dict(
-        zip(apart, run_jobs(train_run, [jobs[i] for i in apart], workers, desc))
+        zip(
+            apart,
+            run_jobs(train_run, [jobs[i] for i in apart], workers=workers, desc=desc),
+        )
     )
     groups: dict[str, list[int]] = {}
     for i in together:
@@ -340,7 +349,7 @@ def _train_group(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         }
         for j in jobs
     ]
-    stored = [stored_run(root, key, CODE) for key in keys]
+    stored = [stored_run(root, key, code=CODE) for key in keys]
     missing = [i for i, result in enumerate(stored) if result is None]
     if missing:
         refuse_compute(f"{len(missing)} stacked runs")
@@ -348,7 +357,7 @@ def _train_group(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         result
         if result is not None
-        else cached_run(root, keys[i], functools.partial(dict, fresh[i]), CODE)
+        else cached_run(root, keys[i], functools.partial(dict, fresh[i]), code=CODE)
         for i, result in enumerate(stored)
     ]
 
@@ -360,7 +369,11 @@ def _fit_group(jobs: list[dict[str, Any]], ds: Dataset) -> list[dict[str, Any]]:
     device = jobs[0].get("device")
     prepared = [
         prepare_model(
-            j["config"], j["method"], j["init_scale"], j["seed"], device=device
+            j["config"],
+            j["method"],
+            init_scale=j["init_scale"],
+            seed=j["seed"],
+            device=device,
         )
         for j in jobs
     ]
@@ -372,7 +385,7 @@ def _fit_group(jobs: list[dict[str, Any]], ds: Dataset) -> list[dict[str, Any]]:
         ds.y_train,
         [j["recipe"] for j in jobs],
         [j["seed"] for j in jobs],
-        device,
+        device=device,
         progress=False,
         stop_at=jobs[0].get("stop_at"),
         give_up_after=jobs[0].get("give_up_after"),

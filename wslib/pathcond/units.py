@@ -40,6 +40,7 @@ from wslib.pathcond.ch07_mlp import (
 from wslib.pathcond.ch08_conv import train_archs
 from wslib.pathcond.grid import Job, Pair, RunGrid
 from wslib.pathcond.protocols import RUNS_DIR
+from wslib.pathcond.training import InitMethod
 from wslib.runs.stats import RateSearch
 from wslib.runs.units import Params, Unit
 
@@ -77,13 +78,13 @@ def mlp_units(params: Params) -> list[Unit]:
     """Chapter 7's units (``07_pathcond_mlp``) for its effective ``params``."""
     p = params
     seeds = mlp_seeds(p["seed"], p["n_seeds"], p["n_activation_seeds"])
-    grid_args = (p["data"], p["mlp"], p["recipe"], p["configs"], p["workers"])
+    grid_args = (p["data"], p["mlp"], p["recipe"], p["configs"])
 
     @functools.cache
     def grid() -> RunGrid:  # loaded on the first unit run, shared by the others
-        return mlp_grid(*grid_args, stack=p["stack"])
+        return mlp_grid(*grid_args, workers=p["workers"], stack=p["stack"])
 
-    listed = mlp_grid(*grid_args, load=False)
+    listed = mlp_grid(*grid_args, workers=p["workers"], load=False)
     jobs = default_jobs(
         listed,
         seeds.evaluation,
@@ -105,7 +106,7 @@ def mlp_units(params: Params) -> list[Unit]:
             factors,
             seeds.tuning,
             p["long_epochs"],
-            p["threshold"],
+            threshold=p["threshold"],
         )
 
     def long_runs(pair: Pair) -> None:
@@ -127,7 +128,7 @@ def mlp_units(params: Params) -> list[Unit]:
 
 def _train(grid: Callable[[], RunGrid], jobs: list[Job]) -> None:
     with activation_warnings_ignored():
-        grid().train(jobs, "runs")
+        grid().train(jobs, desc="runs")
 
 
 def conv_units(params: Params) -> list[Unit]:
@@ -139,8 +140,10 @@ def conv_units(params: Params) -> list[Unit]:
     def ds() -> Dataset:  # loaded on the first unit run, shared by the others
         return load_dataset(**p["data"])
 
-    def train(arch: str, method: str, seed: int) -> None:
-        train_archs({arch: p["archs"][arch]}, [method], [seed], ds(), RUNS_DIR)
+    def train(arch: str, method: InitMethod, seed: int) -> None:
+        train_archs(
+            {arch: p["archs"][arch]}, [method], [seed], ds(), cache_dir=RUNS_DIR
+        )
 
     return [
         Unit(f"{arch} {method} seed {s}", 0, functools.partial(train, arch, method, s))

@@ -27,6 +27,7 @@ def cached_run(
     root: str | Path | None,
     key: dict[str, Any],
     compute: Callable[[], dict[str, Any]],
+    *,
     code: Sequence[str] = ("wslib",),
 ) -> dict[str, Any]:
     """``compute()``, stored under ``root`` by the hash of ``key`` and ``code_version(*code)``.
@@ -43,7 +44,7 @@ def cached_run(
 
 
 def stored_run(
-    root: str | Path | None, key: dict[str, Any], code: Sequence[str] = ("wslib",)
+    root: str | Path | None, key: dict[str, Any], *, code: Sequence[str] = ("wslib",)
 ) -> dict[str, Any] | None:
     """The result :func:`cached_run` would load for ``key``, or None (it would compute).
 
@@ -60,7 +61,10 @@ def stored_run(
 def _entry(root: str | Path, key: dict[str, Any], code: Sequence[str]) -> Entry:
     """The entry of ``key`` under ``root``, its key holding the code's version."""
     return keyed(
-        root, to_jsonable({**key, "code": code_version(*code)}), "cached run", ".json"
+        root,
+        to_jsonable({**key, "code": code_version(*code)}),
+        "cached run",
+        suffix=".json",
     )
 
 

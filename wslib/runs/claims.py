@@ -66,7 +66,7 @@ class Claim:
         return value < self.bound if self.op == "<" else value > self.bound
 
 
-def verdict(claim: Claim, stats: dict[str, Any] | None, ran: bool = False) -> str:
+def verdict(claim: Claim, stats: dict[str, Any] | None, *, ran: bool = False) -> str:
     """The claim's verdict from the metric's summary over seeds (``ran``: chapter ran)."""
     if stats is None:
         return CENSORED if ran else NOT_RUN
@@ -130,7 +130,7 @@ def ledger(results_dir: Path, claims: tuple[Claim, ...]) -> list[dict[str, Any]]
         row: dict[str, Any] = {
             "claim": claim,
             "stats": stats,
-            "verdict": verdict(claim, stats, ran),
+            "verdict": verdict(claim, stats, ran=ran),
         }
         if row["verdict"] == MIXED:
             assert stats is not None  # a mixed verdict has a summary

@@ -83,6 +83,7 @@ class Resumable:
         key: str | None,
         seed: int,
         ticks: int,
+        *,
         folder: bool = False,
     ) -> None:
         self.persist, self.what, self.ticks = persist, what, ticks

@@ -15,12 +15,12 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 
-def epochs_to(acc: Sequence[float], threshold: float = 0.99) -> int | None:
+def epochs_to(acc: Sequence[float], *, threshold: float = 0.99) -> int | None:
     """The first epoch (1-based) whose accuracy reaches ``threshold``; None if none does."""
     return next((i + 1 for i, a in enumerate(acc) if a >= threshold), None)
 
 
-def best_rate(accs: dict[float, Sequence[float]], threshold: float = 0.99) -> float:
+def best_rate(accs: dict[float, Sequence[float]], *, threshold: float = 0.99) -> float:
     """The learning rate whose run (per-epoch accuracies) reaches ``threshold`` first.
 
     Ties, and runs that never reach it, are ranked by the higher final accuracy
@@ -28,14 +28,14 @@ def best_rate(accs: dict[float, Sequence[float]], threshold: float = 0.99) -> fl
     """
 
     def score(lr: float) -> tuple[float, float]:
-        hit = epochs_to(accs[lr], threshold)
+        hit = epochs_to(accs[lr], threshold=threshold)
         return (math.inf if hit is None else hit, -float(np.nan_to_num(accs[lr][-1])))
 
     return min(accs, key=score)
 
 
 def neighbour_rates(
-    lr: float, factors: Sequence[float], exclude: Sequence[float] = ()
+    lr: float, factors: Sequence[float], *, exclude: Sequence[float] = ()
 ) -> list[float]:
     """``lr`` times each of ``factors``, to 3 significant figures, leaving out the rates in ``exclude``."""
     rates = [float(f"{lr * f:.3g}") for f in factors]
@@ -43,14 +43,14 @@ def neighbour_rates(
 
 
 def summarise_epochs(
-    accs: Sequence[Sequence[float]], threshold: float = 0.99
+    accs: Sequence[Sequence[float]], *, threshold: float = 0.99
 ) -> dict[str, float | int | bool | None]:
     """Epochs to ``threshold`` over seeds: mean, std, how many runs reached it.
 
     A run that never reaches the threshold counts as its length and makes the
     mean a lower bound (``censored``); the mean is None when no run reaches it.
     """
-    hits = [epochs_to(a, threshold) for a in accs]
+    hits = [epochs_to(a, threshold=threshold) for a in accs]
     values = [h if h is not None else len(a) for h, a in zip(hits, accs, strict=True)]
     reached = sum(h is not None for h in hits)
     return {
@@ -118,7 +118,7 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 
 def format_mean_std(
-    values: Sequence[float], fmt: str = ".3f", std_fmt: str = ""
+    values: Sequence[float], *, fmt: str = ".3f", std_fmt: str = ""
 ) -> str:
     """``"mean ± std"`` of ``values``, with ``fmt`` (and ``std_fmt``, default ``fmt``)."""
     mean, std = mean_std(values)
@@ -166,12 +166,12 @@ class RateSearch(Generic[K]):
         for key, rates in plan.items():
             self.tried[key] = sorted({*self.tried.get(key, []), *rates}, reverse=True)
             curves = {lr: self.runs[(key, lr)]["acc"] for lr in self.tried[key]}
-            self.best[key] = best_rate(curves, self.threshold)
+            self.best[key] = best_rate(curves, threshold=self.threshold)
 
     def hit(self, key: K, lr: float | None = None) -> int | None:
         """Epochs to the threshold of ``key``'s run at ``lr`` (default: its best rate)."""
         lr = self.best[key] if lr is None else lr
-        return epochs_to(self.runs[(key, lr)]["acc"], self.threshold)
+        return epochs_to(self.runs[(key, lr)]["acc"], threshold=self.threshold)
 
     def final_acc(self, key: K, lr: float | None = None) -> float:
         """Last-epoch accuracy of ``key``'s run at ``lr`` (default: its best rate)."""
@@ -192,6 +192,7 @@ def search_rates(
     keys: Sequence[K],
     grid: Sequence[float],
     factors: Sequence[float],
+    *,
     threshold: float = 0.99,
     give_up_first: int | None = None,
 ) -> RateSearch[K]:

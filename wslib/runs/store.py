@@ -93,7 +93,7 @@ class Entry:
     """
 
     def __init__(
-        self, path: str | Path, key: object, what: str, owns_folder: bool = False
+        self, path: str | Path, key: object, what: str, *, owns_folder: bool = False
     ) -> None:
         self.path = workspace().path(path)
         self.key = json.loads(json.dumps(key, sort_keys=True))
@@ -115,7 +115,9 @@ class Entry:
         """The entry's lock (:func:`wslib.core.files.entry_lock`)."""
         return entry_lock(self.path)
 
-    def load(self, check: Check | None = None, quiet: bool = False) -> Payload | None:
+    def load(
+        self, check: Check | None = None, *, quiet: bool = False
+    ) -> Payload | None:
         """The stored payload, its parts loaded under ``"parts"``; None when there is none.
 
         A file that cannot be used gives None with a warning naming it (none
@@ -259,7 +261,7 @@ def _text_writer(text: str) -> Callable[[Path], None]:
     return write
 
 
-def keyed(root: str | Path, key: object, what: str, suffix: str = ".pt") -> Entry:
+def keyed(root: str | Path, key: object, what: str, *, suffix: str = ".pt") -> Entry:
     """The entry of ``key`` under ``root``: a file named by the key's hash."""
     return Entry(Path(root) / f"{stable_hash(key)}{suffix}", key, what)
 

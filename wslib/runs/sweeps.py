@@ -21,11 +21,11 @@ from scipy import stats
 from wslib.core.files import atomic_write
 
 
-def scalar_metrics(metrics: Any, prefix: str = "") -> Iterator[tuple[str, float]]:
+def scalar_metrics(metrics: Any, *, prefix: str = "") -> Iterator[tuple[str, float]]:
     """``(path, value)`` for every finite int or float leaf (bools, lists, text left out)."""
     if isinstance(metrics, dict):
         for key, value in metrics.items():
-            yield from scalar_metrics(value, f"{prefix}{key}/")
+            yield from scalar_metrics(value, prefix=f"{prefix}{key}/")
     elif isinstance(metrics, int | float) and not isinstance(metrics, bool):
         if math.isfinite(metrics):
             yield prefix.rstrip("/"), float(metrics)

@@ -97,6 +97,7 @@ def _single_thread() -> Iterator[None]:
 def run_jobs(
     fn: Callable[..., T],
     jobs: Sequence[dict[str, Any]],
+    *,
     workers: int | None = None,
     desc: str = "runs",
 ) -> list[T]:

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from wslib.core import data as wdata
-from wslib.core.files import code_version, stable_hash, tensor_digest
+from wslib.core.files import code_version, tensor_digest
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
 from wslib.core.workspace import workspace
@@ -52,11 +52,6 @@ TRAINING_CODE = (
     "wslib.core.train",
     "wslib.runs.zoo",
 )
-
-
-def config_hash(config: dict[str, Any]) -> str:
-    """A short stable hash of a JSON-serialisable config."""
-    return stable_hash(config)
 
 
 def split_indices(y: torch.Tensor, split: dict[str, Any]) -> np.ndarray | None:
@@ -95,6 +90,7 @@ class Zoo:
     def __init__(
         self,
         root: str | Path | None = None,
+        *,
         data_root: str | Path | None = None,
         device: str | None = None,
         progress: bool = True,
@@ -115,7 +111,7 @@ class Zoo:
         if key not in self._datasets:
             options = {k: v for k, v in data_config.items() if k != "name"}
             self._datasets[key] = wdata.load_dataset(
-                data_config["name"], self.data_root, **options
+                data_config["name"], root=self.data_root, **options
             )
         return self._datasets[key]
 
@@ -150,8 +146,11 @@ class Zoo:
             trained.append(1)
             return self._train(config)
 
+        # A stored checkpoint is loaded into the model by its check (_fits);
+        # only a model trained here still needs its weights.
         stored = cached(self.entry(config), train, lambda s: _fits(model, s))
-        model.load_state_dict(stored["state_dict"])
+        if trained:
+            model.load_state_dict(stored["state_dict"])
         self.trained += len(trained)
         self.loaded += 1 - len(trained)
         return model.eval()
@@ -168,7 +167,15 @@ class Zoo:
         seed_everything(config["seed"])
         model = build_model(config["model"]).to(self.device)
         recipe = Recipe.from_dict(config["recipe"])
-        history = fit(model, x, y, recipe, config["seed"], self.device, self.progress)
+        history = fit(
+            model,
+            x,
+            y,
+            recipe,
+            seed=config["seed"],
+            device=self.device,
+            progress=self.progress,
+        )
         test_loss, test_acc = evaluate(model, ds.x_test, ds.y_test)
         return {
             "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},

@@ -74,7 +74,9 @@ def pathcond_gauge(model: nn.Module, in_shape: Sequence[int]) -> StateDict:
     return {k: v.to(model.state_dict()[k].dtype) for k, v in out.state_dict().items()}
 
 
-def enorm_gauge(model: nn.Module, cycles: int = 100, rtol: float = 1e-6) -> StateDict:
+def enorm_gauge(
+    model: nn.Module, *, cycles: int = 100, rtol: float = 1e-6
+) -> StateDict:
     """The state of ``model`` after ENorm cycles until no weight moves by ``rtol``."""
     out = copy.deepcopy(model).double()
     for _ in range(cycles):
@@ -113,6 +115,7 @@ def alignment_steps(
     b: nn.Module,
     in_shape: Sequence[int],
     seed: int,
+    *,
     gauges: tuple[dict[str, StateDict], dict[str, StateDict]] | None = None,
 ) -> dict[str, tuple[StateDict, StateDict]]:
     """``{step: (state of A's representative, state of B's representative)}``.
@@ -201,7 +204,9 @@ def alignment_study(
                 if id(m) not in gauges:
                     gauges[id(m)] = gauges_of(m, in_shape)
             both = (gauges[id(a)], gauges[id(b)])
-            for step, (sa, sb) in alignment_steps(a, b, in_shape, seed, both).items():
+            for step, (sa, sb) in alignment_steps(
+                a, b, in_shape, seed, gauges=both
+            ).items():
                 line = linear_path(
                     a, sa, sb, ts, ds.x_train, ds.y_train, progress=False
                 )

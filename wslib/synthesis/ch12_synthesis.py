@@ -46,7 +46,7 @@ PATHS = ("LLPF", "straight line", "Bezier")
 WORDS = {"lower": "lower", "higher": "higher", "none": "no different"}
 
 
-def subset(ds: Dataset, n_train: int, n_test: int, seed: int) -> Dataset:
+def random_subset(ds: Dataset, n_train: int, n_test: int, seed: int) -> Dataset:
     """``ds`` with ``n_train`` training and ``n_test`` test examples drawn at random."""
     if n_train < 1 or n_test < 1:
         raise ValueError(f"need n_train, n_test >= 1, got {n_train}, {n_test}")
@@ -101,8 +101,8 @@ def compare(values: Sequence[float], reference: Sequence[float]) -> dict[str, An
     return {"diff_mean": c.difference, "diff_std": c.spread, "word": word}
 
 
-def mean_std(values: Sequence[float]) -> dict[str, Any]:
-    """``{"mean", "std", "values"}`` (std with ddof 1; 0 for one value)."""
+def sample_mean_std(values: Sequence[float]) -> dict[str, Any]:
+    """``{"mean", "std", "values"}`` (std with ddof 1, the sample standard deviation; 0 for one value)."""
     v = np.asarray(values, dtype=float)
     std = float(v.std(ddof=1)) if v.size > 1 else 0.0
     return {"mean": float(v.mean()), "std": std, "values": [float(x) for x in v]}
@@ -196,7 +196,7 @@ def fused_model(
     ).model
     acc = {"fused_acc": evaluate(out, ds.x_test, ds.y_test)[1]}
     recipe = Recipe.from_dict(dict(settings["finetune"]))
-    fit(out, train.x_train, train.y_train, recipe, seed, progress=False)
+    fit(out, train.x_train, train.y_train, recipe, seed=seed, progress=False)
     acc["finetuned_acc"] = evaluate(out, ds.x_test, ds.y_test)[1]
     return out.eval(), acc
 
@@ -208,6 +208,7 @@ def pair_study(
     fusion: tuple[torch.Tensor, torch.Tensor],
     settings: Mapping[str, Any],
     seed: int,
+    *,
     train: Dataset | None = None,
 ) -> dict[str, Any]:
     """Questions 2 and 3 for one pair of parents ``a``, ``b``.
@@ -280,13 +281,16 @@ def summarise_pairs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     metrics = ("barrier", "llpf_peak_excess")
     fused = {
         v: {
-            m: mean_std([r["fused_parent"][v][m] for r in runs])
+            m: sample_mean_std([r["fused_parent"][v][m] for r in runs])
             for m in (*metrics, "fused_acc", "finetuned_acc")
         }
         for v in KF_VARIANTS
     }
     parents = {
-        k: {m: mean_std([r["parent_parent"][k][m] for r in runs]) for m in metrics}
+        k: {
+            m: sample_mean_std([r["parent_parent"][k][m] for r in runs])
+            for m in metrics
+        }
         for k in ("unaligned", "aligned")
     }
     basin = {
@@ -302,9 +306,11 @@ def summarise_pairs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         first = per[0]
         cond[path] = {
             **{k: first[k] for k in first},  # per point, first pair of parents
-            "amgm_mean": mean_std([float(np.mean(p["amgm"])) for p in per]),
-            "amgm_gauge_mean": mean_std([float(np.mean(p["amgm_gauge"])) for p in per]),
-            "peak_loss": mean_std([float(np.max(p["loss"])) for p in per]),
+            "amgm_mean": sample_mean_std([float(np.mean(p["amgm"])) for p in per]),
+            "amgm_gauge_mean": sample_mean_std(
+                [float(np.mean(p["amgm_gauge"])) for p in per]
+            ),
+            "peak_loss": sample_mean_std([float(np.max(p["loss"])) for p in per]),
         }
     line = cond["straight line"]["amgm_mean"]["values"]
     verdicts = {
@@ -376,7 +382,7 @@ def base_accuracy(
 ) -> dict[str, Any]:
     """``[regime]``: mean/std test accuracy of the base models over seeds."""
     return {
-        regime: mean_std(
+        regime: sample_mean_std(
             [evaluate(m, ds.x_test, ds.y_test)[1] for group in groups for m in group]
         )
         for regime, groups in regimes.items()
@@ -421,8 +427,8 @@ def gauge_fusion(
                     acc[method][key].append(evaluate(fused, ds.x_test, ds.y_test)[1])
         result[regime] = {
             m: {
-                "with": mean_std(v["with"]),
-                "without": mean_std(v["without"]),
+                "with": sample_mean_std(v["with"]),
+                "without": sample_mean_std(v["without"]),
                 "verdict": compare(v["with"], v["without"]),
             }
             for m, v in acc.items()
@@ -488,7 +494,7 @@ def basin_sentence(basin: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     return "; ".join(parts)[0].upper() + "; ".join(parts)[1:] + "."
 
 
-def conditioning_sentence(summary: Mapping[str, Any], tol: float = 1e-4) -> str:
+def conditioning_sentence(summary: Mapping[str, Any], *, tol: float = 1e-4) -> str:
     """Question 3's verdict in words: AM/GM of the low-loss paths against the line."""
     v = summary["conditioning_verdict"]
     text = {
@@ -547,7 +553,7 @@ def cached_alignment(
 ) -> dict[str, Any]:
     """:func:`alignment_run`, cached under ``root`` by ``key`` (configs, seeds, data) and code."""
     full = {"question": "alignment", **key, "ts": list(map(float, ts)), "seed": seed}
-    return cached_run(root, full, lambda: alignment_run(modes, ds, ts, seed), CODE)
+    return cached_run(root, full, lambda: alignment_run(modes, ds, ts, seed), code=CODE)
 
 
 def cached_pairs(
@@ -558,6 +564,7 @@ def cached_pairs(
     fusion: tuple[torch.Tensor, torch.Tensor],
     settings: Mapping[str, Any],
     seed: int,
+    *,
     train: Dataset | None = None,
 ) -> list[dict[str, Any]]:
     """:func:`pair_study` of every pair of ``models``, each cached; pair ``k``
@@ -571,14 +578,14 @@ def cached_pairs(
         def study(
             a: nn.Module = a, b: nn.Module = b, s: int = pair_seed
         ) -> dict[str, Any]:
-            return pair_study(a, b, ds, fusion, settings, s, train)
+            return pair_study(a, b, ds, fusion, settings, s, train=train)
 
         runs.append(
             cached_run(
                 root,
                 full,
                 study,
-                CODE,
+                code=CODE,
             )
         )
     return runs
@@ -596,7 +603,7 @@ def cached_gauge_fusion(
     """:func:`gauge_fusion`, cached under ``root`` by ``key`` and code."""
     full = {"question": "gauge fusion", **key, "methods": list(methods), "seed": seed}
     return cached_run(
-        root, full, lambda: gauge_fusion(regimes, ds, fusion, methods, seed), CODE
+        root, full, lambda: gauge_fusion(regimes, ds, fusion, methods, seed), code=CODE
     )
 
 
