@@ -9,7 +9,9 @@ from wslib.core.train import (
     Recipe,
     evaluate,
     fit,
+    make_optimizer,
     model_device,
+    optimizer_step,
     pick_device,
     seed_everything,
 )
@@ -192,3 +194,48 @@ def test_give_up_after_is_refused_without_stop_at_or_below_one(
             stop_at=stop_at,
             give_up_after=give_up_after,
         )
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    [
+        Recipe(epochs=3, lr=0.1, momentum=0.0, weight_decay=0.0),
+        Recipe(epochs=3, lr=0.05, momentum=0.9, weight_decay=5e-3, schedule="cosine"),
+    ],
+)
+def test_the_cpu_sgd_step_is_bit_identical_to_torch_sgd(recipe: Recipe) -> None:
+    x, y = _data()
+    models = [build_model(MLP) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    opts = [make_optimizer(m, recipe) for m in models]
+    scheds = [torch.optim.lr_scheduler.CosineAnnealingLR(o, 3) for o in opts]
+    zero_grad, step = optimizer_step(opts[1], torch.device("cpu"))
+    for _ in range(3):
+        for start in range(0, 64, 16):
+            for model, zero, move in zip(
+                models,
+                (lambda: opts[0].zero_grad(set_to_none=True), zero_grad),
+                (opts[0].step, step),
+                strict=True,
+            ):
+                loss = torch.nn.functional.cross_entropy(
+                    model(x[start : start + 16]), y[start : start + 16]
+                )
+                zero()
+                loss.backward()
+                move()
+        if recipe.schedule == "cosine":
+            for sched in scheds:
+                sched.step()
+    for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_other_optimizers_keep_their_own_step() -> None:
+    model = build_model(MLP)
+    adam = make_optimizer(model, Recipe(optimizer="adam"))
+    assert optimizer_step(adam, torch.device("cpu"))[1] == adam.step
+    nesterov = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
+    assert optimizer_step(nesterov, torch.device("cpu"))[1] == nesterov.step
+    sgd = make_optimizer(model, Recipe())
+    assert optimizer_step(sgd, torch.device("meta"))[1] == sgd.step

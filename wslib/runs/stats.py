@@ -149,6 +149,7 @@ class RateSearch(Generic[K]):
         self,
         plan: Mapping[K, Sequence[float]],
         train: Train[K],
+        *,
         give_up: Mapping[K, int | None] | None = None,
     ) -> None:
         """Train every ``(key, lr)`` of ``plan`` in one call of ``train``; update the best rates.
@@ -215,7 +216,9 @@ def search_rates(
     """
     search: RateSearch[K] = RateSearch(threshold)
     search.add(
-        {key: list(grid) for key in keys}, train, dict.fromkeys(keys, give_up_first)
+        {key: list(grid) for key in keys},
+        train,
+        give_up=dict.fromkeys(keys, give_up_first),
     )
     missed = [key for key in keys if not search.reached(key)]
     if give_up_first is not None and missed:
@@ -223,5 +226,5 @@ def search_rates(
     refine = {
         key: neighbour_rates(search.best[key], factors, exclude=grid) for key in keys
     }
-    search.add(refine, train, {key: search.hit(key) for key in keys})
+    search.add(refine, train, give_up={key: search.hit(key) for key in keys})
     return search
