@@ -229,6 +229,12 @@ def test_the_cpu_sgd_step_is_bit_identical_to_torch_sgd(recipe: Recipe) -> None:
                 sched.step()
     for a, b in zip(models[0].parameters(), models[1].parameters(), strict=True):
         assert torch.equal(a, b)
+    torch_state, our_state = (o.state_dict()["state"] for o in opts)
+    assert torch_state.keys() == our_state.keys()  # momentum buffers, saved alike
+    for k, v in torch_state.items():
+        assert v.keys() == our_state[k].keys()
+        if v.get("momentum_buffer") is not None:
+            assert torch.equal(v["momentum_buffer"], our_state[k]["momentum_buffer"])
 
 
 def test_other_optimizers_keep_their_own_step() -> None:

@@ -146,9 +146,10 @@ def optimizer_step(
     ``torch.optim``'s wrappers cost about half a millisecond a step, a fifth of
     a step of the book's CPU MLPs. On a CPU, SGD's step is done here with the
     arithmetic of torch's single-tensor SGD (the CPU's default; no dampening,
-    no Nesterov), reading the learning rate the scheduler sets, so every
-    weight is bit-identical (a test compares them). Elsewhere, and for Adam,
-    the optimizer's own methods.
+    no Nesterov), reading the learning rate the scheduler sets and keeping the
+    momentum buffers in the optimizer's state (its ``state_dict`` saves them),
+    so every weight is bit-identical (a test compares them). Elsewhere, and
+    for Adam, the optimizer's own methods.
     """
     plain = type(opt) is torch.optim.SGD and len(opt.param_groups) == 1
     group = opt.param_groups[0]
@@ -159,7 +160,6 @@ def optimizer_step(
     ):
         return functools.partial(opt.zero_grad, set_to_none=True), opt.step
     params: list[torch.Tensor] = list(group["params"])
-    buffers: list[torch.Tensor | None] = [None] * len(params)
 
     def zero_grad() -> None:
         for p in params:
@@ -168,14 +168,15 @@ def optimizer_step(
     @torch.no_grad()
     def step() -> None:
         lr, momentum, decay = group["lr"], group["momentum"], group["weight_decay"]
-        for i, p in enumerate(params):
+        for p in params:
             if p.grad is None:
                 continue
             grad = p.grad if decay == 0 else p.grad.add(p, alpha=decay)
             if momentum != 0:
-                buf = buffers[i]
+                state = opt.state[p]  # where torch keeps it: state_dict() saves it
+                buf = state.get("momentum_buffer")
                 if buf is None:
-                    buf = buffers[i] = grad.detach().clone()
+                    buf = state["momentum_buffer"] = grad.detach().clone()
                 else:
                     buf.mul_(momentum).add_(grad, alpha=1)
                 grad = buf
