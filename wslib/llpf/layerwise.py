@@ -38,8 +38,9 @@ recorded states keep whatever running statistics the refinement left, and
 :mod:`wslib.llpf.evaluation` recomputes them on the training set before evaluating any
 point (the endpoints included), so every point is judged the same way.
 
-Checkpoints. With ``checkpoint`` set (a folder), the loop saves its state
-every ``checkpoint_every`` ticks and at the end, incrementally: each
+Checkpoints. With ``persist`` naming a ``checkpoint`` (a folder, see
+:class:`wslib.runs.resumable.Persist`), the loop saves its state every
+``checkpoint_every`` ticks (default 10) and at the end, incrementally: each
 recorded point once, in a file of its own, the current point when it is not
 a recorded one, and a small index (random generator, counters, the path's
 lists) written last: an entry with parts of :mod:`wslib.runs.store`, saved
@@ -63,7 +64,7 @@ import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -90,6 +91,7 @@ CODE = (
     "wslib.runs.resumable",
 )
 TickCallback = Callable[[int, nn.Module], None]
+CHECKPOINT_EVERY = 10  # ticks between saves when ``persist`` does not say
 
 
 class StepOptimizer(Protocol):
@@ -418,7 +420,9 @@ def _run_loop(
     work = copy.deepcopy(model)
     dev = model_device(work)
     x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
-    run = Resumable(persist, "LLPF path", key, seed, ticks, folder=True)
+    run = Resumable(
+        persist, "LLPF path", key, seed, ticks, folder=True, every=CHECKPOINT_EVERY
+    )
     path, current, steps, saved_memo = _restore(
         run.resume(lambda saved: _checkpoint_problem(saved, start)), start, phase
     )
@@ -489,6 +493,7 @@ def m2m(
     dest: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     ticks: int = 100,
     refine: Refine | None = None,
     stages: Sequence[Sequence[str]] | None = None,
@@ -501,10 +506,7 @@ def m2m(
     record_every: int = 5,
     eps: float = 1e-12,
     jump_warn: float = 0.2,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 10,
-    on_tick: TickCallback | None = None,
-    progress: bool = True,
+    persist: Persist | None = None,
     on_refined: TickCallback | None = None,
 ) -> LLPFPath:
     """LLPF model to model (Algorithm 1) from ``start`` to ``dest``.
@@ -540,11 +542,14 @@ def m2m(
         Warn when, before the last tick, the point is still more than this
         fraction of the start's distance from ``dest`` (the last tick is then
         a long straight jump that no refinement checked).
-    checkpoint, checkpoint_every
-        Folder to save the run to every ``checkpoint_every`` ticks (one file
-        per recorded state and an index) and to resume from.
-    on_tick
-        Called as ``on_tick(tick, model)`` after each tick.
+    persist
+        Checkpoint, progress bar and tick callback
+        (:class:`wslib.runs.resumable.Persist`; None: no checkpoint, a
+        progress bar). ``persist.checkpoint`` is a folder to save the run to
+        every ``persist.checkpoint_every`` ticks (default 10; one file per
+        recorded state and an index) and to resume from;
+        ``persist.on_tick(tick, model)`` is called after each tick (and its
+        save).
     on_refined
         Called as ``on_refined(tick, model)`` after each tick's refinement,
         before the projection (not on the last tick, which lands on ``dest``).
@@ -555,7 +560,6 @@ def m2m(
     """
     check_same_architecture(model, start, dest)
     _check_ticks(ticks)
-    persist = Persist(checkpoint, checkpoint_every, progress, on_tick)
     refine = refine or Refine()
     stages = [list(s) for s in (stages or data_flow_stages(model))]
     names = [n for n, _ in model.named_parameters()]
@@ -628,7 +632,7 @@ def m2m(
         seed=seed,
         record_every=record_every,
         key=key,
-        persist=persist,
+        persist=persist or Persist(),
         final_state=dest,
         on_refined=on_refined,
     )
@@ -678,6 +682,7 @@ def m2o(
     start: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     ticks: int = 100,
     shrink: float = 0.02,
     refine: Refine | None = None,
@@ -687,10 +692,7 @@ def m2o(
     grow: bool = False,
     seed: int = 0,
     record_every: int = 5,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 10,
-    on_tick: TickCallback | None = None,
-    progress: bool = True,
+    persist: Persist | None = None,
 ) -> LLPFPath:
     """LLPF model to origin (Algorithm 2): shrink the weights towards zero while refining.
 
@@ -705,10 +707,13 @@ def m2o(
     mode) lets a tensor whose target is above its variance grow by
     ``1 / (1 - shrink)`` a tick instead.
     ``compliance`` turns angular compliance on (see :class:`ComplianceSGD`).
+    ``persist`` (:class:`wslib.runs.resumable.Persist`; None: no checkpoint,
+    a progress bar) is as in :func:`m2m`: a checkpoint folder saved every
+    ``checkpoint_every`` ticks (default 10), ``on_tick(tick, model)`` after
+    each tick.
     """
     check_same_architecture(model, start)
     _check_ticks(ticks)
-    persist = Persist(checkpoint, checkpoint_every, progress, on_tick)
     if not 0 < shrink < 1:
         raise ValueError(f"shrink must be in (0, 1), got {shrink}")
     refine = refine or Refine()
@@ -796,7 +801,7 @@ def m2o(
         seed=seed,
         record_every=record_every,
         key=key,
-        persist=persist,
+        persist=persist or Persist(),
         memo=reached,
     )
 
@@ -824,6 +829,7 @@ def hybrid(
     dest: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     m2o_ticks: int = 100,
     shrink: float = 0.02,
     m2m_ticks: int = 100,
@@ -831,10 +837,8 @@ def hybrid(
     compliance: bool = True,
     seed: int = 0,
     record_every: int = 5,
-    progress: bool = True,
     target_tol: float = 0.01,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 10,
+    persist: Persist | None = None,
     **m2m_options,
 ) -> LLPFPath:
     """M2O from ``start`` until each movable tensor reaches ``dest``'s variance, then M2M to ``dest``.
@@ -844,30 +848,33 @@ def hybrid(
     grows towards it instead of shrinking, so a destination on a larger sphere
     is reached too. It ends at the tick where every tensor is within
     ``target_tol`` of the destination's variance (see :func:`m2o`; it warns
-    when it runs out of ``m2o_ticks`` first). With ``checkpoint``, the two
-    phases are checkpointed in the folders ``<checkpoint>-m2o`` and
-    ``<checkpoint>-m2m`` (a killed run resumes in the phase it was in).
-    Extra keyword arguments go to :func:`m2m`.
+    when it runs out of ``m2o_ticks`` first). ``persist``
+    (:class:`wslib.runs.resumable.Persist`; None: no checkpoint, a progress
+    bar) applies to both phases: with a ``checkpoint``, they are
+    checkpointed in the folders ``<checkpoint>-m2o`` and ``<checkpoint>-m2m``
+    (a killed run resumes in the phase it was in), and ``on_tick(tick,
+    model)`` is called after every tick of both, ``tick`` counted along the
+    whole path (as in the path's ``ticks``). Extra keyword arguments go to
+    :func:`m2m`.
     """
     check_same_architecture(model, start, dest)
+    persist = persist or Persist()
     movable = movable_names(model)
     first = m2o(
         model,
         start,
         x,
         y,
-        m2o_ticks,
-        shrink,
-        refine,
-        compliance,
-        tensor_variances(dest, movable),
-        target_tol,
-        True,
-        seed,
-        record_every,
-        checkpoint=_phase_folder(checkpoint, "m2o"),
-        checkpoint_every=checkpoint_every,
-        progress=progress,
+        ticks=m2o_ticks,
+        shrink=shrink,
+        refine=refine,
+        compliance=compliance,
+        target_variance=tensor_variances(dest, movable),
+        target_tol=target_tol,
+        grow=True,
+        seed=seed,
+        record_every=record_every,
+        persist=_phase_persist(persist, "m2o"),
     )
     second = m2m(
         model,
@@ -875,16 +882,31 @@ def hybrid(
         dest,
         x,
         y,
-        m2m_ticks,
-        refine,
+        ticks=m2m_ticks,
+        refine=refine,
         seed=seed,
         record_every=record_every,
-        progress=progress,
-        checkpoint=_phase_folder(checkpoint, "m2m"),
-        checkpoint_every=checkpoint_every,
+        persist=_phase_persist(persist, "m2m", first.ticks[-1]),
         **m2m_options,
     )
     return first.extend(second)
+
+
+def _phase_persist(persist: Persist, phase: str, ticks_before: int = 0) -> Persist:
+    """``persist`` for one phase of a hybrid run: the phase's checkpoint folder, and
+    ``on_tick`` told the tick along the whole path (``ticks_before`` ticks precede it)."""
+    on_tick = persist.on_tick
+    if on_tick is not None and ticks_before:
+        on_tick = functools.partial(_tick_after, on_tick, ticks_before)
+    checkpoint = _phase_folder(persist.checkpoint, phase)
+    return replace(persist, checkpoint=checkpoint, on_tick=on_tick)
+
+
+def _tick_after(
+    on_tick: Callable[..., None], ticks_before: int, tick: int, *extra: object
+) -> None:
+    """Call ``on_tick`` with the tick along the whole path."""
+    on_tick(ticks_before + tick, *extra)
 
 
 def _phase_folder(checkpoint: str | Path | None, phase: str) -> Path | None:

@@ -52,6 +52,7 @@ from wslib.llpf.layerwise import (
     tensor_variances,
 )
 from wslib.llpf.path import LLPFPath
+from wslib.runs.resumable import Persist
 
 if TYPE_CHECKING:
     from wslib.core.data import Dataset
@@ -248,8 +249,7 @@ def m2m_path(
         refine=setup.refine(pair, settings),
         seed=seed,
         record_every=settings["record_every"],
-        checkpoint=checkpoint,
-        checkpoint_every=settings["record_every"],
+        persist=Persist(checkpoint, checkpoint_every=settings["record_every"]),
         all_at_once=all_at_once,
     )
 
@@ -308,8 +308,7 @@ def peak_anatomy(
         seed=seed,
         record_every=settings["record_every"],
         on_refined=full(before),
-        on_tick=full(after),
-        progress=False,
+        persist=Persist(progress=False, on_tick=full(after)),
     )
     res = setup.evaluate(a, path)
     recorded = [t for t in path.ticks[1:-1] if t in before]
@@ -365,11 +364,11 @@ def method_run(
         raise ValueError(f"a {kind} run needs a gradient-step budget (budget=...)")
     a, b = pair
     sa, sb, x, y = a.state_dict(), b.state_dict(), setup.ds.x_train, setup.ds.y_train
+    checkpoint = baseline_checkpoint(setup, pair, settings, seed, budget)
     common: dict[str, Any] = {
         "batch_size": setup.batch_size,
         "seed": seed,
-        "progress": False,
-        "checkpoint": baseline_checkpoint(setup, pair, settings, seed, budget),
+        "persist": Persist(checkpoint, progress=False),  # each method's save interval
     }
     if kind == "curve":
         path = fit_curve(a, sa, sb, x, y, steps=budget, **common, **rest)
@@ -456,6 +455,16 @@ def m2o_path(
     if ratio is not None:
         start = tensor_variances(model.state_dict(), names)
         target = {n: ratio * v for n, v in start.items() if v > 0}
+    checkpoint = (
+        None
+        if name is None
+        else setup.checkpoint(
+            name,
+            seed,
+            settings={**settings, "m2o_compliance": compliance},
+            ends=[model],
+        )
+    )
     return m2o(
         model,
         model.state_dict(),
@@ -468,15 +477,7 @@ def m2o_path(
         target_variance=target,
         seed=seed,
         record_every=settings["record_every"],
-        checkpoint=None
-        if name is None
-        else setup.checkpoint(
-            name,
-            seed,
-            settings={**settings, "m2o_compliance": compliance},
-            ends=[model],
-        ),
-        checkpoint_every=settings["record_every"],
+        persist=Persist(checkpoint, checkpoint_every=settings["record_every"]),
     )
 
 
@@ -515,6 +516,16 @@ def hybrid_path(
     both endpoints. With a ``name`` both phases are checkpointed (see
     :func:`~wslib.llpf.layerwise.hybrid`).
     """
+    checkpoint = (
+        None
+        if name is None
+        else setup.checkpoint(
+            name,
+            seed,
+            settings={"m2o": dict(m2o_phase), **m2m_settings},
+            ends=[source, dest],
+        )
+    )
     return hybrid(
         source,
         source.state_dict(),
@@ -527,15 +538,7 @@ def hybrid_path(
         refine=setup.refine([source, dest], m2m_settings),
         seed=seed,
         record_every=m2m_settings["record_every"],
-        checkpoint=None
-        if name is None
-        else setup.checkpoint(
-            name,
-            seed,
-            settings={"m2o": dict(m2o_phase), **m2m_settings},
-            ends=[source, dest],
-        ),
-        checkpoint_every=m2m_settings["record_every"],
+        persist=Persist(checkpoint, checkpoint_every=m2m_settings["record_every"]),
     )
 
 
