@@ -47,7 +47,12 @@ from torch.func import functional_call
 
 from wslib.core.files import code_version
 from wslib.core.neurons import StateDict
-from wslib.core.train import check_precision, model_device, precision_autocast
+from wslib.core.train import (
+    PrecisionName,
+    check_precision,
+    model_device,
+    precision_autocast,
+)
 from wslib.llpf.curves import checkpoint_key, missing_fields
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.resumable import Persist, Resumable
@@ -108,7 +113,7 @@ def autoneb(
     max_pivots: int = 12,
     seed: int = 0,
     total_steps: int | None = None,
-    precision: str = "fp32",
+    precision: PrecisionName = "fp32",
     persist: Persist | None = None,
 ) -> LLPFPath:
     """Relax an AutoNEB chain from ``a`` to ``b``; return its pivots as a path.

@@ -35,7 +35,7 @@ ignored with a warning and the run starts again.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -44,13 +44,21 @@ from torch.func import functional_call
 
 from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
-from wslib.core.train import check_precision, model_device, precision_autocast
+from wslib.core.train import (
+    PrecisionName,
+    check_precision,
+    model_device,
+    precision_autocast,
+)
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.resumable import Persist, Resumable
 from wslib.runs.store import Payload
 
-KINDS = ("bezier", "polychain")
-SCHEDULES = ("constant", "garipov")
+# The curves and learning-rate schedules of fit_curve (the tuples list them at run time).
+CurveKind = Literal["bezier", "polychain"]
+CurveSchedule = Literal["constant", "garipov"]
+KINDS: tuple[CurveKind, ...] = get_args(CurveKind)
+SCHEDULES: tuple[CurveSchedule, ...] = get_args(CurveSchedule)
 NAMES = {"bezier": "Bezier", "polychain": "PolyChain"}
 # The modules whose source determines a curve (its checkpoint key).
 CODE = (
@@ -93,7 +101,7 @@ def missing_fields(saved: Payload, fields: tuple[str, ...]) -> str | None:
     return f"no {', '.join(missing)}" if missing else None
 
 
-def lr_factor(schedule: str, fraction: float) -> float:
+def lr_factor(schedule: CurveSchedule, fraction: float) -> float:
     """Learning-rate multiplier at ``fraction`` (0..1) of the training steps."""
     if schedule == "constant" or fraction <= 0.5:
         return 1.0
@@ -107,7 +115,7 @@ def curve_point(
     bend: dict[str, torch.Tensor],
     b: dict[str, torch.Tensor],
     t: float,
-    kind: str,
+    kind: CurveKind,
 ) -> dict[str, torch.Tensor]:
     """The parameters of the curve at ``t`` (differentiable in ``bend``)."""
     if kind == "bezier":
@@ -126,7 +134,7 @@ def fit_curve(
     x: torch.Tensor,
     y: torch.Tensor,
     *,
-    kind: str = "bezier",
+    kind: CurveKind = "bezier",
     steps: int = 1000,
     lr: float = 0.05,
     momentum: float = 0.9,
@@ -134,8 +142,8 @@ def fit_curve(
     n_eval: int = 21,
     seed: int = 0,
     weight_decay: float = 0.0,
-    schedule: str = "constant",
-    precision: str = "fp32",
+    schedule: CurveSchedule = "constant",
+    precision: PrecisionName = "fp32",
     persist: Persist | None = None,
 ) -> LLPFPath:
     """Train the bend of a curve from ``a`` to ``b`` for ``steps`` SGD steps.

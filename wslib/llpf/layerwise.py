@@ -66,7 +66,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 import torch
 from torch import nn
@@ -74,7 +74,12 @@ from torch import nn
 from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import norm_parameter_names
-from wslib.core.train import check_precision, model_device, precision_autocast
+from wslib.core.train import (
+    PrecisionName,
+    check_precision,
+    model_device,
+    precision_autocast,
+)
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.resumable import Persist, Resumable
 from wslib.runs.store import Payload
@@ -91,6 +96,9 @@ CODE = (
     "wslib.runs.resumable",
 )
 TickCallback = Callable[[int, nn.Module], None]
+# How M2M's moving tensors step towards the destination (see the module docstring).
+MoveSchedule = Literal["geometric", "linear"]
+MOVE_SCHEDULES: tuple[MoveSchedule, ...] = get_args(MoveSchedule)
 CHECKPOINT_EVERY = 10  # ticks between saves when ``persist`` does not say
 
 
@@ -124,7 +132,7 @@ class Refine:
     r_min: int = 5
     r_max: int = 100
     threshold: float = 0.05
-    precision: str = "fp32"
+    precision: PrecisionName = "fp32"
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -182,6 +190,7 @@ def stage_starts(
     n_stages: int,
     ticks: int,
     stage_ticks: int | Sequence[int] | None,
+    *,
     all_at_once: bool = False,
 ) -> list[int]:
     """Tick at which each stage starts moving.
@@ -225,7 +234,7 @@ def tensor_variances(state: StateDict, names: Sequence[str]) -> dict[str, float]
 
 @torch.no_grad()
 def project_on_spheres(
-    model: nn.Module, target: dict[str, float], eps: float = 1e-12
+    model: nn.Module, target: dict[str, float], *, eps: float = 1e-12
 ) -> None:
     """Rescale each named parameter about its mean so that its variance is ``target[name]``."""
     params = dict(model.named_parameters())
@@ -501,7 +510,7 @@ def m2m(
     all_at_once: bool = False,
     step: float | None = None,
     final_gap: float = 0.01,
-    schedule: str = "geometric",
+    schedule: MoveSchedule = "geometric",
     seed: int = 0,
     record_every: int = 5,
     eps: float = 1e-12,
@@ -570,7 +579,7 @@ def m2m(
             f"{sorted(set(names) - set(flat))[:3]}, unknown or repeated "
             f"{sorted({n for n in flat if n not in names or flat.count(n) > 1})[:3]}"
         )
-    starts = stage_starts(len(stages), ticks, stage_ticks, all_at_once)
+    starts = stage_starts(len(stages), ticks, stage_ticks, all_at_once=all_at_once)
     begin = {n: s0 for s, s0 in zip(stages, starts) for n in s}
     if step is None:
         if not 0 < final_gap < 1:
@@ -578,7 +587,7 @@ def m2m(
         step = 1 - final_gap ** (1 / max(1, ticks - 1 - starts[-1]))
     if not 0 < step <= 1:
         raise ValueError(f"step must be in (0, 1], got {step}")
-    if schedule not in ("geometric", "linear"):
+    if schedule not in MOVE_SCHEDULES:
         raise ValueError(f"schedule must be 'geometric' or 'linear', got {schedule!r}")
     target = tensor_variances(start, names)
     dest_dev = {n: dest[n].to(model_device(model)) for n in names}
@@ -625,7 +634,7 @@ def m2m(
         y,
         phase="m2m",
         move=move,
-        after_move=lambda w: project_on_spheres(w, target, eps),
+        after_move=lambda w: project_on_spheres(w, target, eps=eps),
         make_opt=lambda w: torch.optim.SGD(w.parameters(), lr=refine.lr),
         refine=refine,
         ticks=ticks,
