@@ -65,6 +65,7 @@ CODE = (
     "wslib.llpf.curves",
     "wslib.llpf.path",
     "wslib.runs.resumable",
+    "wslib.runs.store",
 )
 FIELDS = ("chain", "buffers", "steps")
 CHECKPOINT_EVERY = 1  # cycles between saves when ``persist`` does not say

@@ -66,6 +66,7 @@ CODE = (
     "wslib.llpf.curves",
     "wslib.llpf.path",
     "wslib.runs.resumable",
+    "wslib.runs.store",
 )
 CHECKPOINT_EVERY = 500  # steps between saves when ``persist`` does not say
 

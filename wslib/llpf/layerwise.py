@@ -94,6 +94,7 @@ CODE = (
     "wslib.llpf.layerwise",
     "wslib.llpf.path",
     "wslib.runs.resumable",
+    "wslib.runs.store",
 )
 TickCallback = Callable[[int, nn.Module], None]
 # How M2M's moving tensors step towards the destination (see the module docstring).
