@@ -308,6 +308,7 @@ def llpf_pilot(
     """
     from wslib.core.train import evaluate
     from wslib.llpf import Refine, m2m
+    from wslib.runs.resumable import Persist
 
     n = batch * (2 if quick else 8)
     x = torch.randn(n, *config["in_shape"])
@@ -333,7 +334,7 @@ def llpf_pilot(
             y,
             ticks=ticks,
             refine=refine,
-            progress=False,
+            persist=Persist(progress=False),
         )
         _synchronize(device)
         seconds = time.perf_counter() - start

@@ -18,7 +18,9 @@ so a test states them where they matter and the random draws stay the same:
   training inputs), :func:`readable_dataset` (the label written in the first
   input);
 - :class:`FakeZoo`, a stand-in for :class:`wslib.runs.zoo.Zoo`: untrained
-  models seeded by the request, every request recorded.
+  models seeded by the request, every request recorded;
+- :data:`QUIET`, the ``persist`` of a path finder run without a checkpoint or
+  a progress bar.
 """
 
 from __future__ import annotations
@@ -32,11 +34,14 @@ from torch import nn
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, fit
+from wslib.runs.resumable import Persist
 
 IN = [1, 8]
 """The default input shape: one channel of 8 steps."""
 SIGNAL = {"in_shape": [1, 40], "n_classes": 10}
 """One channel of 40 steps in 10 classes (``mlp([24, 16], **SIGNAL)``)."""
+QUIET = Persist(progress=False)
+"""A path finder's run without a checkpoint or a progress bar (``persist=QUIET``)."""
 
 
 def config(name: str, in_shape: Sequence[int], n_classes: int, **options) -> dict:

@@ -23,6 +23,7 @@ from wslib.fusion.hfkf import fuse
 from wslib.llpf.layerwise import Refine, m2m
 from wslib.pathcond.rescaling import pathcond_rescale
 from wslib.pathcond.training import train_run
+from wslib.runs.resumable import Persist
 
 IN = [1, 12]
 MLP = mlp([8, 6], IN)
@@ -107,7 +108,7 @@ def test_llpf_path_and_line_on_the_device() -> None:
     ds = stand_in_data()
     a, b = (trained(MLP, s, ds) for s in (0, 1))
     refine = Refine(threshold=5.0, r_max=5, batch_size=8)
-    kwargs = {"ticks": 3, "progress": False, "seed": 0}
+    kwargs = {"ticks": 3, "persist": Persist(progress=False), "seed": 0}
     host = m2m(
         a,
         a.state_dict(),

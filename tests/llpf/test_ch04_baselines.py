@@ -52,7 +52,9 @@ def test_comparison_key_follows_the_content_of_data_and_modes() -> None:
         != key
     )
     assert (
-        comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0, 5)
+        comparison_key(
+            PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0, budget=5
+        )
         != key
     )
 
@@ -90,7 +92,7 @@ def test_compare_methods_keys_the_cache_by_the_code_of_the_runs(monkeypatch) -> 
     monkeypatch.setattr(ch04_baselines, "cached_run", fake_cache)
     s = PathSetup(toy_dataset(), 8, 2, 0.1)
     methods = {"mlp": chapter_methods({}, {})}
-    compare_methods(s, {"mlp": MLP}, {"mlp": pair()}, methods, [3], "c")
+    compare_methods(s, {"mlp": MLP}, {"mlp": pair()}, methods, [3], run_cache="c")
     assert seen == [("c", 3, CODE)]
 
 

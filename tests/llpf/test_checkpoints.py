@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.kit import QUIET
 from wslib.core.models import build_model
 from wslib.llpf.layerwise import Refine, m2m
 from wslib.llpf.path import LLPFPath
+from wslib.runs.resumable import Persist
 from wslib.runs.store import MARK, checksum
 
 TICKS = 3
@@ -46,9 +48,9 @@ def find(ckpt: Path, x: torch.Tensor, y: torch.Tensor) -> tuple[LLPFPath, int]:
         y,
         ticks=TICKS,
         refine=REFINE,
-        checkpoint=ckpt,
-        on_tick=lambda tick, _: ticks.append(tick),
-        progress=False,
+        persist=Persist(
+            ckpt, progress=False, on_tick=lambda tick, _: ticks.append(tick)
+        ),
     )
     return path, len(ticks)
 
@@ -223,9 +225,7 @@ def test_saves_write_each_recorded_state_once(
         ticks=ticks,
         refine=REFINE,
         record_every=2,
-        checkpoint=tmp_path / "path",
-        checkpoint_every=1,
-        progress=False,
+        persist=Persist(tmp_path / "path", checkpoint_every=1, progress=False),
     )
     states = sorted(n for n in written if n.startswith("state-"))
     assert states == [f"state-{k:06d}.pt" for k in range(len(path.states))]
@@ -247,8 +247,8 @@ def test_resume_from_a_point_between_records_writes_only_new_states(
     import warnings
 
     model, start, dest, x, y = setting()
-    options = {"ticks": 7, "refine": REFINE, "record_every": 3, "progress": False}
-    full = m2m(model, start, dest, x, y, **options)
+    options = {"ticks": 7, "refine": REFINE, "record_every": 3}
+    full = m2m(model, start, dest, x, y, **options, persist=QUIET)
 
     def kill(tick: int, _: torch.nn.Module) -> None:
         if tick == 5:
@@ -262,10 +262,8 @@ def test_resume_from_a_point_between_records_writes_only_new_states(
             dest,
             x,
             y,
-            checkpoint=ckpt,
-            checkpoint_every=2,
-            on_tick=kill,
             **options,
+            persist=Persist(ckpt, checkpoint_every=2, progress=False, on_tick=kill),
         )
     assert index(ckpt)["tick"] == 4 and index(ckpt)["current"] == "current-000004.pt"
     written = count_writes(monkeypatch)
@@ -279,10 +277,13 @@ def test_resume_from_a_point_between_records_writes_only_new_states(
             dest,
             x,
             y,
-            checkpoint=ckpt,
-            checkpoint_every=2,
-            on_tick=lambda tick, _: ticks.append(tick),
             **options,
+            persist=Persist(
+                ckpt,
+                checkpoint_every=2,
+                progress=False,
+                on_tick=lambda tick, _: ticks.append(tick),
+            ),
         )
     assert ticks == [5, 6, 7]
     assert same_path(full, resumed) and resumed.grad_steps == full.grad_steps

@@ -10,11 +10,13 @@ import pytest
 import torch
 from torch import nn
 
+from tests.kit import QUIET
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.llpf.autoneb import autoneb
 from wslib.llpf.curves import fit_curve
 from wslib.llpf.protocols import PathSetup, baseline_checkpoint, method_run
+from wslib.runs.resumable import Persist
 from wslib.runs.units import CACHED_ONLY, NotCached
 
 # The modules (the package exports functions of the same names).
@@ -32,7 +34,6 @@ CURVE = {
     "seed": 3,
     "weight_decay": 1e-3,
     "schedule": "garipov",
-    "progress": False,
 }
 NEB = {
     "n_init": 1,
@@ -44,7 +45,6 @@ NEB = {
     "insert_tol": -1.0,  # a pivot inserted after every cycle: the chain grows
     "total_steps": 9,
     "seed": 2,
-    "progress": False,
 }
 
 
@@ -104,19 +104,15 @@ def test_curve_killed_then_resumed_equals_an_uninterrupted_run(
 ) -> None:
     model, a, b = pair()
     x, y = data()
-    whole = fit_curve(model, a, b, x, y, **CURVE)
+    whole = fit_curve(model, a, b, x, y, **CURVE, persist=QUIET)
     ckpt = tmp_path / "curve.pt"
+    killed = Persist(ckpt, checkpoint_every=5, progress=False, on_tick=kill_after(kill))
     with pytest.raises(Kill):
-        fit_curve(
-            model, a, b, x, y, **CURVE, checkpoint=ckpt, checkpoint_every=5,
-            on_step=kill_after(kill),
-        )  # fmt: skip
+        fit_curve(model, a, b, x, y, **CURVE, persist=killed)
     assert torch.load(ckpt, weights_only=True)["tick"] == 5
     seen: list[int] = []
-    resumed = fit_curve(
-        model, a, b, x, y, **CURVE, checkpoint=ckpt, checkpoint_every=5,
-        on_step=seen.append,
-    )  # fmt: skip
+    again = Persist(ckpt, checkpoint_every=5, progress=False, on_tick=seen.append)
+    resumed = fit_curve(model, a, b, x, y, **CURVE, persist=again)
     assert seen == list(range(6, CURVE["steps"] + 1))
     same_states(resumed, whole)
     assert resumed.total_grad_steps == whole.total_grad_steps == CURVE["steps"]
@@ -127,11 +123,9 @@ def test_curve_checkpoint_holds_the_whole_state(tmp_path: Path) -> None:
     model, a, b = pair()
     x, y = data()
     ckpt = tmp_path / "curve.pt"
+    killed = Persist(ckpt, checkpoint_every=4, progress=False, on_tick=kill_after(4))
     with pytest.raises(Kill):
-        fit_curve(
-            model, a, b, x, y, **CURVE, checkpoint=ckpt, checkpoint_every=4,
-            on_step=kill_after(4),
-        )  # fmt: skip
+        fit_curve(model, a, b, x, y, **CURVE, persist=killed)
     saved = torch.load(ckpt, weights_only=True)
     assert saved["tick"] == 4
     momentum = saved["optimizer"]["state"]
@@ -153,15 +147,15 @@ def test_a_finished_curve_returns_without_a_step(
     model, a, b = pair()
     x, y = data()
     ckpt = tmp_path / "curve.pt"
-    first = fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt)
+    first = fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
     assert torch.load(ckpt, weights_only=True)["tick"] == CURVE["steps"]
     calls = count_steps(monkeypatch)
-    again = fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt)
+    again = fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
     assert calls == []
     same_states(again, first)
     assert again.total_grad_steps == CURVE["steps"]
     monkeypatch.setenv(CACHED_ONLY, "1")  # nothing to compute: no refusal
-    fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt)
+    fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
 
 
 @pytest.mark.parametrize(
@@ -183,11 +177,13 @@ def test_a_curve_checkpoint_of_another_run_warns_and_restarts(
     model, a, b = pair()
     x, y = data()
     ckpt = tmp_path / "curve.pt"
-    fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt)
+    fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
     other = {**CURVE, **change}
     with pytest.warns(UserWarning, match="written for another run"):
-        restarted = fit_curve(model, a, b, x, y, **other, checkpoint=ckpt)
-    same_states(restarted, fit_curve(model, a, b, x, y, **other))
+        restarted = fit_curve(
+            model, a, b, x, y, **other, persist=Persist(ckpt, progress=False)
+        )
+    same_states(restarted, fit_curve(model, a, b, x, y, **other, persist=QUIET))
 
 
 def test_curve_key_covers_the_endpoints_and_the_data(tmp_path: Path) -> None:
@@ -195,9 +191,11 @@ def test_curve_key_covers_the_endpoints_and_the_data(tmp_path: Path) -> None:
     x, y = data()
     for i, (s, e, labels) in enumerate([(b, a, y), (a, b, (y + 1) % 3)]):
         ckpt = tmp_path / f"curve{i}.pt"
-        fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt)
+        fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
         with pytest.warns(UserWarning, match="another run"):
-            fit_curve(model, s, e, x, labels, **CURVE, checkpoint=ckpt)
+            fit_curve(
+                model, s, e, x, labels, **CURVE, persist=Persist(ckpt, progress=False)
+            )
 
 
 def test_a_damaged_curve_checkpoint_warns_and_a_folder_raises(tmp_path: Path) -> None:
@@ -206,19 +204,37 @@ def test_a_damaged_curve_checkpoint_warns_and_a_folder_raises(tmp_path: Path) ->
     ckpt = tmp_path / "curve.pt"
     ckpt.write_bytes(b"not a checkpoint")
     with pytest.warns(UserWarning, match="unreadable"):
-        restarted = fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt)
-    same_states(restarted, fit_curve(model, a, b, x, y, **CURVE))
+        restarted = fit_curve(
+            model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False)
+        )
+    same_states(restarted, fit_curve(model, a, b, x, y, **CURVE, persist=QUIET))
     saved = torch.load(ckpt, weights_only=True)
     del saved["optimizer"]
     torch.save(saved, ckpt)
     with pytest.warns(UserWarning, match="incomplete"):
-        fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt)
+        fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
     with pytest.raises(FileExistsError, match="is a folder"):
-        fit_curve(model, a, b, x, y, **CURVE, checkpoint=tmp_path)
+        fit_curve(model, a, b, x, y, **CURVE, persist=Persist(tmp_path, progress=False))
     with pytest.raises(ValueError, match="checkpoint_every"):
-        fit_curve(model, a, b, x, y, **CURVE, checkpoint=ckpt, checkpoint_every=0)
+        fit_curve(
+            model,
+            a,
+            b,
+            x,
+            y,
+            **CURVE,
+            persist=Persist(ckpt, checkpoint_every=0, progress=False),
+        )
     with pytest.raises(ValueError, match="name it with .pt"):
-        fit_curve(model, a, b, x, y, **CURVE, checkpoint=tmp_path / "curve.json")
+        fit_curve(
+            model,
+            a,
+            b,
+            x,
+            y,
+            **CURVE,
+            persist=Persist(tmp_path / "curve.json", progress=False),
+        )
 
 
 def test_curves_refuse_to_compute_under_cached_only(
@@ -228,17 +244,33 @@ def test_curves_refuse_to_compute_under_cached_only(
     x, y = data()
     monkeypatch.setenv(CACHED_ONLY, "1")
     with pytest.raises(NotCached, match="Bezier curve"):
-        fit_curve(model, a, b, x, y, **CURVE, checkpoint=tmp_path / "c.pt")
+        fit_curve(
+            model,
+            a,
+            b,
+            x,
+            y,
+            **CURVE,
+            persist=Persist(tmp_path / "c.pt", progress=False),
+        )
     assert not (tmp_path / "c.pt").exists()
     with pytest.raises(NotCached, match="PolyChain curve"):
-        fit_curve(model, a, b, x, y, **{**CURVE, "kind": "polychain"})
+        fit_curve(model, a, b, x, y, **{**CURVE, "kind": "polychain"}, persist=QUIET)
 
 
 def test_a_zero_step_curve_saves_a_finished_checkpoint(tmp_path: Path) -> None:
     model, a, b = pair()
     x, y = data()
     ckpt = tmp_path / "curve.pt"
-    fit_curve(model, a, b, x, y, **{**CURVE, "steps": 0}, checkpoint=ckpt)
+    fit_curve(
+        model,
+        a,
+        b,
+        x,
+        y,
+        **{**CURVE, "steps": 0},
+        persist=Persist(ckpt, progress=False),
+    )
     assert torch.load(ckpt, weights_only=True)["tick"] == 0
 
 
@@ -263,16 +295,32 @@ def test_autoneb_killed_then_resumed_equals_an_uninterrupted_run(
 ) -> None:
     model, a, b = pair()
     x, y = data()
-    whole = autoneb(model, a, b, x, y, **NEB)
+    whole = autoneb(model, a, b, x, y, **NEB, persist=QUIET)
     ckpt = tmp_path / "neb.pt"
     with pytest.raises(Kill):
-        autoneb(model, a, b, x, y, **NEB, checkpoint=ckpt, on_cycle=kill_after(kill))
+        autoneb(
+            model,
+            a,
+            b,
+            x,
+            y,
+            **NEB,
+            persist=Persist(ckpt, progress=False, on_tick=kill_after(kill)),
+        )
     saved = torch.load(ckpt, weights_only=True)
     assert saved["tick"] == kill
     assert saved["steps"] == round(NEB["total_steps"] * kill / NEB["cycles"])
     assert len(saved["chain"]) == NEB["max_pivots"]  # the inserted pivots are saved
     seen: list[int] = []
-    resumed = autoneb(model, a, b, x, y, **NEB, checkpoint=ckpt, on_cycle=seen.append)
+    resumed = autoneb(
+        model,
+        a,
+        b,
+        x,
+        y,
+        **NEB,
+        persist=Persist(ckpt, progress=False, on_tick=seen.append),
+    )
     assert seen == list(range(kill + 1, NEB["cycles"] + 1))
     same_states(resumed, whole)
     assert resumed.total_grad_steps == whole.total_grad_steps == NEB["total_steps"]
@@ -284,10 +332,10 @@ def test_a_finished_autoneb_returns_without_a_step(
     model, a, b = pair()
     x, y = data()
     ckpt = tmp_path / "neb.pt"
-    first = autoneb(model, a, b, x, y, **NEB, checkpoint=ckpt)
+    first = autoneb(model, a, b, x, y, **NEB, persist=Persist(ckpt, progress=False))
     calls = count_neb_steps(monkeypatch)
     monkeypatch.setenv(CACHED_ONLY, "1")
-    again = autoneb(model, a, b, x, y, **NEB, checkpoint=ckpt)
+    again = autoneb(model, a, b, x, y, **NEB, persist=Persist(ckpt, progress=False))
     assert calls == []
     same_states(again, first)
     assert again.total_grad_steps == NEB["total_steps"]
@@ -303,11 +351,13 @@ def test_an_autoneb_checkpoint_of_another_run_warns_and_restarts(
     model, a, b = pair()
     x, y = data()
     ckpt = tmp_path / "neb.pt"
-    autoneb(model, a, b, x, y, **NEB, checkpoint=ckpt)
+    autoneb(model, a, b, x, y, **NEB, persist=Persist(ckpt, progress=False))
     other = {**NEB, **change}
     with pytest.warns(UserWarning, match="AutoNEB checkpoint .* another run"):
-        restarted = autoneb(model, a, b, x, y, **other, checkpoint=ckpt)
-    same_states(restarted, autoneb(model, a, b, x, y, **other))
+        restarted = autoneb(
+            model, a, b, x, y, **other, persist=Persist(ckpt, progress=False)
+        )
+    same_states(restarted, autoneb(model, a, b, x, y, **other, persist=QUIET))
 
 
 def test_autoneb_refuses_to_compute_under_cached_only(
@@ -317,7 +367,15 @@ def test_autoneb_refuses_to_compute_under_cached_only(
     x, y = data()
     monkeypatch.setenv(CACHED_ONLY, "1")
     with pytest.raises(NotCached, match="AutoNEB"):
-        autoneb(model, a, b, x, y, **NEB, checkpoint=tmp_path / "neb.pt")
+        autoneb(
+            model,
+            a,
+            b,
+            x,
+            y,
+            **NEB,
+            persist=Persist(tmp_path / "neb.pt", progress=False),
+        )
 
 
 # --- the chapter's runs ---------------------------------------------------------

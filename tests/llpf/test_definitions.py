@@ -17,7 +17,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from tests.kit import pair_states, same_state, toy_tensors
+from tests.kit import QUIET, pair_states, same_state, toy_tensors
 from wslib.core.interpolation import lerp_state
 from wslib.llpf.autoneb import autoneb, neb_step
 from wslib.llpf.curves import curve_point, fit_curve, lr_factor
@@ -32,6 +32,7 @@ from wslib.llpf.layerwise import (
     refine_point,
     tensor_variances,
 )
+from wslib.runs.resumable import Persist
 
 FROZEN = Refine(lr=1e-12, batch_size=16, r_min=1, r_max=1, threshold=1e9)
 REFINE = Refine(lr=0.05, batch_size=16, r_min=2, r_max=4, threshold=0.0)
@@ -241,7 +242,7 @@ def test_m2o_phase_ends_on_the_target_sphere_at_the_expected_tick(
         m2m_ticks=3,
         refine=FROZEN,
         record_every=1,
-        progress=False,
+        persist=QUIET,
     )
     assert path.phase.count("m2o") == expected + 1
     switch = path.states[expected]
@@ -266,7 +267,7 @@ def test_m2o_stops_once_the_target_is_reached_before_refinement() -> None:
         refine=pushy,
         target_variance=target,
         record_every=1,
-        progress=False,
+        persist=QUIET,
     )
     assert len(path.refine_loss) < 10
 
@@ -281,9 +282,7 @@ def test_finished_m2o_run_is_not_extended_on_resume(tmp_path) -> None:
         "refine": REFINE,
         "target_variance": target,
         "record_every": 1,
-        "checkpoint": tmp_path / "m2o.pt",
-        "checkpoint_every": 100,
-        "progress": False,
+        "persist": Persist(tmp_path / "m2o.pt", checkpoint_every=100, progress=False),
     }
     first = m2o(model, a, x, y, **options)
     assert first.ticks[-1] < 50
@@ -296,12 +295,14 @@ def test_finished_m2o_run_is_not_extended_on_resume(tmp_path) -> None:
 def test_checkpoint_of_another_path_seed_is_not_resumed(tmp_path) -> None:
     model, a, b = pair_states()
     x, y = toy_tensors(64)
-    options = {"ticks": 4, "refine": REFINE, "record_every": 1, "progress": False}
+    options = {"ticks": 4, "refine": REFINE, "record_every": 1}
     ckpt = tmp_path / "path.pt"
-    m2m(model, a, b, x, y, seed=1, checkpoint=ckpt, **options)
-    fresh = m2m(model, a, b, x, y, seed=2, **options)
+    m2m(model, a, b, x, y, seed=1, **options, persist=Persist(ckpt, progress=False))
+    fresh = m2m(model, a, b, x, y, seed=2, **options, persist=QUIET)
     with pytest.warns(UserWarning, match="another run"):
-        other = m2m(model, a, b, x, y, seed=2, checkpoint=ckpt, **options)
+        other = m2m(
+            model, a, b, x, y, seed=2, **options, persist=Persist(ckpt, progress=False)
+        )
     assert all(same_state(s, t) for s, t in zip(fresh.states, other.states))
 
 
@@ -315,9 +316,9 @@ def test_nan_in_a_model_is_refused() -> None:
     bad["linears.1.weight"] = b["linears.1.weight"].clone()
     bad["linears.1.weight"][0, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN or infinite"):
-        m2m(model, a, bad, x, y, ticks=3, progress=False)
+        m2m(model, a, bad, x, y, ticks=3, persist=QUIET)
     with pytest.raises(ValueError, match="NaN or infinite"):
-        m2o(model, bad, x, y, ticks=3, progress=False)
+        m2o(model, bad, x, y, ticks=3, persist=QUIET)
 
 
 def test_m2o_target_above_the_start_is_refused_unless_growing() -> None:
@@ -325,7 +326,7 @@ def test_m2o_target_above_the_start_is_refused_unless_growing() -> None:
     x, y = toy_tensors(64)
     up = {n: v * 2.0 for n, v in tensor_variances(a, movable_names(model)).items()}
     with pytest.raises(ValueError, match="only shrinks"):
-        m2o(model, a, x, y, ticks=3, target_variance=up, progress=False)
+        m2o(model, a, x, y, ticks=3, target_variance=up, persist=QUIET)
     path = m2o(
         model,
         a,
@@ -337,7 +338,7 @@ def test_m2o_target_above_the_start_is_refused_unless_growing() -> None:
         target_variance=up,
         grow=True,
         record_every=1,
-        progress=False,
+        persist=QUIET,
     )
     end = tensor_variances(path.states[-1], list(up))
     assert all(end[n] == pytest.approx(up[n], rel=0.011) for n in up)
@@ -358,7 +359,7 @@ def test_m2o_out_of_ticks_before_the_target_warns() -> None:
             shrink=0.05,
             m2m_ticks=20,
             refine=REFINE,
-            progress=False,
+            persist=QUIET,
         )
     assert same_state(path.states[-1], small)
 
@@ -367,7 +368,7 @@ def test_m2m_last_tick_long_jump_warns() -> None:
     model, a, b = pair_states()
     x, y = toy_tensors(64)
     with pytest.warns(UserWarning, match=r"straight jump over (9[5-9]|100)%"):
-        m2m(model, a, b, x, y, ticks=5, step=1e-3, refine=FROZEN, progress=False)
+        m2m(model, a, b, x, y, ticks=5, step=1e-3, refine=FROZEN, persist=QUIET)
 
 
 def test_m2m_with_a_small_final_gap_does_not_warn() -> None:
@@ -377,7 +378,7 @@ def test_m2m_with_a_small_final_gap_does_not_warn() -> None:
     x, y = toy_tensors(64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        m2m(model, a, b, x, y, ticks=12, refine=FROZEN, progress=False)
+        m2m(model, a, b, x, y, ticks=12, refine=FROZEN, persist=QUIET)
 
 
 # --- AutoNEB and curves ------------------------------------------------------
@@ -417,11 +418,11 @@ def test_autoneb_spends_exactly_the_total_steps() -> None:
             max_pivots=6,
             insert_tol=-1.0,
             total_steps=total,
-            progress=False,
+            persist=QUIET,
         )
         assert path.total_grad_steps == total
     with pytest.raises(ValueError, match="total_steps"):
-        autoneb(model, a, b, x, y, n_init=0, total_steps=5, progress=False)
+        autoneb(model, a, b, x, y, n_init=0, total_steps=5, persist=QUIET)
 
 
 def test_curve_points_follow_their_formulas() -> None:
@@ -445,7 +446,7 @@ def test_garipov_schedule_and_constant_schedule() -> None:
     model, a, b = pair_states()
     x, y = toy_tensors(64)
     with pytest.raises(ValueError, match="schedule"):
-        fit_curve(model, a, b, x, y, schedule="cosine", progress=False)
+        fit_curve(model, a, b, x, y, schedule="cosine", persist=QUIET)
 
 
 def test_curve_weight_decay_is_on_the_network_at_t() -> None:
@@ -464,7 +465,7 @@ def test_curve_weight_decay_is_on_the_network_at_t() -> None:
         batch_size=16,
         n_eval=3,
         weight_decay=wd,
-        progress=False,
+        persist=QUIET,
     )
     gen = torch.Generator().manual_seed(0)
     t = float(torch.rand((), generator=gen))
@@ -522,7 +523,7 @@ def test_baselines_train_in_their_precision(method: str) -> None:
     x, y = toy_tensors(64)
     seen: list[torch.dtype] = []
     model.linears[-1].register_forward_hook(lambda m, i, out: seen.append(out.dtype))
-    common = {"batch_size": 16, "progress": False}
+    common = {"batch_size": 16, "persist": QUIET}
     if method == "curve":
         run = functools.partial(fit_curve, steps=2, n_eval=3, **common)
     else:
@@ -545,7 +546,7 @@ def test_autoneb_draws_from_its_seed() -> None:
     def middle(seed: int) -> dict[str, torch.Tensor]:
         path = autoneb(
             model, a, b, x, y, n_init=1, cycles=1, lrs=[0.1], batch_size=8,
-            total_steps=3, seed=seed, progress=False,
+            total_steps=3, seed=seed, persist=QUIET,
         )  # fmt: skip
         return path.states[1]
 

@@ -29,7 +29,7 @@ RES = {
 
 def test_path_loss_is_the_dense_curve_and_the_points_in_the_methods_colour() -> None:
     fig, ax = plt.subplots()
-    draw_path_loss(ax, RES, "AutoNEB")
+    draw_path_loss(ax, RES, method="AutoNEB")
     curve, points = ax.get_lines()
     pos, loss = dense_curve(RES)
     assert np.array_equal(curve.get_xdata(), pos)
@@ -42,7 +42,7 @@ def test_path_loss_is_the_dense_curve_and_the_points_in_the_methods_colour() -> 
 
 def test_path_loss_without_points_and_with_a_label() -> None:
     fig, ax = plt.subplots()
-    draw_path_loss(ax, RES, "LLPF", label="seed 0", points=False)
+    draw_path_loss(ax, RES, method="LLPF", label="seed 0", points=False)
     (curve,) = ax.get_lines()
     assert curve.get_label() == "seed 0"
     plt.close(fig)
@@ -50,9 +50,8 @@ def test_path_loss_without_points_and_with_a_label() -> None:
 
 def test_straight_line_is_dashed_grey() -> None:
     fig, ax = plt.subplots()
-    draw_straight_line(
-        ax, {"ts": [0, 1], "train_loss": [1.0, 2.0], "test_acc": [0.9, 0.8]}, "test_acc"
-    )
+    values = {"ts": [0, 1], "train_loss": [1.0, 2.0], "test_acc": [0.9, 0.8]}
+    draw_straight_line(ax, values, key="test_acc")
     (line,) = ax.get_lines()
     assert list(line.get_ydata()) == [0.9, 0.8]
     assert line.get_linestyle() == "--"

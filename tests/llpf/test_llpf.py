@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.kit import MLP, RESNET, TRANSFORMER, pair_states, same_state, toy_tensors
+from tests.kit import (
+    MLP,
+    QUIET,
+    RESNET,
+    TRANSFORMER,
+    pair_states,
+    same_state,
+    toy_tensors,
+)
 from wslib.core.models import build_model
 from wslib.core.norms import norm_parameter_names
 from wslib.llpf.evaluation import evaluate_path
@@ -19,6 +27,7 @@ from wslib.llpf.layerwise import (
     stage_starts,
     tensor_variances,
 )
+from wslib.runs.resumable import Persist
 
 REFINE = Refine(lr=0.05, batch_size=16, r_min=2, r_max=4, threshold=0.0)
 
@@ -31,9 +40,7 @@ class Interrupt(RuntimeError):
 def test_m2m_path_starts_and_ends_on_the_modes(config: dict) -> None:
     model, a, b = pair_states(config)
     x, y = toy_tensors(64)
-    path = m2m(
-        model, a, b, x, y, ticks=6, refine=REFINE, record_every=2, progress=False
-    )
+    path = m2m(model, a, b, x, y, ticks=6, refine=REFINE, record_every=2, persist=QUIET)
     assert same_state(path.states[0], a)
     assert same_state(path.states[-1], b)
     assert path.ticks == [0, 2, 4, 6]
@@ -44,9 +51,7 @@ def test_m2m_between_identical_modes_ends_on_them() -> None:
     """Identical ends (distance 0): no division by the start's distance."""
     model, a, _ = pair_states(MLP)
     x, y = toy_tensors(64)
-    path = m2m(
-        model, a, a, x, y, ticks=4, refine=REFINE, record_every=2, progress=False
-    )
+    path = m2m(model, a, a, x, y, ticks=4, refine=REFINE, record_every=2, persist=QUIET)
     assert same_state(path.states[0], a) and same_state(path.states[-1], a)
 
 
@@ -82,7 +87,7 @@ def test_fdf_moves_input_stage_first() -> None:
         refine=frozen,
         stage_ticks=4,
         record_every=1,
-        progress=False,
+        persist=QUIET,
     )
     moved = path.states[2]  # after two ticks only stage 0 moves
     assert not torch.allclose(moved["linears.0.weight"], a["linears.0.weight"])
@@ -100,9 +105,7 @@ def test_variance_correction_puts_tensors_back_on_the_sphere() -> None:
     for name, v in target.items():
         assert now[name] == pytest.approx(v, rel=1e-4)
     x, y = toy_tensors(64)
-    path = m2m(
-        model, a, b, x, y, ticks=5, refine=REFINE, record_every=1, progress=False
-    )
+    path = m2m(model, a, b, x, y, ticks=5, refine=REFINE, record_every=1, persist=QUIET)
     for state in path.states[1:-1]:
         inner = tensor_variances(state, list(target))
         assert all(inner[n] == pytest.approx(target[n], rel=1e-3) for n in target)
@@ -122,7 +125,7 @@ def test_m2m_is_deterministic_per_seed() -> None:
             refine=REFINE,
             seed=s,
             record_every=1,
-            progress=False,
+            persist=QUIET,
         )
         for s in (3, 3, 4)
     ]
@@ -138,9 +141,8 @@ def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
         "refine": REFINE,
         "seed": 5,
         "record_every": 2,
-        "progress": False,
     }
-    full = m2m(model, a, b, x, y, **options)
+    full = m2m(model, a, b, x, y, **options, persist=QUIET)
 
     def kill(tick: int, _: torch.nn.Module) -> None:
         if tick == 7:
@@ -154,13 +156,19 @@ def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
             b,
             x,
             y,
-            checkpoint=ckpt,
-            checkpoint_every=3,
-            on_tick=kill,
             **options,
+            persist=Persist(ckpt, checkpoint_every=3, progress=False, on_tick=kill),
         )
     assert torch.load(ckpt / "index.pt", weights_only=True)["tick"] == 6
-    resumed = m2m(model, a, b, x, y, checkpoint=ckpt, checkpoint_every=3, **options)
+    resumed = m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        **options,
+        persist=Persist(ckpt, checkpoint_every=3, progress=False),
+    )
     assert resumed.ticks == full.ticks and resumed.grad_steps == full.grad_steps
     assert all(same_state(s, t) for s, t in zip(full.states, resumed.states))
 
@@ -173,7 +181,14 @@ def test_unreadable_checkpoint_is_ignored_with_a_warning(tmp_path) -> None:
     (ckpt / "index.pt").write_bytes(b"not a checkpoint")
     with pytest.warns(UserWarning, match="unreadable"):
         path = m2m(
-            model, a, b, x, y, ticks=3, refine=REFINE, checkpoint=ckpt, progress=False
+            model,
+            a,
+            b,
+            x,
+            y,
+            ticks=3,
+            refine=REFINE,
+            persist=Persist(ckpt, progress=False),
         )
     assert same_state(path.states[-1], b)
 
@@ -190,7 +205,7 @@ def test_m2o_shrinks_weights_and_leaves_norm_layers() -> None:
         shrink=0.2,
         refine=REFINE,
         record_every=3,
-        progress=False,
+        persist=QUIET,
     )
     frozen = norm_parameter_names(model)
     assert "stem.bn.weight" in frozen
@@ -206,7 +221,7 @@ def test_m2o_shrinks_weights_and_leaves_norm_layers() -> None:
         shrink=0.2,
         refine=no_refine,
         record_every=3,
-        progress=False,
+        persist=QUIET,
     ).states[-1]
     assert all(torch.allclose(still[n], a[n]) for n in frozen)
     assert torch.allclose(still["head.weight"], a["head.weight"] * 0.8**3, atol=1e-6)
@@ -227,18 +242,46 @@ def test_hybrid_reaches_destination_across_spheres() -> None:
         m2m_ticks=4,
         refine=REFINE,
         record_every=2,
-        progress=False,
+        persist=QUIET,
     )
     assert same_state(path.states[0], a) and same_state(path.states[-1], small)
     assert "m2o" in path.phase and path.phase[-1] == "m2m"
 
 
+def test_hybrid_calls_on_tick_in_both_phases_with_the_paths_ticks(tmp_path) -> None:
+    model, a, b = pair_states(MLP)
+    small = {k: v * 0.5 for k, v in b.items()}
+    x, y = toy_tensors(64)
+    seen: list[int] = []
+
+    def on_tick(tick: int, work: torch.nn.Module) -> None:
+        assert isinstance(work, torch.nn.Module)
+        seen.append(tick)
+
+    persist = Persist(tmp_path / "hyb", progress=False, on_tick=on_tick)
+    path = hybrid(
+        model,
+        a,
+        small,
+        x,
+        y,
+        m2o_ticks=20,
+        shrink=0.2,
+        m2m_ticks=4,
+        refine=REFINE,
+        record_every=1,
+        persist=persist,
+    )
+    switch = path.ticks[path.phase.index("m2m") - 1]
+    assert 0 < switch < path.ticks[-1] == switch + 4
+    assert seen == path.ticks[1:] == list(range(1, path.ticks[-1] + 1))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hyb-m2m", "hyb-m2o"]
+
+
 def test_evaluate_path_reports_metrics() -> None:
     model, a, b = pair_states(RESNET)
     x, y = toy_tensors(64)
-    path = m2m(
-        model, a, b, x, y, ticks=4, refine=REFINE, record_every=1, progress=False
-    )
+    path = m2m(model, a, b, x, y, ticks=4, refine=REFINE, record_every=1, persist=QUIET)
     res = evaluate_path(model, path, x, y, x, y, dense=2, progress=False)
     assert res["train_loss"].shape == (5,) and res["dense_loss"].shape == (4, 2)
     assert res["distances"][0] == pytest.approx(1.0) and res["distances"][
@@ -258,10 +301,10 @@ def test_mismatched_models_raise_clear_errors() -> None:
     _, _, other = pair_states({**MLP, "widths": [7, 5]})
     x, y = toy_tensors(64)
     with pytest.raises(ValueError, match="same architecture"):
-        m2m(model, a, other, x, y, ticks=2, progress=False)
+        m2m(model, a, other, x, y, ticks=2, persist=QUIET)
     _, c, _ = pair_states(RESNET)
     with pytest.raises(ValueError, match="same architecture"):
-        m2m(model, a, c, x, y, ticks=2, progress=False)
+        m2m(model, a, c, x, y, ticks=2, persist=QUIET)
     with pytest.raises(ValueError, match="r_min"):
         Refine(r_min=5, r_max=2)
 
@@ -273,12 +316,12 @@ def test_curve_keeps_endpoints_and_trains_the_bend(kind: str) -> None:
     model, a, b = pair_states(RESNET)
     x, y = toy_tensors(64)
     path = fit_curve(
-        model, a, b, x, y, kind=kind, steps=5, batch_size=16, n_eval=5, progress=False
+        model, a, b, x, y, kind=kind, steps=5, batch_size=16, n_eval=5, persist=QUIET
     )
     assert same_state(path.states[0], a) and same_state(path.states[-1], b)
     assert path.total_grad_steps == 5 and len(path.states) == 5
     untrained = fit_curve(
-        model, a, b, x, y, kind=kind, steps=0, n_eval=5, progress=False
+        model, a, b, x, y, kind=kind, steps=0, n_eval=5, persist=QUIET
     )
     middle = untrained.states[2]["head.weight"]
     assert torch.allclose(
@@ -286,7 +329,7 @@ def test_curve_keeps_endpoints_and_trains_the_bend(kind: str) -> None:
     )
     assert not torch.allclose(path.states[2]["head.weight"], middle)
     with pytest.raises(ValueError, match="curve kind"):
-        fit_curve(model, a, b, x, y, kind="spline", progress=False)
+        fit_curve(model, a, b, x, y, kind="spline", persist=QUIET)
 
 
 def test_autoneb_keeps_endpoints_and_inserts_pivots() -> None:
@@ -308,13 +351,13 @@ def test_autoneb_keeps_endpoints_and_inserts_pivots() -> None:
         insert_tol=-1.0,
         check_examples=32,
         max_pivots=5,
-        progress=False,
+        persist=QUIET,
     )
     assert same_state(path.states[0], a) and same_state(path.states[-1], b)
     assert len(path.states) == 5  # 3 pivots, then insertions up to max_pivots
     assert path.total_grad_steps >= 3 + 3  # one step per interior pivot per iteration
     with pytest.raises(ValueError, match="one learning rate per cycle"):
-        autoneb(model, a, b, x, y, cycles=2, lrs=[0.1], progress=False)
+        autoneb(model, a, b, x, y, cycles=2, lrs=[0.1], persist=QUIET)
 
 
 @pytest.mark.parametrize(
@@ -358,7 +401,7 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config: dict) -> None:
         refine=refine,
         stage_ticks=0,
         record_every=1,
-        progress=False,
+        persist=QUIET,
     )
     assert same_state(path.states[-1], b)
     half = {k: v * 0.5 if v.is_floating_point() else v for k, v in b.items()}
@@ -374,13 +417,11 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config: dict) -> None:
             m2m_ticks=2,
             refine=refine,
             record_every=1,
-            progress=False,
+            persist=QUIET,
         ).states[-1],
         half,
     )
-    curve = fit_curve(
-        model, a, b, x, y, steps=2, batch_size=4, n_eval=3, progress=False
-    )
+    curve = fit_curve(model, a, b, x, y, steps=2, batch_size=4, n_eval=3, persist=QUIET)
     neb = autoneb(
         model,
         a,
@@ -394,7 +435,7 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config: dict) -> None:
         batch_size=4,
         check_examples=8,
         max_pivots=3,
-        progress=False,
+        persist=QUIET,
     )
     for p in (path, curve, neb):
         res = evaluate_path(

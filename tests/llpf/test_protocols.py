@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.kit import pair, toy_dataset
+from tests.kit import QUIET, pair, toy_dataset
 from wslib.core.train import evaluate
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
@@ -34,6 +34,7 @@ from wslib.llpf.protocols import (
     threshold_loss,
     variance_along,
 )
+from wslib.runs.resumable import Persist
 
 FAST = {"ticks": 4, "lr": 0.05, "r_max": 3, "record_every": 2}
 CURVE = {"kind": "bezier", "lr": 0.05, "momentum": 0.9, "n_eval": 5}
@@ -200,7 +201,7 @@ def test_hybrid_ends_on_the_destination_sphere() -> None:
         m2m_ticks=FAST["ticks"],
         refine=s.refine([source, dest], FAST),
         record_every=FAST["record_every"],
-        progress=False,
+        persist=QUIET,
     )
     last_m2o = max(i for i, phase in enumerate(path.phase) if phase == "m2o")
     assert 0 < res["switch"] < 1
@@ -242,7 +243,7 @@ def test_m2o_run_with_a_target_ratio_ends_on_that_sphere() -> None:
     frozen = {"ticks": 30, "shrink": 0.1, "lr": 1e-12, "r_max": 1, "record_every": 1}
     s = PathSetup(toy_dataset(), batch_size=8, r_min=1, margin=0.0)
     for compliance in (True, False):
-        res = m2o_run(s, a, {**frozen, "target_ratio": 0.3}, 0, compliance)
+        res = m2o_run(s, a, {**frozen, "target_ratio": 0.3}, 0, compliance=compliance)
         assert res["variance"][-1] == pytest.approx(0.3, rel=0.011)
         assert len(res["variance"]) == 7  # 0.81^k passes 0.3 at k = 6 (clamped)
 
@@ -266,8 +267,7 @@ def test_on_refined_sees_the_point_before_its_projection() -> None:
         ticks=4,
         refine=s.refine([a, b], FAST),
         on_refined=lambda t, m: record(t, m, before),
-        on_tick=lambda t, m: record(t, m, after),
-        progress=False,
+        persist=Persist(progress=False, on_tick=lambda t, m: record(t, m, after)),
     )
     assert sorted(before) == [1, 2, 3] and sorted(after) == [1, 2, 3, 4]
     for t in before:
@@ -280,9 +280,9 @@ def test_a_bf16_refinement_measures_its_threshold_in_bf16() -> None:
     a, b = pair()
     settings = {"lr": 0.3, "r_max": 7, "ticks": 1, "precision": "bf16"}
     refine = s.refine([a, b], settings)
-    bf16 = max(batch_mode_loss(m, s.ds, 8, "bf16") for m in (a, b))
+    bf16 = max(batch_mode_loss(m, s.ds, 8, precision="bf16") for m in (a, b))
     assert refine.precision == "bf16" and refine.threshold == bf16 + 0.25
-    assert threshold_loss([a, b], s.ds, 8, "bf16") == bf16
+    assert threshold_loss([a, b], s.ds, 8, precision="bf16") == bf16
     assert bf16 != pytest.approx(endpoint_loss([a, b], s.ds), rel=1e-6)
     assert bf16 == pytest.approx(endpoint_loss([a, b], s.ds), rel=0.05)
 

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 import wslib.llpf.layerwise as layerwise
+from tests.kit import QUIET
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.llpf.layerwise import ComplianceSGD, LLPFPath, Refine, m2m, refine_point
@@ -150,7 +151,7 @@ def four_ticks(refine: Refine) -> LLPFPath:
         ds.y_train,
         ticks=4,
         refine=refine,
-        progress=False,
+        persist=QUIET,
     )
 
 
@@ -282,5 +283,5 @@ def test_m2o_runs_with_and_without_compliance_have_their_own_checkpoints(
     model = models()[0]
     settings = {"ticks": 3, "shrink": 0.2, "lr": 0.05, "r_max": 2, "record_every": 1}
     for compliance in (True, False):
-        m2o_run(setup, model, settings, 0, compliance, name="m2o")
+        m2o_run(setup, model, settings, 0, compliance=compliance, name="m2o")
     assert len([f for f in tmp_path.iterdir() if (f / "index.pt").exists()]) == 2

@@ -178,25 +178,26 @@ def test_m2m_units_call_m2m_path_as_the_notebook_does(
         unit.run()
     assert [c["seed"] for c in zoo.requests[:2]] == mode_seeds(3)
     setup = chapter_setup(toy_dataset(32), 128, 2, 0.03, 1, str(tmp_path), "smoke")
-    got = [(a[2], a[3], a[4], a[5]) for a, _ in calls]
+    got = [(a[2], a[3], k["name"], k["all_at_once"]) for a, k in calls]
     paths = path_seed_list(3, 2)
     want = [(p["llpf"][n], paths[0], n, False) for n in p["models"]]
     want.insert(2, (p["llpf"]["cnn"], paths[1], "cnn", False))
     want += [(p["llpf"][n], s, n, True) for n in p["ablation_archs"] for s in paths]
     assert got == want
     assert all(a[0].checkpoint_dir == setup.checkpoint_dir for a, _ in calls)
-    for a, _ in calls:  # the path joins its model's two modes
-        n = a[4]
+    for a, k in calls:  # the path joins its model's two modes
+        n = k["name"]
         want_modes = [
             mode_config(p["data"], p["models"][n], p["recipes"][n], s)
             for s in mode_seeds(3)
         ]
         assert [m.config for m in a[1]] == want_modes
-    ((args, _),) = anatomy
+    ((args, kwargs),) = anatomy
     assert (
         args[1] == p["models"]["mlp"]
         and args[3] == p["llpf"]["mlp"]
-        and args[4:] == (paths[0], p["run_cache"])
+        and args[4:] == (paths[0],)
+        and kwargs == {"run_cache": p["run_cache"]}
     )
 
 
@@ -204,7 +205,11 @@ def test_tuning_units_give_baselines_the_budget_of_the_llpf_run(
     monkeypatch: pytest.MonkeyPatch, zoo: FakeZoo, tmp_path
 ) -> None:
     budgets: list[tuple] = []
-    monkeypatch.setattr(units, "tuning_budget", lambda *a: budgets.append(a[-2:]) or 17)
+    monkeypatch.setattr(
+        units,
+        "tuning_budget",
+        lambda *a, run_cache: budgets.append((a[-1], run_cache)) or 17,
+    )
     runs = record(monkeypatch, "tuning_run")
     p = chapter_params("04_llpf_baselines", tmp_path, seed=2)
     listed = [u for u in units.baseline_units(p) if u.name.startswith("tuning")]
@@ -214,7 +219,7 @@ def test_tuning_units_give_baselines_the_budget_of_the_llpf_run(
     assert seed not in path_seed_list(2, p["n_seeds"])
     assert set(budgets) == {(seed, p["run_cache"])}
     model_name = {json.dumps(m): n for n, m in p["models"].items()}
-    got = [(model_name[json.dumps(a[1])], *a[4:]) for a, _ in runs]
+    got = [(model_name[json.dumps(a[1])], *a[4:], k["run_cache"]) for a, k in runs]
     want = [
         (n, label, o, seed, None if label == "LLPF" else 17, p["run_cache"])
         for n in p["models"]
@@ -231,8 +236,8 @@ def test_compare_units_use_the_tuned_settings_on_their_seed(
 ) -> None:
     sweeps: list[tuple] = []
 
-    def sweep(*args: Any) -> str:
-        sweeps.append(args)
+    def sweep(*args: Any, run_cache: str) -> str:
+        sweeps.append((*args, run_cache))
         return "sweep"
 
     monkeypatch.setattr(units, "tuning_sweep", sweep)
@@ -242,7 +247,7 @@ def test_compare_units_use_the_tuned_settings_on_their_seed(
     for unit in units.baseline_units(p):
         if unit.stage == 3:
             unit.run()
-    got = [(list(a[1]), a[3], a[4], a[5]) for a, _ in calls]
+    got = [(list(a[1]), a[3], a[4], k["run_cache"]) for a, k in calls]
     tuned = {"tuned": "sweep"}
     assert got == [
         ([name], tuned, [s], p["run_cache"])
@@ -250,6 +255,7 @@ def test_compare_units_use_the_tuned_settings_on_their_seed(
         for s in path_seed_list(2, p["n_seeds"])
     ]
     assert all(s[5] == tuning_seed(2) and s[4] == p["tuning"] for s in sweeps)
+    assert all(s[6] == p["run_cache"] for s in sweeps)
 
 
 def test_sphere_units_call_the_chapters_runs(
@@ -266,16 +272,18 @@ def test_sphere_units_call_the_chapters_runs(
     assert [c["seed"] for c in zoo.requests[:6]] == [a, a, a, b, a, b]
     assert zoo.requests[:6] == list(want.values())
     (path,) = path_seed_list(6, 1)
-    assert [(a[2], a[3], a[4], a[5]) for a, _ in m2o] == [
+    assert [(a[2], a[3], k["compliance"], k["name"]) for a, k in m2o] == [
         (p["m2o_settings"], path, True, "spheres-m2o"),
         (p["m2o_settings"], path, False, "spheres-m2o"),
         (p["m2o_settings"], path, True, "spheres-norm"),
         (p["m2o_settings"], path, False, "spheres-norm"),
     ]
-    ((args, _),) = hybrid
-    assert args[3:] == (p["hybrid_m2o"], p["m2m_settings"], path, "spheres-hybrid")
-    ((args, _),) = m2m
-    assert args[2:] == (p["m2m_settings"], path, "spheres-sharp")
+    ((args, kwargs),) = hybrid
+    assert args[3:] == (p["hybrid_m2o"], p["m2m_settings"], path)
+    assert kwargs == {"name": "spheres-hybrid"}
+    ((args, kwargs),) = m2m
+    assert args[2:] == (p["m2m_settings"], path)
+    assert kwargs == {"name": "spheres-sharp"}
 
 
 def test_derived_seeds() -> None:
@@ -329,7 +337,7 @@ def test_tuning_budget_and_run_read_the_method_run_cache(
 ) -> None:
     seen = []
 
-    def fake(setup, pair, settings, seed, budget=None, name=None):
+    def fake(setup, pair, settings, seed, *, budget=None, name=None):
         seen.append((settings["method"], settings["lr"], seed, budget))
         return {"peak_excess": 0.0, "grad_steps": 11}
 
@@ -340,11 +348,13 @@ def test_tuning_budget_and_run_read_the_method_run_cache(
         {"m": TOY}, {"m": {"lr": 0.1}}, {"B": {"method": "curve", "lr": 1}}
     )["m"]
     args = (setup, TOY, pair, methods)
-    assert ch04_baselines.tuning_budget(*args, 4, tmp_path) == 11
-    settings, _ = ch04_baselines.tuning_run(*args, "B", {"lr": 2}, 4, 11, tmp_path)
+    assert ch04_baselines.tuning_budget(*args, 4, run_cache=tmp_path) == 11
+    settings, _ = ch04_baselines.tuning_run(
+        *args, "B", {"lr": 2}, 4, 11, run_cache=tmp_path
+    )
     assert settings == {"method": "curve", "lr": 2}
-    ch04_baselines.tuning_run(*args, "LLPF", {"lr": 3}, 4, 11, tmp_path)
-    assert ch04_baselines.tuning_budget(*args, 4, tmp_path) == 11  # a cache hit
+    ch04_baselines.tuning_run(*args, "LLPF", {"lr": 3}, 4, 11, run_cache=tmp_path)
+    assert ch04_baselines.tuning_budget(*args, 4, run_cache=tmp_path) == 11  # cached
     assert seen == [("llpf", 0.1, 4, None), ("curve", 2, 4, 11), ("llpf", 3, 4, None)]
 
 

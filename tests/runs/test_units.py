@@ -17,6 +17,7 @@ from wslib.core.models import build_model
 from wslib.core.seeds import derive_seeds
 from wslib.llpf.layerwise import Refine, m2m
 from wslib.runs.cache import cached_run
+from wslib.runs.resumable import Persist
 from wslib.runs.units import CACHED_ONLY, NotCached, Unit, by_stage, refuse_compute
 from wslib.runs.zoo import Zoo
 
@@ -80,7 +81,8 @@ def test_llpf_path_refuses_to_move_but_a_finished_one_loads(
 
     def find(folder: str) -> object:
         start = model.state_dict()
-        return m2m(model, start, dest, x, y, 3, refine, checkpoint=tmp_path / folder)
+        persist = Persist(tmp_path / folder)
+        return m2m(model, start, dest, x, y, ticks=3, refine=refine, persist=persist)
 
     done = find("done")
     monkeypatch.setenv(CACHED_ONLY, "1")

@@ -26,20 +26,20 @@ steps left, from the first interior pivot on). BatchNorm layers
 use batch statistics during relaxation and checks; :mod:`wslib.llpf.evaluation`
 recomputes running statistics when it evaluates the result.
 
-With ``checkpoint`` (a file) the run is saved after every cycle (the pivots,
-the next cycle, the generator, the buffers, the gradient steps and seconds so
-far, under a key of everything that determines the run) and resumes from it,
-bit-identical to an uninterrupted run; a finished one returns without another
-step. Foreign or unreadable checkpoints warn and the run starts again (the
-resumable-run helper :mod:`wslib.runs.resumable`, as for the curves of
-:mod:`wslib.llpf.curves`, whose key it uses).
+With ``persist`` naming a ``checkpoint`` (a file, see
+:class:`wslib.runs.resumable.Persist`) the run is saved after every cycle
+(the pivots, the next cycle, the generator, the buffers, the gradient steps
+and seconds so far, under a key of everything that determines the run) and
+resumes from it, bit-identical to an uninterrupted run; a finished one
+returns without another step. Foreign or unreadable checkpoints warn and the
+run starts again (the resumable-run helper :mod:`wslib.runs.resumable`, as
+for the curves of :mod:`wslib.llpf.curves`, whose key it uses).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -47,7 +47,12 @@ from torch.func import functional_call
 
 from wslib.core.files import code_version
 from wslib.core.neurons import StateDict
-from wslib.core.train import check_precision, model_device, precision_autocast
+from wslib.core.train import (
+    PrecisionName,
+    check_precision,
+    model_device,
+    precision_autocast,
+)
 from wslib.llpf.curves import checkpoint_key, missing_fields
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.resumable import Persist, Resumable
@@ -60,8 +65,10 @@ CODE = (
     "wslib.llpf.curves",
     "wslib.llpf.path",
     "wslib.runs.resumable",
+    "wslib.runs.store",
 )
 FIELDS = ("chain", "buffers", "steps")
+CHECKPOINT_EVERY = 1  # cycles between saves when ``persist`` does not say
 
 
 class _Flat:
@@ -94,6 +101,7 @@ def autoneb(
     b: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     n_init: int = 3,
     cycles: int = 4,
     steps_per_cycle: int = 100,
@@ -105,11 +113,9 @@ def autoneb(
     check_examples: int = 1024,
     max_pivots: int = 12,
     seed: int = 0,
-    progress: bool = True,
     total_steps: int | None = None,
-    checkpoint: str | Path | None = None,
-    on_cycle: Callable[[int], None] | None = None,
-    precision: str = "fp32",
+    precision: PrecisionName = "fp32",
+    persist: Persist | None = None,
 ) -> LLPFPath:
     """Relax an AutoNEB chain from ``a`` to ``b``; return its pivots as a path.
 
@@ -118,9 +124,12 @@ def autoneb(
 
     ``steps_per_cycle`` iterations per cycle, or, with ``total_steps``,
     exactly ``total_steps`` gradient steps in all (``round(total_steps * c /
-    cycles)`` by the end of cycle ``c``). With ``checkpoint`` (a file) the
-    run is saved after every cycle and resumes from it (see the module
-    docstring); ``on_cycle(c)`` is called after cycle ``c`` (1-based) is saved.
+    cycles)`` by the end of cycle ``c``). ``persist``
+    (:class:`wslib.runs.resumable.Persist`; None: no checkpoint, a progress
+    bar): with a ``checkpoint`` (a file) the run is saved after every cycle
+    (unless ``checkpoint_every`` says otherwise) and at the end, and resumes
+    from it (see the module docstring); ``on_tick(c)`` is called after cycle
+    ``c`` (1-based) is saved.
     """
     check_same_architecture(model, a, b)
     if len(lrs) != cycles:
@@ -137,11 +146,12 @@ def autoneb(
             f"total_steps={total_steps}"
         )
     check_precision(precision)
+    persist = persist or Persist()
     probe = copy.deepcopy(model).train()
     dev = model_device(probe)
     flat = _Flat(probe)
     key = None
-    if checkpoint is not None:
+    if persist.checkpoint is not None:
         key = checkpoint_key(
             probe,
             a,
@@ -163,9 +173,7 @@ def autoneb(
             precision=precision,
             code=code_version(*CODE),
         )
-    run = Resumable(
-        Persist(checkpoint, 1, progress, on_cycle), "AutoNEB", key, seed, cycles
-    )
+    run = Resumable(persist, "AutoNEB", key, seed, cycles, every=CHECKPOINT_EVERY)
     buffers = {n: v.clone() for n, v in probe.named_buffers()}
     va, vb = flat.flat(a).to(dev), flat.flat(b).to(dev)
     chain = [torch.lerp(va, vb, k / (n_init + 1)) for k in range(n_init + 2)]

@@ -49,7 +49,7 @@ def stage_list(models: Mapping[str, nn.Module]) -> str:
 
 
 def layer_panels(
-    single: Mapping[str, Mapping[str, Any]], per_panel: int = 7
+    single: Mapping[str, Mapping[str, Any]], *, per_panel: int = 7
 ) -> list[tuple[str, list[str]]]:
     """``(model, stages)`` for each panel of a figure: a model's stages, at most ``per_panel`` a panel.
 

@@ -92,10 +92,11 @@ def cached_peak_anatomy(
     pair: Sequence[nn.Module],
     settings: Mapping[str, Any],
     seed: int,
+    *,
     run_cache: str | Path | None = None,
 ) -> dict[str, float]:
     """:func:`~wslib.llpf.protocols.peak_anatomy`, stored in ``run_cache`` under its key."""
-    key = comparison_key(setup, model, pair, {"anatomy": settings}, seed, 0)
+    key = comparison_key(setup, model, pair, {"anatomy": settings}, seed, budget=0)
     key["protocol"] = "peak_anatomy"
     return cached_run(
         run_cache,
@@ -172,6 +173,7 @@ def m2m_metrics(
     paths: Mapping[str, Result],
     seeds: pd.DataFrame,
     ablation: Mapping[str, Result],
+    *,
     ablation_seeds: pd.DataFrame | None = None,
     anatomy: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:

@@ -65,14 +65,17 @@ def cached_method_run(
     settings: Mapping[str, Any],
     seed: int,
     budget: int | None,
+    *,
     run_cache: str | Path | None = None,
 ) -> dict[str, Any]:
     """:func:`~wslib.llpf.protocols.method_run`, stored in ``run_cache`` under its key."""
-    key = comparison_key(setup, model, pair, {label: settings}, seed, budget or 0)
+    key = comparison_key(
+        setup, model, pair, {label: settings}, seed, budget=budget or 0
+    )
     return cached_run(
         run_cache,
         key,
-        lambda: method_run(setup, pair, settings, seed, budget),
+        lambda: method_run(setup, pair, settings, seed, budget=budget),
         code=CODE,
     )
 
@@ -88,6 +91,7 @@ def tuning_budget(
     pair: Sequence[nn.Module],
     methods: Mapping[str, Mapping[str, Any]],
     seed: int,
+    *,
     run_cache: str | Path | None = None,
 ) -> int:
     """The gradient steps of the first method (LLPF) at its base settings on ``seed``.
@@ -97,8 +101,8 @@ def tuning_budget(
     :func:`tuning_sweep`.
     """
     first = next(iter(methods))
-    args = (setup, model, pair, first, methods[first], seed, None, run_cache)
-    return int(cached_method_run(*args)["grad_steps"])
+    args = (setup, model, pair, first, methods[first], seed, None)
+    return int(cached_method_run(*args, run_cache=run_cache)["grad_steps"])
 
 
 def tuning_run(
@@ -110,6 +114,7 @@ def tuning_run(
     override: Mapping[str, Any],
     seed: int,
     budget: int | None,
+    *,
     run_cache: str | Path | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One setting of :func:`tuning_sweep`: ``(settings, evaluated path)``.
@@ -121,7 +126,7 @@ def tuning_run(
     settings = {**methods[label], **override}
     kind_budget = None if settings["method"] == "llpf" else budget
     res = cached_method_run(
-        setup, model, pair, label, settings, seed, kind_budget, run_cache
+        setup, model, pair, label, settings, seed, kind_budget, run_cache=run_cache
     )
     return settings, res
 
@@ -133,6 +138,7 @@ def tuning_sweep(
     methods: Mapping[str, Mapping[str, Mapping[str, Any]]],
     grid: Mapping[str, Sequence[Mapping[str, Any]]],
     seed: int,
+    *,
     run_cache: str | Path | None = None,
 ) -> pd.DataFrame:
     """Every method at every setting of ``grid`` (label -> overrides), on path seed ``seed``.
@@ -148,11 +154,11 @@ def tuning_sweep(
     rows = []
     for name in models:
         args = (setup, models[name], modes[name], methods[name])
-        budget = tuning_budget(*args, seed, run_cache)
+        budget = tuning_budget(*args, seed, run_cache=run_cache)
         for label, options in grid.items():
             for override in options:
                 settings, res = tuning_run(
-                    *args, label, override, seed, budget, run_cache
+                    *args, label, override, seed, budget, run_cache=run_cache
                 )
                 lrs = settings.get("lrs")
                 rows.append(
@@ -202,6 +208,7 @@ def compare_methods(
     modes: Mapping[str, Sequence[nn.Module]],
     methods: Mapping[str, Mapping[str, Mapping[str, Any]]],
     seeds: Sequence[int],
+    *,
     run_cache: str | Path | None = None,
 ) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """:func:`~wslib.llpf.protocols.compare_at_equal_steps` for every model and path seed.
@@ -219,7 +226,7 @@ def compare_methods(
 
             def compute(name: str = name, s: int = s) -> dict[str, Any]:
                 return compare_at_equal_steps(
-                    setup, modes[name], methods[name], s, name
+                    setup, modes[name], methods[name], s, name=name
                 )
 
             result = cached_run(run_cache, key, compute, code=CODE)

@@ -18,11 +18,12 @@ training set at every evaluated ``t``. The result is an
 ``t``, with its gradient steps and wall time, so curves and LLPF paths are
 evaluated the same way.
 
-Checkpoints. With ``checkpoint`` (a file), the run saves its state every
-``checkpoint_every`` steps and at the end, atomically, in one small file (an
-entry of :mod:`wslib.runs.store`, saved by the resumable-run helper
-:mod:`wslib.runs.resumable`): the step, the bend, the optimizer's momentum,
-the generator, the buffers, the seconds so far and the run's key
+Checkpoints. With ``persist`` naming a ``checkpoint`` (a file, see
+:class:`wslib.runs.resumable.Persist`), the run saves its state every
+``checkpoint_every`` steps (default 500) and at the end, atomically, in one
+small file (an entry of :mod:`wslib.runs.store`, saved by the resumable-run
+helper :mod:`wslib.runs.resumable`): the step, the bend, the optimizer's
+momentum, the generator, the buffers, the seconds so far and the run's key
 (:func:`checkpoint_key`, shared with :mod:`wslib.llpf.autoneb`: a hash of
 everything that determines the run, including this module's source). A run
 started with a checkpoint of the same key resumes at its step and ends
@@ -34,9 +35,7 @@ ignored with a warning and the run starts again.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -45,13 +44,21 @@ from torch.func import functional_call
 
 from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
-from wslib.core.train import check_precision, model_device, precision_autocast
+from wslib.core.train import (
+    PrecisionName,
+    check_precision,
+    model_device,
+    precision_autocast,
+)
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.resumable import Persist, Resumable
 from wslib.runs.store import Payload
 
-KINDS = ("bezier", "polychain")
-SCHEDULES = ("constant", "garipov")
+# The curves and learning-rate schedules of fit_curve (the tuples list them at run time).
+CurveKind = Literal["bezier", "polychain"]
+CurveSchedule = Literal["constant", "garipov"]
+KINDS: tuple[CurveKind, ...] = get_args(CurveKind)
+SCHEDULES: tuple[CurveSchedule, ...] = get_args(CurveSchedule)
 NAMES = {"bezier": "Bezier", "polychain": "PolyChain"}
 # The modules whose source determines a curve (its checkpoint key).
 CODE = (
@@ -59,8 +66,9 @@ CODE = (
     "wslib.llpf.curves",
     "wslib.llpf.path",
     "wslib.runs.resumable",
+    "wslib.runs.store",
 )
-StepCallback = Callable[[int], None]
+CHECKPOINT_EVERY = 500  # steps between saves when ``persist`` does not say
 
 
 def model_signature(model: nn.Module) -> dict[str, Any]:
@@ -94,7 +102,7 @@ def missing_fields(saved: Payload, fields: tuple[str, ...]) -> str | None:
     return f"no {', '.join(missing)}" if missing else None
 
 
-def lr_factor(schedule: str, fraction: float) -> float:
+def lr_factor(schedule: CurveSchedule, fraction: float) -> float:
     """Learning-rate multiplier at ``fraction`` (0..1) of the training steps."""
     if schedule == "constant" or fraction <= 0.5:
         return 1.0
@@ -108,7 +116,7 @@ def curve_point(
     bend: dict[str, torch.Tensor],
     b: dict[str, torch.Tensor],
     t: float,
-    kind: str,
+    kind: CurveKind,
 ) -> dict[str, torch.Tensor]:
     """The parameters of the curve at ``t`` (differentiable in ``bend``)."""
     if kind == "bezier":
@@ -126,29 +134,29 @@ def fit_curve(
     b: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
-    kind: str = "bezier",
+    *,
+    kind: CurveKind = "bezier",
     steps: int = 1000,
     lr: float = 0.05,
     momentum: float = 0.9,
     batch_size: int = 128,
     n_eval: int = 21,
     seed: int = 0,
-    progress: bool = True,
     weight_decay: float = 0.0,
-    schedule: str = "constant",
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 500,
-    on_step: StepCallback | None = None,
-    precision: str = "fp32",
+    schedule: CurveSchedule = "constant",
+    precision: PrecisionName = "fp32",
+    persist: Persist | None = None,
 ) -> LLPFPath:
     """Train the bend of a curve from ``a`` to ``b`` for ``steps`` SGD steps.
 
     ``weight_decay`` and ``schedule`` (see :func:`lr_factor`) give the
     authors' recipe; with ``precision`` ``"bf16"`` the forward pass and loss
-    run under bfloat16 autocast (the bend stays in float32). With ``checkpoint`` (a file) the run is saved every
-    ``checkpoint_every`` steps and at the end, and resumes from it (see the
-    module docstring); ``on_step(k)`` is called after step ``k`` (and its
-    save).
+    run under bfloat16 autocast (the bend stays in float32). ``persist``
+    (:class:`wslib.runs.resumable.Persist`; None: no checkpoint, a progress
+    bar): with a ``checkpoint`` (a file) the run is saved every
+    ``checkpoint_every`` steps (default 500) and at the end, and resumes
+    from it (see the module docstring); ``on_tick(k)`` is called after step
+    ``k`` (and its save).
 
     Returns the curve sampled at ``n_eval`` evenly spaced ``t`` (endpoints
     exactly ``a`` and ``b``); ``grad_steps`` and ``seconds`` of the last
@@ -162,13 +170,13 @@ def fit_curve(
         raise ValueError(f"unknown schedule {schedule!r}; valid: {SCHEDULES}")
     if weight_decay < 0:
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-    persist = Persist(checkpoint, checkpoint_every, progress, on_step)
+    persist = persist or Persist()
     check_precision(precision)
     check_same_architecture(model, a, b)
     probe = copy.deepcopy(model)
     dev = model_device(probe)
     key = None
-    if checkpoint is not None:
+    if persist.checkpoint is not None:
         key = checkpoint_key(
             probe,
             a,
@@ -187,7 +195,8 @@ def fit_curve(
             precision=precision,
             code=code_version(*CODE),
         )
-    run = Resumable(persist, f"{NAMES[kind]} curve", key, seed, steps)
+    what = f"{NAMES[kind]} curve"
+    run = Resumable(persist, what, key, seed, steps, every=CHECKPOINT_EVERY)
     saved = run.resume(lambda s: missing_fields(s, ("bend", "optimizer", "buffers")))
     x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
     names = [n for n, _ in probe.named_parameters()]

@@ -53,6 +53,7 @@ def dense_segments(
     x_train: torch.Tensor,
     y_train: torch.Tensor,
     dense: int,
+    *,
     progress: bool = True,
 ) -> np.ndarray:
     """``(n_points - 1, dense)`` training losses strictly inside each straight segment."""
@@ -73,6 +74,7 @@ def evaluate_path(
     y_train: torch.Tensor,
     x_test: torch.Tensor,
     y_test: torch.Tensor,
+    *,
     dense: int = 1,
     stages: Sequence[Sequence[str]] | None = None,
     progress: bool = True,
@@ -98,7 +100,9 @@ def evaluate_path(
     res: dict[str, Any] = dict(
         evaluate_states(model, states, x_train, y_train, x_test, y_test, progress)
     )
-    res["dense_loss"] = dense_segments(model, states, x_train, y_train, dense, progress)
+    res["dense_loss"] = dense_segments(
+        model, states, x_train, y_train, dense, progress=progress
+    )
     stages = stages or data_flow_stages(model)
     res["distances"] = layer_distances(states, states[-1], stages)
     res["position"] = np.linspace(0.0, 1.0, len(states))

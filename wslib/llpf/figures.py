@@ -22,7 +22,7 @@ POSITION = "position on the path (0 = A, 1 = B)"
 
 
 def draw_straight_line(
-    ax: Axes, line: Mapping[str, Any], key: str = "train_loss"
+    ax: Axes, line: Mapping[str, Any], *, key: str = "train_loss"
 ) -> None:
     """The straight line between the modes (a :func:`~wslib.core.interpolation.linear_path`), dashed."""
     ax.plot(
@@ -70,6 +70,7 @@ def draw_sensitivity(ax: Axes, sweep: pd.DataFrame, chosen: pd.DataFrame) -> Non
 def draw_path_loss(
     ax: Axes,
     res: Mapping[str, Any],
+    *,
     method: str = "LLPF",
     label: str | None = None,
     points: bool = True,

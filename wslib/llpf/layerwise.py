@@ -38,8 +38,9 @@ recorded states keep whatever running statistics the refinement left, and
 :mod:`wslib.llpf.evaluation` recomputes them on the training set before evaluating any
 point (the endpoints included), so every point is judged the same way.
 
-Checkpoints. With ``checkpoint`` set (a folder), the loop saves its state
-every ``checkpoint_every`` ticks and at the end, incrementally: each
+Checkpoints. With ``persist`` naming a ``checkpoint`` (a folder, see
+:class:`wslib.runs.resumable.Persist`), the loop saves its state every
+``checkpoint_every`` ticks (default 10) and at the end, incrementally: each
 recorded point once, in a file of its own, the current point when it is not
 a recorded one, and a small index (random generator, counters, the path's
 lists) written last: an entry with parts of :mod:`wslib.runs.store`, saved
@@ -63,9 +64,9 @@ import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 import torch
 from torch import nn
@@ -73,7 +74,12 @@ from torch import nn
 from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import norm_parameter_names
-from wslib.core.train import check_precision, model_device, precision_autocast
+from wslib.core.train import (
+    PrecisionName,
+    check_precision,
+    model_device,
+    precision_autocast,
+)
 from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.resumable import Persist, Resumable
 from wslib.runs.store import Payload
@@ -88,8 +94,13 @@ CODE = (
     "wslib.llpf.layerwise",
     "wslib.llpf.path",
     "wslib.runs.resumable",
+    "wslib.runs.store",
 )
 TickCallback = Callable[[int, nn.Module], None]
+# How M2M's moving tensors step towards the destination (see the module docstring).
+MoveSchedule = Literal["geometric", "linear"]
+MOVE_SCHEDULES: tuple[MoveSchedule, ...] = get_args(MoveSchedule)
+CHECKPOINT_EVERY = 10  # ticks between saves when ``persist`` does not say
 
 
 class StepOptimizer(Protocol):
@@ -122,7 +133,7 @@ class Refine:
     r_min: int = 5
     r_max: int = 100
     threshold: float = 0.05
-    precision: str = "fp32"
+    precision: PrecisionName = "fp32"
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -180,6 +191,7 @@ def stage_starts(
     n_stages: int,
     ticks: int,
     stage_ticks: int | Sequence[int] | None,
+    *,
     all_at_once: bool = False,
 ) -> list[int]:
     """Tick at which each stage starts moving.
@@ -223,7 +235,7 @@ def tensor_variances(state: StateDict, names: Sequence[str]) -> dict[str, float]
 
 @torch.no_grad()
 def project_on_spheres(
-    model: nn.Module, target: dict[str, float], eps: float = 1e-12
+    model: nn.Module, target: dict[str, float], *, eps: float = 1e-12
 ) -> None:
     """Rescale each named parameter about its mean so that its variance is ``target[name]``."""
     params = dict(model.named_parameters())
@@ -418,7 +430,9 @@ def _run_loop(
     work = copy.deepcopy(model)
     dev = model_device(work)
     x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
-    run = Resumable(persist, "LLPF path", key, seed, ticks, folder=True)
+    run = Resumable(
+        persist, "LLPF path", key, seed, ticks, folder=True, every=CHECKPOINT_EVERY
+    )
     path, current, steps, saved_memo = _restore(
         run.resume(lambda saved: _checkpoint_problem(saved, start)), start, phase
     )
@@ -489,6 +503,7 @@ def m2m(
     dest: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     ticks: int = 100,
     refine: Refine | None = None,
     stages: Sequence[Sequence[str]] | None = None,
@@ -496,15 +511,12 @@ def m2m(
     all_at_once: bool = False,
     step: float | None = None,
     final_gap: float = 0.01,
-    schedule: str = "geometric",
+    schedule: MoveSchedule = "geometric",
     seed: int = 0,
     record_every: int = 5,
     eps: float = 1e-12,
     jump_warn: float = 0.2,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 10,
-    on_tick: TickCallback | None = None,
-    progress: bool = True,
+    persist: Persist | None = None,
     on_refined: TickCallback | None = None,
 ) -> LLPFPath:
     """LLPF model to model (Algorithm 1) from ``start`` to ``dest``.
@@ -540,11 +552,14 @@ def m2m(
         Warn when, before the last tick, the point is still more than this
         fraction of the start's distance from ``dest`` (the last tick is then
         a long straight jump that no refinement checked).
-    checkpoint, checkpoint_every
-        Folder to save the run to every ``checkpoint_every`` ticks (one file
-        per recorded state and an index) and to resume from.
-    on_tick
-        Called as ``on_tick(tick, model)`` after each tick.
+    persist
+        Checkpoint, progress bar and tick callback
+        (:class:`wslib.runs.resumable.Persist`; None: no checkpoint, a
+        progress bar). ``persist.checkpoint`` is a folder to save the run to
+        every ``persist.checkpoint_every`` ticks (default 10; one file per
+        recorded state and an index) and to resume from;
+        ``persist.on_tick(tick, model)`` is called after each tick (and its
+        save).
     on_refined
         Called as ``on_refined(tick, model)`` after each tick's refinement,
         before the projection (not on the last tick, which lands on ``dest``).
@@ -555,7 +570,6 @@ def m2m(
     """
     check_same_architecture(model, start, dest)
     _check_ticks(ticks)
-    persist = Persist(checkpoint, checkpoint_every, progress, on_tick)
     refine = refine or Refine()
     stages = [list(s) for s in (stages or data_flow_stages(model))]
     names = [n for n, _ in model.named_parameters()]
@@ -566,7 +580,7 @@ def m2m(
             f"{sorted(set(names) - set(flat))[:3]}, unknown or repeated "
             f"{sorted({n for n in flat if n not in names or flat.count(n) > 1})[:3]}"
         )
-    starts = stage_starts(len(stages), ticks, stage_ticks, all_at_once)
+    starts = stage_starts(len(stages), ticks, stage_ticks, all_at_once=all_at_once)
     begin = {n: s0 for s, s0 in zip(stages, starts) for n in s}
     if step is None:
         if not 0 < final_gap < 1:
@@ -574,7 +588,7 @@ def m2m(
         step = 1 - final_gap ** (1 / max(1, ticks - 1 - starts[-1]))
     if not 0 < step <= 1:
         raise ValueError(f"step must be in (0, 1], got {step}")
-    if schedule not in ("geometric", "linear"):
+    if schedule not in MOVE_SCHEDULES:
         raise ValueError(f"schedule must be 'geometric' or 'linear', got {schedule!r}")
     target = tensor_variances(start, names)
     dest_dev = {n: dest[n].to(model_device(model)) for n in names}
@@ -621,14 +635,14 @@ def m2m(
         y,
         phase="m2m",
         move=move,
-        after_move=lambda w: project_on_spheres(w, target, eps),
+        after_move=lambda w: project_on_spheres(w, target, eps=eps),
         make_opt=lambda w: torch.optim.SGD(w.parameters(), lr=refine.lr),
         refine=refine,
         ticks=ticks,
         seed=seed,
         record_every=record_every,
         key=key,
-        persist=persist,
+        persist=persist or Persist(),
         final_state=dest,
         on_refined=on_refined,
     )
@@ -678,6 +692,7 @@ def m2o(
     start: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     ticks: int = 100,
     shrink: float = 0.02,
     refine: Refine | None = None,
@@ -687,10 +702,7 @@ def m2o(
     grow: bool = False,
     seed: int = 0,
     record_every: int = 5,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 10,
-    on_tick: TickCallback | None = None,
-    progress: bool = True,
+    persist: Persist | None = None,
 ) -> LLPFPath:
     """LLPF model to origin (Algorithm 2): shrink the weights towards zero while refining.
 
@@ -705,10 +717,13 @@ def m2o(
     mode) lets a tensor whose target is above its variance grow by
     ``1 / (1 - shrink)`` a tick instead.
     ``compliance`` turns angular compliance on (see :class:`ComplianceSGD`).
+    ``persist`` (:class:`wslib.runs.resumable.Persist`; None: no checkpoint,
+    a progress bar) is as in :func:`m2m`: a checkpoint folder saved every
+    ``checkpoint_every`` ticks (default 10), ``on_tick(tick, model)`` after
+    each tick.
     """
     check_same_architecture(model, start)
     _check_ticks(ticks)
-    persist = Persist(checkpoint, checkpoint_every, progress, on_tick)
     if not 0 < shrink < 1:
         raise ValueError(f"shrink must be in (0, 1), got {shrink}")
     refine = refine or Refine()
@@ -796,7 +811,7 @@ def m2o(
         seed=seed,
         record_every=record_every,
         key=key,
-        persist=persist,
+        persist=persist or Persist(),
         memo=reached,
     )
 
@@ -824,6 +839,7 @@ def hybrid(
     dest: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    *,
     m2o_ticks: int = 100,
     shrink: float = 0.02,
     m2m_ticks: int = 100,
@@ -831,10 +847,8 @@ def hybrid(
     compliance: bool = True,
     seed: int = 0,
     record_every: int = 5,
-    progress: bool = True,
     target_tol: float = 0.01,
-    checkpoint: str | Path | None = None,
-    checkpoint_every: int = 10,
+    persist: Persist | None = None,
     **m2m_options,
 ) -> LLPFPath:
     """M2O from ``start`` until each movable tensor reaches ``dest``'s variance, then M2M to ``dest``.
@@ -844,30 +858,33 @@ def hybrid(
     grows towards it instead of shrinking, so a destination on a larger sphere
     is reached too. It ends at the tick where every tensor is within
     ``target_tol`` of the destination's variance (see :func:`m2o`; it warns
-    when it runs out of ``m2o_ticks`` first). With ``checkpoint``, the two
-    phases are checkpointed in the folders ``<checkpoint>-m2o`` and
-    ``<checkpoint>-m2m`` (a killed run resumes in the phase it was in).
-    Extra keyword arguments go to :func:`m2m`.
+    when it runs out of ``m2o_ticks`` first). ``persist``
+    (:class:`wslib.runs.resumable.Persist`; None: no checkpoint, a progress
+    bar) applies to both phases: with a ``checkpoint``, they are
+    checkpointed in the folders ``<checkpoint>-m2o`` and ``<checkpoint>-m2m``
+    (a killed run resumes in the phase it was in), and ``on_tick(tick,
+    model)`` is called after every tick of both, ``tick`` counted along the
+    whole path (as in the path's ``ticks``). Extra keyword arguments go to
+    :func:`m2m`.
     """
     check_same_architecture(model, start, dest)
+    persist = persist or Persist()
     movable = movable_names(model)
     first = m2o(
         model,
         start,
         x,
         y,
-        m2o_ticks,
-        shrink,
-        refine,
-        compliance,
-        tensor_variances(dest, movable),
-        target_tol,
-        True,
-        seed,
-        record_every,
-        checkpoint=_phase_folder(checkpoint, "m2o"),
-        checkpoint_every=checkpoint_every,
-        progress=progress,
+        ticks=m2o_ticks,
+        shrink=shrink,
+        refine=refine,
+        compliance=compliance,
+        target_variance=tensor_variances(dest, movable),
+        target_tol=target_tol,
+        grow=True,
+        seed=seed,
+        record_every=record_every,
+        persist=_phase_persist(persist, "m2o"),
     )
     second = m2m(
         model,
@@ -875,16 +892,31 @@ def hybrid(
         dest,
         x,
         y,
-        m2m_ticks,
-        refine,
+        ticks=m2m_ticks,
+        refine=refine,
         seed=seed,
         record_every=record_every,
-        progress=progress,
-        checkpoint=_phase_folder(checkpoint, "m2m"),
-        checkpoint_every=checkpoint_every,
+        persist=_phase_persist(persist, "m2m", first.ticks[-1]),
         **m2m_options,
     )
     return first.extend(second)
+
+
+def _phase_persist(persist: Persist, phase: str, ticks_before: int = 0) -> Persist:
+    """``persist`` for one phase of a hybrid run: the phase's checkpoint folder, and
+    ``on_tick`` told the tick along the whole path (``ticks_before`` ticks precede it)."""
+    on_tick = persist.on_tick
+    if on_tick is not None and ticks_before:
+        on_tick = functools.partial(_tick_after, on_tick, ticks_before)
+    checkpoint = _phase_folder(persist.checkpoint, phase)
+    return replace(persist, checkpoint=checkpoint, on_tick=on_tick)
+
+
+def _tick_after(
+    on_tick: Callable[..., None], ticks_before: int, tick: int, *extra: object
+) -> None:
+    """Call ``on_tick`` with the tick along the whole path."""
+    on_tick(ticks_before + tick, *extra)
 
 
 def _phase_folder(checkpoint: str | Path | None, phase: str) -> Path | None:

@@ -27,7 +27,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import torch
@@ -36,7 +36,12 @@ from torch import nn
 from wslib.core.files import note_entry, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import has_batchnorm
-from wslib.core.train import evaluate, model_device, precision_autocast
+from wslib.core.train import (
+    PrecisionName,
+    evaluate,
+    model_device,
+    precision_autocast,
+)
 from wslib.core.workspace import workspace
 from wslib.llpf.autoneb import autoneb
 from wslib.llpf.curves import fit_curve
@@ -52,6 +57,7 @@ from wslib.llpf.layerwise import (
     tensor_variances,
 )
 from wslib.llpf.path import LLPFPath
+from wslib.runs.resumable import Persist
 
 if TYPE_CHECKING:
     from wslib.core.data import Dataset
@@ -86,7 +92,7 @@ def endpoint_loss(models: Sequence[nn.Module], ds: Dataset) -> float:
 
 @torch.no_grad()
 def batch_mode_loss(
-    model: nn.Module, ds: Dataset, batch_size: int, precision: str = "fp32"
+    model: nn.Module, ds: Dataset, batch_size: int, *, precision: PrecisionName = "fp32"
 ) -> float:
     """Mean training loss of ``model`` in training mode over batches of ``batch_size``.
 
@@ -113,7 +119,11 @@ def batch_mode_loss(
 
 
 def threshold_loss(
-    models: Sequence[nn.Module], ds: Dataset, batch_size: int, precision: str = "fp32"
+    models: Sequence[nn.Module],
+    ds: Dataset,
+    batch_size: int,
+    *,
+    precision: PrecisionName = "fp32",
 ) -> float:
     """The larger endpoint loss, measured as the refinement's stop rule measures it.
 
@@ -131,7 +141,7 @@ def threshold_loss(
     """
     if precision == "fp32" and not any(has_batchnorm(m) for m in models):
         return endpoint_loss(models, ds)
-    return max(batch_mode_loss(m, ds, batch_size, precision) for m in models)
+    return max(batch_mode_loss(m, ds, batch_size, precision=precision) for m in models)
 
 
 @dataclass(frozen=True)
@@ -167,7 +177,9 @@ class PathSetup:
         rule measures its batches (:func:`threshold_loss`).
         """
         precision = settings.get("precision", "fp32")
-        threshold = threshold_loss(models, self.ds, self.batch_size, precision)
+        threshold = threshold_loss(
+            models, self.ds, self.batch_size, precision=precision
+        )
         return Refine(
             lr=settings["lr"],
             batch_size=self.batch_size,
@@ -181,6 +193,7 @@ class PathSetup:
         self,
         name: str,
         seed: int,
+        *,
         all_at_once: bool = False,
         settings: Mapping[str, Any] | None = None,
         ends: Sequence[nn.Module] = (),
@@ -222,6 +235,7 @@ def m2m_path(
     pair: Pair,
     settings: Mapping[str, Any],
     seed: int,
+    *,
     name: str | None = None,
     all_at_once: bool = False,
 ) -> LLPFPath:
@@ -236,7 +250,9 @@ def m2m_path(
     checkpoint = (
         None
         if name is None
-        else setup.checkpoint(name, seed, all_at_once, settings, ends=pair)
+        else setup.checkpoint(
+            name, seed, all_at_once=all_at_once, settings=settings, ends=pair
+        )
     )
     return m2m(
         a,
@@ -248,8 +264,7 @@ def m2m_path(
         refine=setup.refine(pair, settings),
         seed=seed,
         record_every=settings["record_every"],
-        checkpoint=checkpoint,
-        checkpoint_every=settings["record_every"],
+        persist=Persist(checkpoint, checkpoint_every=settings["record_every"]),
         all_at_once=all_at_once,
     )
 
@@ -259,13 +274,13 @@ def m2m_run(
     pair: Pair,
     settings: Mapping[str, Any],
     seed: int,
+    *,
     name: str | None = None,
     all_at_once: bool = False,
 ) -> dict[str, Any]:
     """:func:`m2m_path`, evaluated, with the names of its stages (``stage_names``)."""
-    res = setup.evaluate(
-        pair[0], m2m_path(setup, pair, settings, seed, name, all_at_once)
-    )
+    path = m2m_path(setup, pair, settings, seed, name=name, all_at_once=all_at_once)
+    res = setup.evaluate(pair[0], path)
     res["stage_names"] = data_flow_stage_names(pair[0])
     return res
 
@@ -308,8 +323,7 @@ def peak_anatomy(
         seed=seed,
         record_every=settings["record_every"],
         on_refined=full(before),
-        on_tick=full(after),
-        progress=False,
+        persist=Persist(progress=False, on_tick=full(after)),
     )
     res = setup.evaluate(a, path)
     recorded = [t for t in path.ticks[1:-1] if t in before]
@@ -333,7 +347,9 @@ def peak_anatomy(
     return out
 
 
-METHOD_KINDS = ("llpf", "curve", "autoneb")
+# The methods of method_run (settings["method"]; the tuple lists them at run time).
+MethodKind = Literal["llpf", "curve", "autoneb"]
+METHOD_KINDS: tuple[MethodKind, ...] = get_args(MethodKind)
 
 
 def method_run(
@@ -341,6 +357,7 @@ def method_run(
     pair: Pair,
     settings: Mapping[str, Any],
     seed: int,
+    *,
     budget: int | None = None,
     name: str | None = None,
 ) -> dict[str, Any]:
@@ -360,16 +377,16 @@ def method_run(
         )
     rest = {k: v for k, v in settings.items() if k != "method"}
     if kind == "llpf":
-        return setup.evaluate(pair[0], m2m_path(setup, pair, rest, seed, name))
+        return setup.evaluate(pair[0], m2m_path(setup, pair, rest, seed, name=name))
     if budget is None:
         raise ValueError(f"a {kind} run needs a gradient-step budget (budget=...)")
     a, b = pair
     sa, sb, x, y = a.state_dict(), b.state_dict(), setup.ds.x_train, setup.ds.y_train
+    checkpoint = baseline_checkpoint(setup, pair, settings, seed, budget)
     common: dict[str, Any] = {
         "batch_size": setup.batch_size,
         "seed": seed,
-        "progress": False,
-        "checkpoint": baseline_checkpoint(setup, pair, settings, seed, budget),
+        "persist": Persist(checkpoint, progress=False),  # each method's save interval
     }
     if kind == "curve":
         path = fit_curve(a, sa, sb, x, y, steps=budget, **common, **rest)
@@ -405,6 +422,7 @@ def compare_at_equal_steps(
     pair: Pair,
     methods: Mapping[str, Mapping[str, Any]],
     seed: int,
+    *,
     name: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Every method of ``methods`` (label -> settings) between the same modes.
@@ -422,7 +440,9 @@ def compare_at_equal_steps(
     first = method_run(setup, pair, methods[labels[0]], seed, name=name)
     res = {labels[0]: first}
     for label in labels[1:]:
-        res[label] = method_run(setup, pair, methods[label], seed, first["grad_steps"])
+        res[label] = method_run(
+            setup, pair, methods[label], seed, budget=first["grad_steps"]
+        )
     return res
 
 
@@ -438,6 +458,7 @@ def m2o_path(
     model: nn.Module,
     settings: Mapping[str, Any],
     seed: int,
+    *,
     compliance: bool = True,
     name: str | None = None,
 ) -> LLPFPath:
@@ -456,6 +477,16 @@ def m2o_path(
     if ratio is not None:
         start = tensor_variances(model.state_dict(), names)
         target = {n: ratio * v for n, v in start.items() if v > 0}
+    checkpoint = (
+        None
+        if name is None
+        else setup.checkpoint(
+            name,
+            seed,
+            settings={**settings, "m2o_compliance": compliance},
+            ends=[model],
+        )
+    )
     return m2o(
         model,
         model.state_dict(),
@@ -468,15 +499,7 @@ def m2o_path(
         target_variance=target,
         seed=seed,
         record_every=settings["record_every"],
-        checkpoint=None
-        if name is None
-        else setup.checkpoint(
-            name,
-            seed,
-            settings={**settings, "m2o_compliance": compliance},
-            ends=[model],
-        ),
-        checkpoint_every=settings["record_every"],
+        persist=Persist(checkpoint, checkpoint_every=settings["record_every"]),
     )
 
 
@@ -485,6 +508,7 @@ def m2o_run(
     model: nn.Module,
     settings: Mapping[str, Any],
     seed: int,
+    *,
     compliance: bool = True,
     name: str | None = None,
 ) -> dict[str, Any]:
@@ -493,7 +517,7 @@ def m2o_run(
     Adds ``variance``: the mean variance ratio of the movable tensors to the
     start at every recorded point.
     """
-    path = m2o_path(setup, model, settings, seed, compliance, name)
+    path = m2o_path(setup, model, settings, seed, compliance=compliance, name=name)
     res = setup.evaluate(model, path)
     res["variance"] = variance_along(path, model.state_dict(), movable_names(model))
     return res
@@ -506,6 +530,7 @@ def hybrid_path(
     m2o_phase: Mapping[str, Any],
     m2m_settings: Mapping[str, Any],
     seed: int,
+    *,
     name: str | None = None,
 ) -> LLPFPath:
     """The hybrid path from ``source`` to ``dest`` on a smaller sphere.
@@ -515,6 +540,16 @@ def hybrid_path(
     both endpoints. With a ``name`` both phases are checkpointed (see
     :func:`~wslib.llpf.layerwise.hybrid`).
     """
+    checkpoint = (
+        None
+        if name is None
+        else setup.checkpoint(
+            name,
+            seed,
+            settings={"m2o": dict(m2o_phase), **m2m_settings},
+            ends=[source, dest],
+        )
+    )
     return hybrid(
         source,
         source.state_dict(),
@@ -527,15 +562,7 @@ def hybrid_path(
         refine=setup.refine([source, dest], m2m_settings),
         seed=seed,
         record_every=m2m_settings["record_every"],
-        checkpoint=None
-        if name is None
-        else setup.checkpoint(
-            name,
-            seed,
-            settings={"m2o": dict(m2o_phase), **m2m_settings},
-            ends=[source, dest],
-        ),
-        checkpoint_every=m2m_settings["record_every"],
+        persist=Persist(checkpoint, checkpoint_every=m2m_settings["record_every"]),
     )
 
 
@@ -546,6 +573,7 @@ def hybrid_run(
     m2o_phase: Mapping[str, Any],
     m2m_settings: Mapping[str, Any],
     seed: int,
+    *,
     name: str | None = None,
 ) -> dict[str, Any]:
     """:func:`hybrid_path`, evaluated.
@@ -555,7 +583,7 @@ def hybrid_run(
     when the M2M phase never started).
     """
     names = movable_names(source)
-    path = hybrid_path(setup, source, dest, m2o_phase, m2m_settings, seed, name)
+    path = hybrid_path(setup, source, dest, m2o_phase, m2m_settings, seed, name=name)
     res = setup.evaluate(source, path)
     res["variance"] = variance_along(path, source.state_dict(), names)
     res["dest_variance"] = sphere_variance_ratio(

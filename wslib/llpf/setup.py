@@ -63,6 +63,7 @@ def comparison_key(
     pair: Sequence[nn.Module],
     methods: Mapping[str, Mapping[str, Any]],
     seed: int,
+    *,
     budget: int | None = None,
 ) -> dict[str, Any]:
     """Everything that determines a run of the chapter (one method or a comparison).

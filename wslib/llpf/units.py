@@ -113,14 +113,15 @@ def m2m_units(params: Params) -> list[Unit]:
         def run() -> object:
             pair = chapter.modes(name)
             llpf = p["llpf"][name]
-            return m2m_path(chapter.setup(), pair, llpf, s, name, all_at_once)
+            setup = chapter.setup()
+            return m2m_path(setup, pair, llpf, s, name=name, all_at_once=all_at_once)
 
         return run
 
     def anatomy(name: str) -> object:
         settings = p["llpf"][name]
         args = (chapter.setup(), p["models"][name], chapter.modes(name), settings)
-        return cached_peak_anatomy(*args, seeds[0], p["run_cache"])
+        return cached_peak_anatomy(*args, seeds[0], run_cache=p["run_cache"])
 
     units = _mode_units(chapter)
     for name in p["models"]:
@@ -147,16 +148,21 @@ def _tuning_units(chapter: _Chapter) -> list[Unit]:
         return (chapter.setup(), p["models"][name], chapter.modes(name), methods[name])
 
     def budget(name: str) -> Callable[[], object]:
-        return lambda: tuning_budget(*args(name), seed, p["run_cache"])
+        return lambda: tuning_budget(*args(name), seed, run_cache=p["run_cache"])
 
     def setting(
         name: str, label: str, override: Mapping[str, Any], stage: int
     ) -> Callable[[], object]:
         def run() -> object:
+            cache = p["run_cache"]
             steps = (
-                None if stage == 1 else tuning_budget(*args(name), seed, p["run_cache"])
+                None
+                if stage == 1
+                else tuning_budget(*args(name), seed, run_cache=cache)
             )
-            return tuning_run(*args(name), label, override, seed, steps, p["run_cache"])
+            return tuning_run(
+                *args(name), label, override, seed, steps, run_cache=cache
+            )
 
         return run
 
@@ -187,9 +193,12 @@ def baseline_units(params: Params) -> list[Unit]:
             setup, one = chapter.setup(), {name: p["models"][name]}
             modes = {name: chapter.modes(name)}
             seed = tuning_seed(p["seed"])
-            args = (setup, one, modes, methods, p["tuning"], seed, p["run_cache"])
-            tuned = tuned_methods({name: methods[name]}, tuning_sweep(*args))
-            return compare_methods(setup, one, modes, tuned, [s], p["run_cache"])
+            args = (setup, one, modes, methods, p["tuning"], seed)
+            sweep = tuning_sweep(*args, run_cache=p["run_cache"])
+            tuned = tuned_methods({name: methods[name]}, sweep)
+            return compare_methods(
+                setup, one, modes, tuned, [s], run_cache=p["run_cache"]
+            )
 
         return run
 
@@ -225,16 +234,22 @@ def sphere_units(params: Params) -> list[Unit]:
 
     def m2o(key: str, name: str, compliance: bool) -> Callable[[], object]:
         return lambda: m2o_path(
-            chapter.setup(), model(key), p["m2o_settings"], seed, compliance, name
+            chapter.setup(),
+            model(key),
+            p["m2o_settings"],
+            seed,
+            compliance=compliance,
+            name=name,
         )
 
     def hybrid() -> object:
         args = (chapter.setup(), model("source"), model("dest"), p["hybrid_m2o"])
-        return hybrid_path(*args, p["m2m_settings"], seed, "spheres-hybrid")
+        return hybrid_path(*args, p["m2m_settings"], seed, name="spheres-hybrid")
 
     def sharp() -> object:
         pair = [model("sharp a"), model("sharp b")]
-        return m2m_path(chapter.setup(), pair, p["m2m_settings"], seed, "spheres-sharp")
+        settings = p["m2m_settings"]
+        return m2m_path(chapter.setup(), pair, settings, seed, name="spheres-sharp")
 
     units, seen = [], set()
     for key, config in configs.items():

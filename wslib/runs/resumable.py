@@ -50,18 +50,20 @@ class Persist:
     """Where a resumable run saves itself, how often, and what it reports.
 
     ``checkpoint`` is the checkpoint's path (None: none); the run is saved
-    every ``checkpoint_every`` ticks and at the end. ``progress`` shows a
-    progress bar; ``on_tick(tick, *extra)`` is called after each tick (and
-    its save), with the run's extra arguments (an LLPF run: its model).
+    every ``checkpoint_every`` ticks (None: the run's own default, see
+    :class:`Resumable`) and at the end. ``progress`` shows a progress bar;
+    ``on_tick(tick, *extra)`` is called after each tick (and its save), with
+    the run's extra arguments (an LLPF run: its model). ``Persist()`` is a
+    run without a checkpoint, with a progress bar.
     """
 
     checkpoint: str | Path | None = None
-    checkpoint_every: int = 10
+    checkpoint_every: int | None = None
     progress: bool = True
     on_tick: Callable[..., None] | None = None
 
     def __post_init__(self) -> None:
-        if self.checkpoint_every < 1:
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
             raise ValueError(
                 f"checkpoint_every must be >= 1, got {self.checkpoint_every}"
             )
@@ -73,7 +75,9 @@ class Resumable:
     ``what`` names the run in messages; ``key`` (a hash of everything that
     determines the run, its code included; None without a checkpoint) guards
     its checkpoint, a file or, with ``folder``, a folder of parts
-    (:meth:`wslib.runs.store.Entry.folder`).
+    (:meth:`wslib.runs.store.Entry.folder`). The checkpoint is saved every
+    ``persist.checkpoint_every`` ticks, or every ``every`` ticks (the
+    algorithm's default) when that is None.
     """
 
     def __init__(
@@ -85,8 +89,12 @@ class Resumable:
         ticks: int,
         *,
         folder: bool = False,
+        every: int = 10,
     ) -> None:
         self.persist, self.what, self.ticks = persist, what, ticks
+        self.every = (
+            every if persist.checkpoint_every is None else persist.checkpoint_every
+        )
         self.entry = None
         if persist.checkpoint is not None:
             if Path(persist.checkpoint).suffix == ".json":
@@ -153,10 +161,8 @@ class Resumable:
         self._bar.update(1)
 
     def settle(self, snapshot: Callable[[], Payload], *extra: object) -> None:
-        """Save ``snapshot()`` when due (every ``checkpoint_every`` ticks, at the end), then ``on_tick``."""
-        if self.entry is not None and (
-            self.done or self.tick % self.persist.checkpoint_every == 0
-        ):
+        """Save ``snapshot()`` when due (every ``every`` ticks, at the end), then ``on_tick``."""
+        if self.entry is not None and (self.done or self.tick % self.every == 0):
             self.save(snapshot())
         if self.persist.on_tick is not None:
             self.persist.on_tick(self.tick, *extra)

@@ -36,6 +36,7 @@ from wslib.fusion.levels import RetrofitName
 from wslib.llpf import evaluate_path, fit_curve, m2m
 from wslib.llpf.protocols import PathSetup
 from wslib.runs.cache import cached_run
+from wslib.runs.resumable import Persist
 from wslib.runs.verdicts import Verdict, compare_paired
 from wslib.runs.zoo import Zoo
 from wslib.synthesis.alignment import alignment_study, pathcond_gauge, with_state
@@ -137,7 +138,7 @@ def llpf_path(
         refine=setup.refine([a, b], llpf),
         seed=seed,
         record_every=llpf["record_every"],
-        progress=False,
+        persist=Persist(progress=False),
     )
     res = evaluate_path(
         a, path, ds.x_train, ds.y_train, ds.x_test, ds.y_test, dense=1, progress=False
@@ -252,8 +253,8 @@ def pair_study(
     sa, sb = a.state_dict(), b.state_dict()
     bez = settings["bezier"]
     curve = fit_curve(
-        a, sa, sb, ds.x_train, ds.y_train, "bezier", bez["steps"], bez["lr"],
-        n_eval=len(ts), seed=seed, progress=False,
+        a, sa, sb, ds.x_train, ds.y_train, kind="bezier", steps=bez["steps"],
+        lr=bez["lr"], n_eval=len(ts), seed=seed, persist=Persist(progress=False),
     )  # fmt: skip
     paths = {
         "LLPF": links["unaligned"]["states"],
