@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 import numpy as np
 import torch
@@ -138,8 +138,18 @@ def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:
     )
 
 
+class Stepper(Protocol):
+    """An optimizer as training loops use it: ``torch.optim.SGD`` or one of the book's."""
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients of the parameters (drop them with ``set_to_none``)."""
+
+    def step(self) -> None:
+        """One update of the parameters from their gradients."""
+
+
 def optimizer_step(
-    opt: torch.optim.Optimizer, device: torch.device
+    opt: Stepper, device: torch.device
 ) -> tuple[Callable[[], None], Callable[[], None]]:
     """``(zero_grad, step)`` of ``opt``: on a CPU, SGD's without its per-step overhead.
 
@@ -151,14 +161,12 @@ def optimizer_step(
     so every weight is bit-identical (a test compares them). Elsewhere, and
     for Adam, the optimizer's own methods.
     """
-    plain = type(opt) is torch.optim.SGD and len(opt.param_groups) == 1
-    group = opt.param_groups[0]
-    if (
-        device.type != "cpu"
-        or not plain
-        or any(group[k] for k in ("dampening", "nesterov", "maximize"))
-    ):
-        return functools.partial(opt.zero_grad, set_to_none=True), opt.step
+    own = functools.partial(opt.zero_grad, set_to_none=True), opt.step
+    if device.type != "cpu" or type(opt) is not torch.optim.SGD:
+        return own
+    (group, *more) = opt.param_groups
+    if more or any(group[k] for k in ("dampening", "nesterov", "maximize")):
+        return own
     params: list[torch.Tensor] = list(group["params"])
 
     def zero_grad() -> None:

@@ -48,6 +48,7 @@ from wslib.core.train import (
     PrecisionName,
     check_precision,
     model_device,
+    optimizer_step,
     precision_autocast,
 )
 from wslib.llpf.path import LLPFPath, check_same_architecture
@@ -221,6 +222,7 @@ def fit_curve(
         }
 
     probe.train()
+    zero_grad, step = optimizer_step(opt, dev)
     run.begin(f"{kind} curve")
     autocast = precision_autocast(dev, precision)
     for k in range(run.tick, steps):
@@ -234,9 +236,9 @@ def fit_curve(
             loss = nn.functional.cross_entropy(out, y[idx])
         if weight_decay > 0:
             loss = loss + 0.5 * weight_decay * sum((w**2).sum() for w in point.values())
-        opt.zero_grad(set_to_none=True)
+        zero_grad()
         loss.backward()
-        opt.step()
+        step()
         run.count()
         run.settle(snapshot)
     run.end(snapshot)

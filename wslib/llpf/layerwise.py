@@ -66,7 +66,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Literal, Protocol, get_args
+from typing import Literal, get_args
 
 import torch
 from torch import nn
@@ -76,8 +76,10 @@ from wslib.core.neurons import StateDict
 from wslib.core.norms import norm_parameter_names
 from wslib.core.train import (
     PrecisionName,
+    Stepper,
     check_precision,
     model_device,
+    optimizer_step,
     precision_autocast,
 )
 from wslib.llpf.path import LLPFPath, check_same_architecture
@@ -101,16 +103,6 @@ TickCallback = Callable[[int, nn.Module], None]
 MoveSchedule = Literal["geometric", "linear"]
 MOVE_SCHEDULES: tuple[MoveSchedule, ...] = get_args(MoveSchedule)
 CHECKPOINT_EVERY = 10  # ticks between saves when ``persist`` does not say
-
-
-class StepOptimizer(Protocol):
-    """What refinement needs of an optimizer: ``torch.optim.SGD`` or :class:`ComplianceSGD`."""
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Clear the gradients of the parameters (drop them with ``set_to_none``)."""
-
-    def step(self) -> None:
-        """One update of the parameters from their gradients."""
 
 
 # --- configuration and result -----------------------------------------------------------------
@@ -267,7 +259,7 @@ def _fingerprint(*items: object) -> str:
 
 def refine_point(
     model: nn.Module,
-    opt: StepOptimizer,
+    opt: Stepper,
     x: torch.Tensor,
     y: torch.Tensor,
     refine: Refine,
@@ -286,13 +278,14 @@ def refine_point(
     window: list[torch.Tensor] = []
     steps = 0
     autocast = precision_autocast(dev, refine.precision)
+    zero_grad, step = optimizer_step(opt, dev)
     while steps < refine.r_max:
         idx = torch.randint(len(x), (refine.batch_size,), generator=gen).to(dev)
         with autocast:
             loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
-        opt.zero_grad(set_to_none=True)
+        zero_grad()
         loss.backward()
-        opt.step()
+        step()
         steps += 1
         window = (window + [loss.detach().double()])[-refine.r_min :]
         if steps >= refine.r_min and bool(_mean(window) <= refine.threshold):
@@ -404,7 +397,7 @@ def _run_loop(
     phase: str,
     move: Callable[[nn.Module, int], bool],
     after_move: Callable[[nn.Module], None],
-    make_opt: Callable[[nn.Module], StepOptimizer],
+    make_opt: Callable[[nn.Module], Stepper],
     refine: Refine,
     ticks: int,
     seed: int,
