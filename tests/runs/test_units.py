@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tests.conftest import load_script
+from tests.kit import drawn_models, mlp
 from tests.runs.test_zoo import CONFIG
-from wslib.core.models import build_model
 from wslib.core.seeds import derive_seeds
 from wslib.llpf.layerwise import Refine, m2m
 from wslib.runs.cache import cached_run
@@ -72,11 +72,9 @@ def test_zoo_refuses_to_train(tmp_path, cached_only) -> None:
 def test_llpf_path_refuses_to_move_but_a_finished_one_loads(
     tmp_path, monkeypatch
 ) -> None:
-    spec = {"name": "mlp", "in_shape": [1, 6], "n_classes": 3, "widths": [5]}
-    torch.manual_seed(0)
-    model = build_model(spec)
-    dest = build_model(spec).state_dict()
-    x, y = torch.randn(32, 1, 6), torch.randint(0, 3, (32,))
+    model, other = drawn_models(mlp([5], in_shape=[1, 6]), 2, seed=0, train=True)
+    dest = other.state_dict()
+    x, y = torch.randn(32, 1, 6), torch.randint(0, 3, (32,))  # drawn after the models
     refine = Refine(lr=0.05, batch_size=16, r_min=2, r_max=3, threshold=10.0)
 
     def find(folder: str) -> object:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wslib.core.data import Dataset
+from tests.kit import mlp, toy_dataset
 from wslib.core.train import Recipe
 from wslib.pathcond.training import train_run
 from wslib.runs.stats import epochs_to
@@ -13,10 +13,8 @@ from wslib.runs.workers import default_workers, run_jobs
 
 
 def test_results_do_not_depend_on_the_number_of_workers():
-    x = torch.randn(96, 1, 12, generator=torch.Generator().manual_seed(0))
-    y = torch.arange(96) % 3
-    ds = Dataset("toy", x, y, x[:24], y[:24], 3)
-    config = {"name": "mlp", "in_shape": [1, 12], "n_classes": 3, "widths": [16, 16]}
+    ds = toy_dataset(96, 24, [1, 12], labels="cyclic", test_from_train=True)
+    config = mlp([16, 16], in_shape=[1, 12])
     recipe = Recipe(
         epochs=2, batch_size=16, lr=0.1, momentum=0, weight_decay=0, schedule="constant"
     )

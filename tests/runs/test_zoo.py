@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 import torch
 
+from tests.kit import SIGNAL, mlp, same_state
 from wslib.runs.zoo import Zoo, normalise_config
 
 CONFIG = {
     "data": {"name": "mnist1d"},
-    "model": {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [16]},
+    "model": mlp([16], **SIGNAL),
     "recipe": {"epochs": 1, "batch_size": 256},
     "seed": 0,
 }
@@ -28,8 +29,7 @@ def zoo(tmp_path, mnist1d_root) -> Zoo:
 
 
 def _same(m1: torch.nn.Module, m2: torch.nn.Module) -> bool:
-    s1, s2 = m1.state_dict(), m2.state_dict()
-    return all(torch.equal(s1[k], s2[k]) for k in s1)
+    return same_state(m1.state_dict(), m2.state_dict())
 
 
 def test_miss_then_hit(zoo: Zoo) -> None:
