@@ -20,6 +20,7 @@ import torch
 import yaml
 
 from tests.conftest import ROOT, chapters
+from tests.kit import mlp
 
 SCRIPT = ROOT / "notebooks" / "gpu_check.py"
 
@@ -125,9 +126,9 @@ def test_chapter_7_counts_every_run(check):
 
 def test_stacked_runs_share_their_steps(check):
     rates = check.ASSUMED
-    mlp = {"name": "mlp", "in_shape": [3, 32, 32], "n_classes": 10, "widths": [500]}
-    one = check.Work("train", mlp, 100, 128)
-    many = check.Work("train", mlp, 100, 128, runs=8)
+    model = mlp([500], in_shape=[3, 32, 32], n_classes=10)
+    one = check.Work("train", model, 100, 128)
+    many = check.Work("train", model, 100, 128, runs=8)
     assert check.seconds([one], rates) == pytest.approx(100 * rates.floor_s)
     assert check.seconds([many], rates) == check.seconds([one], rates)  # the floor
     big = check.Work("train", check.RESNET, 100, rates.batch, runs=3)
