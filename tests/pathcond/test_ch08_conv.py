@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.kit import mlp
 from tests.pathcond import toy
 from tests.pathcond.planted import BASE, FAST, RECIPE, run, toy_data
 from wslib.pathcond.ch08_conv import (
@@ -28,12 +29,7 @@ def test_train_archs_uses_an_architecture_s_own_data():
         },
         "digits_ae": {
             "data": {"name": "digits"},
-            "model": {
-                "name": "mlp",
-                "in_shape": [1, 8, 8],
-                "n_classes": 64,
-                "widths": [8],
-            },
+            "model": mlp([8], in_shape=[1, 8, 8], n_classes=64),
             "recipe": recipe,
             "task": "autoencoder",
         },

@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import torch
-
+from tests.kit import mlp, toy_dataset
 from wslib.core.data import Dataset
 from wslib.core.train import Recipe
 from wslib.pathcond.ch08_conv import convergence_rows, convergence_text
 from wslib.pathcond.training import prepare_model, train_run
 
-MLP = {"name": "mlp", "in_shape": [1, 6], "n_classes": 3, "widths": [5, 4]}
+MLP = mlp([5, 4], in_shape=[1, 6])
 
 
 def _ds() -> Dataset:
-    x = torch.randn(30, 1, 6, generator=torch.Generator().manual_seed(0))
-    y = torch.arange(30) % 3
-    return Dataset("toy", x, y, x[:9], y[:9], 3)
+    return toy_dataset(30, 9, [1, 6], labels="cyclic", test_from_train=True)
 
 
 def test_runs_record_the_solver_outcome() -> None:
