@@ -10,6 +10,17 @@ import pytest
 import torch
 from torch import nn
 
+from tests.kit import (
+    SIGNAL,
+    cnn1d,
+    cnn2d,
+    mlp,
+    resnet1d,
+    seeded_model,
+    toy_dataset,
+    transformer1d,
+)
+from tests.pathcond.tiny import TINY, perturbed
 from wslib.core.data import Dataset, load_dataset
 from wslib.core.models import build_model
 from wslib.core.neurons import (
@@ -39,78 +50,12 @@ from wslib.pathcond.rescaling import (
 )
 from wslib.pathcond.training import prepare_model, train_run
 
-TINY = {
-    "mlp": {"name": "mlp", "in_shape": [1, 5], "n_classes": 3, "widths": [4, 3]},
-    "conv_avg": {
-        "name": "cnn1d",
-        "in_shape": [1, 8],
-        "n_classes": 3,
-        "channels": [2, 3],
-        "kernel_size": 3,
-        "pool": "avg",
-    },
-    "fullyconv_bn_avg": {
-        "name": "cnn1d",
-        "in_shape": [1, 8],
-        "n_classes": 2,
-        "channels": [2, 2],
-        "kernel_size": 3,
-        "pool": "avg",
-        "bn": True,
-        "fully_conv": True,
-    },
-    "conv_bn": {
-        "name": "cnn1d",
-        "in_shape": [1, 6],
-        "n_classes": 3,
-        "channels": [2, 2],
-        "kernel_size": 3,
-        "pool": None,
-        "bn": True,
-    },
-    "resnet": {
-        "name": "resnet1d",
-        "in_shape": [1, 4],
-        "n_classes": 3,
-        "widths": [2],
-        "blocks_per_stage": 1,
-    },
-}
-
 ALL_ARCHS = {
-    "mlp": {
-        "name": "mlp",
-        "in_shape": [1, 40],
-        "n_classes": 10,
-        "widths": [64, 16, 64],
-    },
-    "cnn_max": {
-        "name": "cnn1d",
-        "in_shape": [1, 40],
-        "n_classes": 10,
-        "channels": [8, 16],
-    },
-    "cnn_avg_fullyconv": {
-        "name": "cnn1d",
-        "in_shape": [1, 40],
-        "n_classes": 10,
-        "channels": [8, 16],
-        "pool": "avg",
-        "fully_conv": True,
-    },
-    "cnn_bn": {
-        "name": "cnn1d",
-        "in_shape": [1, 40],
-        "n_classes": 10,
-        "channels": [8, 16],
-        "bn": True,
-    },
-    "resnet1d": {
-        "name": "resnet1d",
-        "in_shape": [1, 40],
-        "n_classes": 10,
-        "widths": [8, 16],
-    },
+    "mlp": mlp([64, 16, 64], **SIGNAL),
+    "cnn_max": cnn1d([8, 16], **SIGNAL),
+    "cnn_avg_fullyconv": cnn1d([8, 16], **SIGNAL, pool="avg", fully_conv=True),
+    "cnn_bn": cnn1d([8, 16], **SIGNAL, bn=True),
+    "resnet1d": resnet1d([8, 16], **SIGNAL),
     "resnet18": {
         "name": "resnet18",
         "in_shape": [3, 8, 8],
@@ -124,25 +69,8 @@ ALL_ARCHS = {
         "width": 0.0625,
         "bn": True,
     },
-    "cnn2d_fullyconv": {
-        "name": "cnn2d",
-        "in_shape": [3, 8, 8],
-        "n_classes": 10,
-        "channels": [8, 8],
-        "pool": "avg",
-        "fully_conv": True,
-    },
+    "cnn2d_fullyconv": cnn2d([8, 8], n_classes=10, pool="avg", fully_conv=True),
 }
-
-
-def _perturbed(config: dict, seed: int = 0) -> nn.Module:
-    """A model whose BN parameters are not all 1/0 and whose scales are uneven."""
-    torch.manual_seed(seed)
-    model = build_model(config).double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.2 * torch.randn_like(p))
-    return model
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -155,7 +83,7 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("arch", list(TINY))
 def test_diag_g_matches_brute_force(arch):
     config = TINY[arch]
-    model = _perturbed(config)
+    model = perturbed(config)
     brute = explicit_path_lifting(model, config["in_shape"]).diag_g()
     fast = diag_g(model, config["in_shape"])
     assert set(brute) == set(fast)
@@ -166,7 +94,7 @@ def test_diag_g_matches_brute_force(arch):
 def test_diag_g_is_one_path_mass_sum():
     """sum_i theta_i^2 g_i = depth-weighted ||Phi||^2: each path counts once per parameter on it."""
     config = TINY["mlp"]
-    model = _perturbed(config)
+    model = perturbed(config)
     lifting = explicit_path_lifting(model, config["in_shape"])
     g = diag_g(model, config["in_shape"])
     lhs = sum(
@@ -180,7 +108,7 @@ def test_diag_g_is_one_path_mass_sum():
 
 def test_pre_bn_weights_are_scale_free_in_g():
     config = TINY["conv_bn"]
-    model = _perturbed(config)
+    model = perturbed(config)
     g = diag_g(model, config["in_shape"])
     with torch.no_grad():
         model.features[0].weight[1].mul_(
@@ -201,7 +129,7 @@ def test_pre_bn_weights_are_scale_free_in_g():
 @pytest.mark.parametrize("arch", ["mlp", "conv_avg", "resnet"])
 def test_phi_invariant_g_equivariant(arch):
     config = TINY[arch]
-    model = _perturbed(config)
+    model = perturbed(config)
     structure = model.neuron_structure()
     scales = random_scales(
         structure, spread=0.7, generator=torch.Generator().manual_seed(1)
@@ -239,7 +167,7 @@ def test_phi_invariant_g_equivariant(arch):
 @pytest.mark.parametrize("arch", ["mlp", "cnn_bn", "resnet1d", "cnn_avg_fullyconv"])
 def test_fast_g_equivariant_with_incidence(arch):
     config = ALL_ARCHS[arch]
-    model = _perturbed(config)
+    model = perturbed(config)
     structure = model.neuron_structure()
     gen = torch.Generator().manual_seed(2)
     scales = random_scales(structure, spread=0.5, generator=gen)
@@ -260,8 +188,7 @@ def test_fast_g_equivariant_with_incidence(arch):
 @pytest.mark.parametrize("arch", list(ALL_ARCHS))
 def test_pathcond_preserves_function_train_and_eval(arch):
     config = ALL_ARCHS[arch]
-    torch.manual_seed(0)
-    model = build_model(config)
+    model = seeded_model(config, 0, train=True)
     x = torch.randn(16, *config["in_shape"])
     rescaled = copy.deepcopy(model)
     structure = model.neuron_structure()
@@ -286,8 +213,7 @@ def test_pathcond_preserves_function_train_and_eval(arch):
 def _g_and_structure(
     config: dict, seed: int = 0
 ) -> tuple[dict, NeuronStructure, nn.Module]:
-    torch.manual_seed(seed)
-    model = build_model(config)
+    model = seeded_model(config, seed, train=True)
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(0.3)
@@ -344,13 +270,7 @@ def test_solver_rejects_bad_input():
 
 @pytest.mark.parametrize("activation", ["gelu", "silu"])
 def test_gelu_silu_warn_but_rescale(activation):
-    config = {
-        "name": "mlp",
-        "in_shape": [1, 40],
-        "n_classes": 10,
-        "widths": [32, 32],
-        "activation": activation,
-    }
+    config = mlp([32, 32], **SIGNAL, activation=activation)
     model = build_model(config)
     with pytest.warns(UserWarning, match="approximate"):
         result = pathcond_rescale(model, config["in_shape"])
@@ -358,13 +278,7 @@ def test_gelu_silu_warn_but_rescale(activation):
 
 
 def test_transformer_is_rejected_naming_the_module():
-    config = {
-        "name": "transformer1d",
-        "in_shape": [1, 40],
-        "n_classes": 10,
-        "embed_dim": 16,
-        "mlp_dim": 16,
-    }
+    config = transformer1d(**SIGNAL, embed_dim=16, mlp_dim=16)
     with pytest.raises(TypeError, match="LayerNorm"):
         diag_g(build_model(config), config["in_shape"])
 
@@ -411,7 +325,7 @@ def test_diag_g_follows_the_model_device():
 @pytest.mark.parametrize("arch", ["mlp", "resnet1d", "cnn_bn"])
 def test_enorm_preserves_function_and_balances(arch):
     config = ALL_ARCHS[arch]
-    model = _perturbed(config)
+    model = perturbed(config)
     x = torch.randn(8, *config["in_shape"], dtype=torch.float64)
     model.eval()
     before = model(x)
@@ -475,7 +389,7 @@ def _enorm_reference(
     [(2.0, True, False), (1.0, False, False), (3.0, True, False), (2.0, False, True)],
 )
 def test_enorm_matches_out_of_place_reference(arch, p, rescale_bias, authors):
-    model = _perturbed(ALL_ARCHS[arch], seed=1)
+    model = perturbed(ALL_ARCHS[arch], seed=1)
     with torch.no_grad():  # uneven scales: every lam differs from 1
         for param in model.parameters():
             param.mul_(torch.exp(0.5 * torch.randn_like(param)))
@@ -490,7 +404,7 @@ def test_enorm_matches_out_of_place_reference(arch, p, rescale_bias, authors):
 
 @pytest.mark.parametrize("step", [enorm_step, enorm_step_authors])
 def test_enorm_works_in_place_without_reload(step, monkeypatch):
-    model = _perturbed(ALL_ARCHS["mlp"])
+    model = perturbed(ALL_ARCHS["mlp"])
     params = {
         n: (q, q.data_ptr(), q.detach().clone()) for n, q in model.named_parameters()
     }
@@ -517,7 +431,7 @@ def test_enorm_stays_on_the_model_device(step):
 
 
 def test_enorm_leaves_a_dead_neuron_alone():
-    model = _perturbed(ALL_ARCHS["mlp"])
+    model = perturbed(ALL_ARCHS["mlp"])
     with torch.no_grad():
         model.linears[0].weight[3].zero_()  # neuron 3 of the first layer: no input
     out_col, bias = model.linears[1].weight[:, 3].clone(), model.linears[0].bias[3]
@@ -531,7 +445,7 @@ def test_enorm_leaves_a_dead_neuron_alone():
 
 
 def test_enorm_callbacks_apply_their_step():
-    model = _perturbed(ALL_ARCHS["mlp"])
+    model = perturbed(ALL_ARCHS["mlp"])
     step_copy, cb_copy = copy.deepcopy(model), copy.deepcopy(model)
     enorm_step(step_copy, p=1.0)
     enorm_callback(p=1.0)(cb_copy)
@@ -548,7 +462,7 @@ def test_enorm_callbacks_apply_their_step():
 
 def test_enorm_authors_variant_leaves_biases_and_changes_function():
     config = ALL_ARCHS["mlp"]
-    model = _perturbed(config)
+    model = perturbed(config)
     x = torch.randn(8, *config["in_shape"], dtype=torch.float64)
     before, bias = model(x), model.linears[0].bias.detach().clone()
     enorm_step_pathcond_variant(0, model)
@@ -557,13 +471,7 @@ def test_enorm_authors_variant_leaves_biases_and_changes_function():
 
 
 def test_enorm_rejects_non_rescalable_model():
-    config = {
-        "name": "mlp",
-        "in_shape": [1, 10],
-        "n_classes": 2,
-        "widths": [4],
-        "activation": "gelu",
-    }
+    config = mlp([4], in_shape=[1, 10], n_classes=2, activation="gelu")
     with pytest.raises(ValueError, match="rescalable"):
         enorm_step(build_model(config))
 
@@ -571,9 +479,7 @@ def test_enorm_rejects_non_rescalable_model():
 def test_fit_on_step_and_loss_fn():
     torch.manual_seed(0)
     x, y = torch.randn(40, 1, 6), torch.randint(0, 2, (40,))
-    model = build_model(
-        {"name": "mlp", "in_shape": [1, 6], "n_classes": 2, "widths": [8]}
-    )
+    model = build_model(mlp([8], in_shape=[1, 6], n_classes=2))
     calls = []
     recipe = Recipe(
         epochs=2, batch_size=16, lr=0.1, momentum=0, weight_decay=0, schedule="constant"
@@ -581,7 +487,7 @@ def test_fit_on_step_and_loss_fn():
     cb = enorm_callback()
     fit(model, x, y, recipe, progress=False, on_step=lambda m: (calls.append(1), cb(m)))
     assert len(calls) == 2 * 3
-    ae = build_model({"name": "mlp", "in_shape": [1, 6], "n_classes": 6, "widths": [3]})
+    ae = build_model(mlp([3], in_shape=[1, 6], n_classes=6))
     hist = fit(
         ae, x, x.flatten(1), recipe, progress=False, loss_fn=nn.functional.mse_loss
     )
@@ -627,19 +533,8 @@ def _write_tiny_cifar10(root) -> None:
 @pytest.mark.parametrize(
     "config",
     [
-        {
-            "name": "mlp",
-            "in_shape": [3, 32, 32],
-            "n_classes": 10,
-            "widths": [20, 20, 20],
-        },
-        {
-            "name": "cnn2d",
-            "in_shape": [3, 32, 32],
-            "n_classes": 10,
-            "channels": [4, 8],
-            "fully_conv": True,
-        },
+        mlp([20, 20, 20], in_shape=[3, 32, 32], n_classes=10),
+        cnn2d([4, 8], in_shape=[3, 32, 32], n_classes=10, fully_conv=True),
         {"name": "resnet18", "in_shape": [3, 32, 32], "n_classes": 10, "width": 0.0625},
         {"name": "cifar_nv", "in_shape": [3, 32, 32], "n_classes": 10, "width": 0.05},
     ],
@@ -667,12 +562,7 @@ def test_autoencoder_run_mse():
         torch.zeros(16, dtype=torch.long),
         10,
     )
-    config = {
-        "name": "mlp",
-        "in_shape": [1, 12],
-        "n_classes": 12,
-        "widths": [16, 4, 16],
-    }
+    config = mlp([16, 4, 16], in_shape=[1, 12], n_classes=12)
     recipe = Recipe(
         epochs=3,
         batch_size=16,
@@ -687,9 +577,8 @@ def test_autoencoder_run_mse():
 
 
 def test_rescale_cost_reports_medians_and_rejects_zero_repeats():
-    x = torch.randn(256, 1, 40, generator=torch.Generator().manual_seed(0))
-    ds = Dataset("toy", x, torch.arange(256) % 10, x[:8], torch.arange(8), 10)
-    config = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [16, 16]}
+    ds = toy_dataset(256, 8, [1, 40], 10, labels="cyclic", test_from_train=True)
+    config = mlp([16, 16], **SIGNAL)
     cost = rescale_cost(config, ds, batch_size=32, repeats=3)
     assert cost["n_params"] == 40 * 16 + 16 + 16 * 16 + 16 + 16 * 10 + 10
     assert cost["rescale_over_epoch"] == pytest.approx(

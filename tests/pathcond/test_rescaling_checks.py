@@ -11,6 +11,8 @@ import pytest
 import torch
 from torch import nn
 
+from tests.kit import SIGNAL, cnn1d, cnn2d, mlp, resnet1d, seeded_model
+from tests.pathcond.tiny import perturbed
 from wslib.core.models import build_model
 from wslib.pathcond.enorm import enorm_step_authors
 from wslib.pathcond.rescaling import (
@@ -25,39 +27,14 @@ from wslib.pathcond.rescaling import (
 )
 from wslib.pathcond.training import prepare_model
 
-MLP = {
-    "name": "mlp",
-    "in_shape": [1, 6],
-    "n_classes": 3,
-    "widths": [5, 12, 4],
-    "output_bias": False,
-}
-CNN_BN = {
-    "name": "cnn1d",
-    "in_shape": [1, 8],
-    "n_classes": 3,
-    "channels": [3, 4],
-    "kernel_size": 3,
-    "bn": True,
-}
-RESNET = {"name": "resnet1d", "in_shape": [1, 6], "n_classes": 3, "widths": [3]}
-CNN2D_AVG = {
-    "name": "cnn2d",
-    "in_shape": [3, 8, 8],
-    "n_classes": 4,
-    "channels": [4, 4],
-    "pool": "avg",
-    "fully_conv": True,
-}
+MLP = mlp([5, 12, 4], in_shape=[1, 6], output_bias=False)
+CNN_BN = cnn1d([3, 4], kernel_size=3, bn=True)
+RESNET = resnet1d([3], in_shape=[1, 6])
+CNN2D_AVG = cnn2d([4, 4], n_classes=4, pool="avg", fully_conv=True)
 
 
-def _model(config: dict, scale: float = 0.3, seed: int = 0) -> nn.Module:
-    torch.manual_seed(seed)
-    model = build_model(config).double()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.mul_(scale).add_(0.05 * torch.randn_like(p))
-    return model
+def _model(config: dict, scale: float = 0.3) -> nn.Module:
+    return perturbed(config, noise=0.05, scale=scale)
 
 
 def _flat(g: dict, names: list[str]) -> np.ndarray:
@@ -189,9 +166,8 @@ def test_paper_setting_method_stops_after_ten_sweeps():
 
 
 def test_float32_overflow_is_refused_naming_the_layer():
-    config = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [256] * 5}
-    torch.manual_seed(0)
-    model = build_model(config)
+    config = mlp([256] * 5, **SIGNAL)
+    model = seeded_model(config, 0, train=True)
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(1e-3)
@@ -276,7 +252,7 @@ def _authors_enorm(weights: list[torch.Tensor], p: float = 2.0) -> None:
 
 
 def test_enorm_authors_variant_matches_their_loop():
-    config = {"name": "mlp", "in_shape": [1, 6], "n_classes": 3, "widths": [5, 9, 4, 7]}
+    config = mlp([5, 9, 4, 7], in_shape=[1, 6])
     model = _model(config, scale=1.0)
     weights = [lin.weight.detach().clone() for lin in model.linears]
     biases = [lin.bias.detach().clone() for lin in model.linears]
