@@ -1,11 +1,14 @@
-"""Fixtures of the PathCond tests: a trainable toy grid and a recorder of its jobs."""
+"""Fixtures of the PathCond tests: a trainable toy grid, a recorder of its jobs and
+chapter 6's lifted network."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.pathcond.tiny import LIFTED
 from tests.pathcond.toy import BASE, CONFIGS, RECIPE, toy_data
 from wslib.pathcond import grid
+from wslib.pathcond.ch06_pathlifting import TinyLifting, tiny_lifting
 from wslib.pathcond.grid import RunGrid
 
 
@@ -25,3 +28,10 @@ def fake_jobs(monkeypatch: pytest.MonkeyPatch) -> list[list[dict]]:
 
     monkeypatch.setattr(grid, "train_runs", train_runs)
     return calls
+
+
+@pytest.fixture(scope="module")
+def lifted() -> TinyLifting:
+    """:data:`~tests.pathcond.tiny.LIFTED` badly scaled (spread 1, seed 0), then
+    rescaled by PathCond, both lifted explicitly."""
+    return tiny_lifting(LIFTED, spread=1.0, seed=0)

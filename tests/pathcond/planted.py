@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import torch
 
 from wslib.core.data import Dataset
+from wslib.pathcond.grid import RunGrid
+from wslib.runs.stats import RateSearch
 
 BASE = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10}
 RECIPE = {"epochs": 3, "lr": 0.5, "batch_size": 128}
@@ -31,3 +35,19 @@ def toy_data(n: int = 20) -> Dataset:
     return Dataset(
         "mnist1d", x, torch.zeros(n, dtype=torch.long), x[:2], x[:2, 0, 0].long(), 10
     )
+
+
+def empty_grid() -> RunGrid:
+    """A grid of :data:`CONFIGS` on :func:`toy_data` with no run yet: tests plant them."""
+    return RunGrid(BASE, toy_data(), RECIPE, CONFIGS)
+
+
+def rate_search(curves: dict[tuple[Hashable, float], list[float]]) -> RateSearch:
+    """A finished search (threshold 0.99) in one round: the run of each ``(key, lr)``
+    has the accuracies ``curves[(key, lr)]``; each key's rates in the order given."""
+    search: RateSearch = RateSearch(0.99)
+    plan: dict[Hashable, list[float]] = {}
+    for key, lr in curves:
+        plan.setdefault(key, []).append(lr)
+    search.add(plan, lambda items: [run(curves[key, lr]) for key, lr, _ in items])
+    return search

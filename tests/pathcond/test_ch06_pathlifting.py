@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 import torch
 
+from tests.kit import cnn1d
+from tests.pathcond.tiny import LIFTED, TINY
 from tests.pathcond.toy import BASE, RECIPE, toy_data
 from wslib.core.models import build_model
 from wslib.core.neurons import random_scales, rescale_state
@@ -24,38 +26,31 @@ from wslib.pathcond.grid import mlp_config
 from wslib.pathcond.lifting import explicit_path_lifting, mlp_path_labels
 from wslib.pathcond.rescaling import am_over_gm
 
-TINY = {"name": "mlp", "in_shape": [1, 3], "n_classes": 2, "widths": [4, 2]}
 
-
-@pytest.fixture(scope="module")
-def tiny():
-    return tiny_lifting(TINY, spread=1.0, seed=0)
-
-
-def test_tiny_lifting_counts_paths_and_keeps_phi(tiny):
-    d, (h1, h2), o = 3, TINY["widths"], TINY["n_classes"]
+def test_tiny_lifting_counts_paths_and_keeps_phi(lifted):
+    d, (h1, h2), o = 3, LIFTED["widths"], LIFTED["n_classes"]
     # input paths, paths from the biases of layers 1, 2 and the output layer
-    assert tiny.n_paths == d * h1 * h2 * o + h1 * h2 * o + h2 * o + o
-    assert tiny.n_params == sum(p.numel() for p in build_model(TINY).parameters())
-    assert tiny.n_neurons == h1 + h2
-    assert tiny.sweeps >= 1
-    assert tiny.phi_change < 1e-10
+    assert lifted.n_paths == d * h1 * h2 * o + h1 * h2 * o + h2 * o + o
+    assert lifted.n_params == sum(p.numel() for p in build_model(LIFTED).parameters())
+    assert lifted.n_neurons == h1 + h2
+    assert lifted.sweeps >= 1
+    assert lifted.phi_change < 1e-10
     # the badly scaled network: PathCond did change the parameters
-    assert not torch.allclose(tiny.before.jacobian, tiny.after.jacobian)
+    assert not torch.allclose(lifted.before.jacobian, lifted.after.jacobian)
 
 
-def test_path_rows_are_evenly_spaced_labelled_paths(tiny):
-    rows = path_rows(tiny, TINY, n_rows=5)
+def test_path_rows_are_evenly_spaced_labelled_paths(lifted):
+    rows = path_rows(lifted, LIFTED, n_rows=5)
     labels = mlp_path_labels([3, 4, 2, 2])
-    step = tiny.n_paths // 5
+    step = lifted.n_paths // 5
     assert [r["path"] for r in rows] == labels[::step]
-    assert rows[1]["Phi (before)"] == pytest.approx(float(tiny.before.phi[step]))
+    assert rows[1]["Phi (before)"] == pytest.approx(float(lifted.before.phi[step]))
     assert rows[1]["Phi (after)"] == pytest.approx(rows[1]["Phi (before)"])
 
 
-def test_lifting_spectra_of_p_and_g_agree_and_pathcond_evens_g(tiny):
-    s = lifting_spectra(tiny)
-    assert len(s["ev_before"]) == tiny.n_params - tiny.n_neurons
+def test_lifting_spectra_of_p_and_g_agree_and_pathcond_evens_g(lifted):
+    s = lifting_spectra(lifted)
+    assert len(s["ev_before"]) == lifted.n_params - lifted.n_neurons
     assert np.all(np.diff(s["ev_before"]) <= 0)  # decreasing
     assert s["p_vs_g"] < 1e-8
     assert s["cond_before"] == pytest.approx(s["ev_before"][0] / s["ev_before"][-1])
@@ -65,17 +60,7 @@ def test_lifting_spectra_of_p_and_g_agree_and_pathcond_evens_g(tiny):
 
 
 def test_diag_g_check_reports_brute_force_agreement():
-    archs = {
-        "mlp": {"name": "mlp", "in_shape": [1, 5], "n_classes": 3, "widths": [4, 3]},
-        "cnn": {
-            "name": "cnn1d",
-            "in_shape": [1, 8],
-            "n_classes": 3,
-            "channels": [2, 3],
-            "kernel_size": 3,
-            "pool": "avg",
-        },
-    }
+    archs = {"mlp": TINY["mlp"], "cnn": TINY["conv_avg"]}
     rows = diag_g_check(archs)
     assert [r["architecture"] for r in rows] == ["mlp", "cnn"]
     assert (
@@ -87,15 +72,7 @@ def test_diag_g_check_reports_brute_force_agreement():
 
 
 def test_function_check_finds_outputs_unchanged_in_both_modes():
-    archs = {
-        "bn": {
-            "name": "cnn1d",
-            "in_shape": [1, 16],
-            "n_classes": 4,
-            "channels": [4, 4],
-            "bn": True,
-        }
-    }
+    archs = {"bn": cnn1d([4, 4], in_shape=[1, 16], n_classes=4, bn=True)}
     (row,) = function_check(archs)
     assert row["architecture"] == "bn" and row["sweeps"] >= 1
     assert row["rel. change (train)"] < 1e-5 and row["rel. change (eval)"] < 1e-5
@@ -115,13 +92,13 @@ def test_trajectories_start_from_the_same_loss():
 
 def test_tiny_lifting_scales_its_seed_s_model_by_its_seed_s_scales():
     for seed in (1, 2):
-        got = tiny_lifting(TINY, spread=1.0, seed=seed)
+        got = tiny_lifting(LIFTED, spread=1.0, seed=seed)
         seed_everything(seed)
-        net = build_model(TINY).double()
+        net = build_model(LIFTED).double()
         structure = net.neuron_structure()
         scales = random_scales(
             structure, spread=1.0, generator=torch.Generator().manual_seed(seed)
         )
         net.load_state_dict(rescale_state(net.state_dict(), structure, scales))
-        ref = explicit_path_lifting(net, TINY["in_shape"])
+        ref = explicit_path_lifting(net, LIFTED["in_shape"])
         torch.testing.assert_close(got.before.jacobian, ref.jacobian)

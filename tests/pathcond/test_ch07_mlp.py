@@ -12,10 +12,10 @@ from tests.pathcond.planted import (
     CONFIGS,
     FAST,
     NEVER,
-    RECIPE,
     SLOW,
+    empty_grid,
+    rate_search,
     run,
-    toy_data,
 )
 from wslib.pathcond.ch07_mlp import (
     ablation_rows,
@@ -167,7 +167,7 @@ def test_the_rate_search_stops_each_run_at_the_threshold_and_nothing_else(
 @pytest.fixture
 def grid() -> RunGrid:
     """A grid whose runs are planted: PathCond twice as fast as the baseline on ``low``."""
-    g = RunGrid(BASE, toy_data(), RECIPE, CONFIGS)
+    g = empty_grid()
     curves = {("const", "baseline"): FAST, ("const", "pathcond"): FAST}
     curves |= {
         ("low", "baseline"): SLOW,
@@ -227,18 +227,14 @@ def test_summarise_runs_and_grid(grid):
 @pytest.fixture
 def search() -> RateSearch:
     """A finished search: on ``low`` the baseline never reaches 0.99, PathCond at 0.3."""
-    s = RateSearch(0.99)
-    curves = {
-        (("low", "baseline"), 1.0): NEVER,
-        (("low", "baseline"), 0.1): [0.5, 0.6, 0.8],
-        (("low", "pathcond"), 1.0): SLOW,
-        (("low", "pathcond"), 0.3): FAST,
-    }
-    s.add(
-        {("low", "baseline"): [1.0, 0.1], ("low", "pathcond"): [1.0, 0.3]},
-        lambda items: [run(curves[key, lr]) for key, lr, _ in items],
+    return rate_search(
+        {
+            (("low", "baseline"), 1.0): NEVER,
+            (("low", "baseline"), 0.1): [0.5, 0.6, 0.8],
+            (("low", "pathcond"), 1.0): SLOW,
+            (("low", "pathcond"), 0.3): FAST,
+        }
     )
-    return s
 
 
 def test_sweep_rows_and_best_rate_texts(search):

@@ -8,16 +8,15 @@ import pytest
 from matplotlib.colors import to_hex
 
 from tests.pathcond.planted import (
-    BASE,
     CONFIGS,
     FAST,
     NEVER,
-    RECIPE,
     SLOW,
+    empty_grid,
+    rate_search,
     run,
-    toy_data,
 )
-from wslib.pathcond.ch06_pathlifting import lifting_spectra, tiny_lifting
+from wslib.pathcond.ch06_pathlifting import lifting_spectra
 from wslib.pathcond.figures import (
     draw_activation_curves,
     draw_arch_curves,
@@ -32,7 +31,6 @@ from wslib.pathcond.figures import (
 )
 from wslib.pathcond.grid import RunGrid
 from wslib.plotting import method_colour
-from wslib.runs.stats import RateSearch
 
 
 @pytest.fixture(autouse=True)
@@ -61,12 +59,8 @@ def test_panels_hides_the_unused_ones():
     assert len(single) == 1
 
 
-def test_draw_spectra_and_trajectories_use_method_colours():
-    spectra = lifting_spectra(
-        tiny_lifting(
-            {"name": "mlp", "in_shape": [1, 3], "n_classes": 2, "widths": [4, 2]}, 1.0
-        )
-    )
+def test_draw_spectra_and_trajectories_use_method_colours(lifted):
+    spectra = lifting_spectra(lifted)
     fig = draw_spectra(spectra)
     left, right = fig.axes
     assert line_colours(left) == [method_colour("baseline"), method_colour("pathcond")]
@@ -84,7 +78,7 @@ def test_draw_spectra_and_trajectories_use_method_colours():
 
 @pytest.fixture
 def grid() -> RunGrid:
-    g = RunGrid(BASE, toy_data(), RECIPE, CONFIGS)
+    g = empty_grid()
     for name, cfg in CONFIGS.items():
         for method in cfg["methods"]:
             for seed in (0, 1):
@@ -110,11 +104,12 @@ def test_draw_config_curves_one_panel_per_config_and_marks_divergence(grid):
 
 
 def test_draw_rate_sweep_marks_runs_that_never_reached():
-    search = RateSearch(0.99)
-    curves = {1.0: NEVER, 0.1: SLOW}
-    search.add(
-        {("low", m): [1.0, 0.1] for m in ("baseline", "pathcond")},
-        lambda items: [run(curves[lr]) for _, lr, _ in items],
+    search = rate_search(
+        {
+            (("low", m), lr): acc
+            for m in ("baseline", "pathcond")
+            for lr, acc in ((1.0, NEVER), (0.1, SLOW))
+        }
     )
     (ax,) = draw_rate_sweep(search, ["low"], epochs=3).axes
     base = ax.get_lines()[0]
@@ -129,11 +124,8 @@ def test_draw_rate_sweep_marks_runs_that_never_reached():
 
 
 def test_draw_rate_sweep_marks_a_run_that_gave_up_where_it_stopped():
-    search = RateSearch(0.99)
-    curves = {1.0: NEVER[:2], 0.1: SLOW}  # the run at 1.0 gave up after 2 epochs
-    search.add(
-        {("low", "baseline"): [1.0, 0.1]},
-        lambda items: [run(curves[lr]) for _, lr, _ in items],
+    search = rate_search(  # the run at 1.0 gave up after 2 epochs
+        {(("low", "baseline"), 1.0): NEVER[:2], (("low", "baseline"), 0.1): SLOW}
     )
     (ax,) = draw_rate_sweep(search, ["low"], epochs=10).axes
     (cross,) = ax.collections[0].get_offsets()
