@@ -7,11 +7,9 @@ parameters written out by hand.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import subprocess
 import sys
-from collections.abc import Iterator
 from types import ModuleType
 
 import nbformat
@@ -19,25 +17,16 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import ROOT, chapters
+from tests.conftest import ROOT, chapters, load_script
 from tests.kit import mlp
 
 SCRIPT = ROOT / "notebooks" / "gpu_check.py"
 
 
 @pytest.fixture(scope="module")
-def check() -> Iterator[ModuleType]:
-    """The script as a module (registered: its dataclasses look themselves up)."""
-    sys.path.insert(0, str(ROOT / "notebooks"))  # the script imports run.py
-    spec = importlib.util.spec_from_file_location("gpu_check_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
-        sys.path.remove(str(ROOT / "notebooks"))
+def check() -> ModuleType:
+    """The script as a module."""
+    return load_script("notebooks/gpu_check.py")
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.kit import QUIET
+from tests.kit import QUIET, mlp
 from wslib.core.models import build_model
 from wslib.llpf.layerwise import Refine, m2m
 from wslib.llpf.path import LLPFPath
@@ -22,7 +22,7 @@ from wslib.runs.store import MARK, checksum
 
 TICKS = 3
 REFINE = Refine(lr=0.05, batch_size=16, r_min=2, r_max=3, threshold=0.0)
-MLP = {"name": "mlp", "in_shape": [1, 6], "n_classes": 3, "widths": [5]}
+MLP = mlp([5], in_shape=[1, 6])
 
 
 def setting() -> tuple[torch.nn.Module, dict, dict, torch.Tensor, torch.Tensor]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.kit import QUIET
+from tests.kit import QUIET, mlp
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.llpf.autoneb import autoneb
@@ -22,7 +22,7 @@ from wslib.runs.units import CACHED_ONLY, NotCached
 # The modules (the package exports functions of the same names).
 curves = importlib.import_module("wslib.llpf.curves")
 autoneb_module = importlib.import_module("wslib.llpf.autoneb")
-MLP = {"name": "mlp", "in_shape": [1, 6], "n_classes": 3, "widths": [5]}
+MLP = mlp([5], in_shape=[1, 6])
 # Momentum, the authors' schedule and weight decay: every piece of state counts.
 CURVE = {
     "kind": "bezier",

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 import warnings
-from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import load_script
 from tests.pathcond.toy import BASE, CONFIGS, RECIPE, toy_data
 from wslib.core.seeds import derive_seeds
 from wslib.pathcond import ch07_mlp, ch08_conv, protocols, units
@@ -24,18 +21,9 @@ MLP_NB, CONV_NB = "07_pathcond_mlp", "08_pathcond_conv"
 
 
 @pytest.fixture(scope="module")
-def part() -> Iterator[ModuleType]:
-    """``notebooks/part.py`` as a module (it imports ``run.py`` from its folder)."""
-    sys.path.insert(0, str(ROOT / "notebooks"))
-    spec = importlib.util.spec_from_file_location(
-        "part_under_test", ROOT / "notebooks/part.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(ROOT / "notebooks"))
+def part() -> ModuleType:
+    """``notebooks/part.py`` as a module."""
+    return load_script("notebooks/part.py")
 
 
 @pytest.fixture

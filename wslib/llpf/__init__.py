@@ -30,9 +30,11 @@ from wslib.llpf.layerwise import (
     sphere_variance_ratio,
 )
 from wslib.llpf.path import LLPFPath, check_same_architecture
+from wslib.runs.resumable import Persist  # the persist= option of the path finders
 
 __all__ = [
     "LLPFPath",
+    "Persist",
     "Refine",
     "autoneb",
     "check_same_architecture",
