@@ -1,5 +1,8 @@
 """Training: determinism per seed, learning, clear errors."""
 
+import math
+
+import numpy as np
 import pytest
 import torch
 
@@ -7,6 +10,7 @@ from tests.kit import SIGNAL, cnn2d, mlp
 from wslib.core.models import build_model
 from wslib.core.train import (
     Recipe,
+    all_nan,
     evaluate,
     fit,
     make_optimizer,
@@ -174,6 +178,51 @@ def test_give_up_after_ends_an_unfinished_run_as_the_start_of_the_full_one() -> 
         give_up_after=3,
     )
     assert len(first["acc"]) == 1  # reaching the threshold still ends it first
+
+
+def _diverging(give_up_after: int | None, *, every_epoch: bool) -> tuple[dict, int]:
+    """A run at a rate that turns every weight NaN: its history and forward passes."""
+    x, y = _data()
+    seed_everything(0)
+    model = build_model(MLP)
+    steps = []
+    model.register_forward_hook(lambda *_: steps.append(1))
+    hist = fit(
+        model,
+        x,
+        y,
+        Recipe(epochs=12, batch_size=32, lr=1e4),
+        progress=False,
+        on_epoch=(lambda *_: None) if every_epoch else None,
+        stop_at=None if give_up_after is None else 0.99,
+        give_up_after=give_up_after,
+    )
+    assert all_nan(model)
+    return hist, len(steps)
+
+
+@pytest.mark.parametrize("give_up_after", [None, 7])
+def test_a_diverged_run_repeats_its_first_nan_epoch_without_training_it(
+    give_up_after: int | None,
+) -> None:
+    quick, quick_steps = _diverging(give_up_after, every_epoch=False)
+    full, full_steps = _diverging(give_up_after, every_epoch=True)
+    assert len(full["acc"]) == (give_up_after or 12)
+    assert quick["acc"] == full["acc"]
+    assert math.isnan(full["loss"][-1])
+    np.testing.assert_array_equal(quick["loss"], full["loss"])  # NaN == NaN here
+    assert quick_steps <= 2 * full_steps / len(full["acc"])  # the rest not computed
+
+
+def test_all_nan_needs_every_weight_nan() -> None:
+    model = build_model(MLP)
+    assert not all_nan(model)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.fill_(float("nan"))
+        assert all_nan(model)
+        next(model.parameters()).view(-1)[0] = 0.0
+    assert not all_nan(model)
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from wslib.core.neurons import NeuronGroup, NeuronStructure, Role, Slot
+from wslib.core.pooling import PairMaxPool1d
 
 #: The convolutions and BatchNorms of the book's models (1-D or 2-D).
 Conv = nn.Conv1d | nn.Conv2d
@@ -32,7 +33,7 @@ _CONV: dict[int, type[Conv]] = {1: nn.Conv1d, 2: nn.Conv2d}
 _BN: dict[int, type[BatchNorm]] = {1: nn.BatchNorm1d, 2: nn.BatchNorm2d}
 _POOL: dict[str, dict[int, type[nn.Module]]] = {
     "avg": {1: nn.AvgPool1d, 2: nn.AvgPool2d},
-    "max": {1: nn.MaxPool1d, 2: nn.MaxPool2d},
+    "max": {1: PairMaxPool1d, 2: nn.MaxPool2d},
 }
 # The activations and pooling layers a model config may name.
 ActivationName = Literal["relu", "gelu", "silu"]

@@ -251,7 +251,10 @@ def fit(
     threshold needs nothing later); the lists are then shorter than
     ``recipe.epochs``. With ``give_up_after`` as well, a run that has not
     reached it by that epoch ends there (what it trained is the start of the
-    full run: the schedule still spans ``recipe.epochs``).
+    full run: the schedule still spans ``recipe.epochs``). A run whose weights
+    are all NaN when an epoch starts (:func:`all_nan`) trains that epoch and
+    repeats its loss and accuracy for the epochs left, which would be the same
+    (unless ``on_step`` or ``on_epoch`` is given: then every epoch runs).
 
     The loss is cross-entropy unless ``loss_fn(outputs, targets)`` is given (then
     the accuracy is NaN, e.g. for a regression or autoencoder target).
@@ -279,6 +282,7 @@ def fit(
     history: dict[str, list[float]] = {"loss": [], "acc": []}
     bar = tqdm(range(recipe.epochs), desc="train", disable=not progress, leave=False)
     for epoch in bar:
+        diverged = on_step is None and on_epoch is None and all_nan(model)
         model.train()
         total_loss = torch.zeros((), dtype=torch.float64, device=dev)
         correct = torch.zeros((), dtype=torch.long, device=dev)
@@ -321,8 +325,24 @@ def fit(
             break
         if give_up_after is not None and epoch + 1 >= give_up_after:
             break
+        if diverged:  # the later epochs would repeat this one exactly
+            end = min(recipe.epochs, give_up_after or recipe.epochs)
+            for values in history.values():
+                values += values[-1:] * (end - epoch - 1)
+            break
     model.eval()
     return history
+
+
+def all_nan(model: nn.Module) -> bool:
+    """Whether every parameter of ``model`` is NaN (a diverged run: it stays so).
+
+    Its outputs and gradients are then all NaN and an SGD step leaves every
+    weight NaN, so each epoch sees the same loss (NaN) and predicts the same
+    class for every example (the same accuracy, whatever the batch order).
+    """
+    params = list(model.parameters())
+    return bool(params) and bool(torch.stack([p.isnan().all() for p in params]).all())
 
 
 def check_give_up(stop_at: float | None, give_up_after: int | None) -> None:

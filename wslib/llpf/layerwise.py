@@ -90,6 +90,7 @@ from wslib.runs.store import Payload
 CODE = (
     "wslib.core.files",
     "wslib.core.models",
+    "wslib.core.pooling",
     "wslib.core.neurons",
     "wslib.core.norms",
     "wslib.core.train",

@@ -70,6 +70,7 @@ CODE = (
     "wslib.core.files",
     "wslib.core.interpolation",
     "wslib.core.models",
+    "wslib.core.pooling",
     "wslib.core.neurons",
     "wslib.core.norms",
     "wslib.core.train",

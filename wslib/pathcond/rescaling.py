@@ -202,11 +202,21 @@ def _squared_mean(x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
     return out * (out.numel() / x.numel())
 
 
+class _LayerTracer(fx.Tracer):
+    """torch.fx's tracer, with every max pooling (the book's own included) as one layer."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return isinstance(m, (nn.MaxPool1d, nn.MaxPool2d)) or super().is_leaf_module(
+            m, module_qualified_name
+        )
+
+
 def _squared_network(model: nn.Module) -> fx.GraphModule:
     """A float64 copy of ``model`` traced with torch.fx, coefficients squared, in eval mode."""
     net = copy.deepcopy(model).double().eval()
     try:
-        gm = fx.symbolic_trace(net)
+        tracer = _LayerTracer()
+        gm = fx.GraphModule(net, tracer.trace(net), type(net).__name__)
     except Exception as err:  # fx raises many error types for untraceable code
         raise TypeError(
             f"{type(model).__name__} cannot be traced for PathCond: {err}"

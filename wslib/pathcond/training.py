@@ -37,6 +37,7 @@ from wslib.runs.workers import run_jobs
 #: The modules whose source keys a cached training run.
 CODE = (
     "wslib.core.models",
+    "wslib.core.pooling",
     "wslib.core.neurons",
     "wslib.core.stacked",
     "wslib.core.train",

@@ -48,6 +48,7 @@ CONFIG_KEYS = ("data", "split", "model", "recipe", "seed")
 TRAINING_CODE = (
     "wslib.core.data",
     "wslib.core.models",
+    "wslib.core.pooling",
     "wslib.core.neurons",
     "wslib.core.train",
     "wslib.runs.zoo",
