@@ -166,9 +166,10 @@ def train_run(
     Returns the per-epoch training ``loss`` and running ``acc`` (from
     :func:`wslib.core.train.fit`), ``test_loss``, ``test_acc`` (NaN for the
     autoencoder, whose loss is the MSE of reconstructing the flattened input),
-    ``rescale_seconds``, ``epoch_seconds`` and the PathCond solver's
-    :func:`solver_report` (did it converge, in how many sweeps, how far from
-    converged: its last relative drop of F).
+    ``rescale_seconds``, ``epoch_seconds`` (the training's seconds per epoch
+    of its history, whose repeated epochs of a diverged run took none) and the
+    PathCond solver's :func:`solver_report` (did it converge, in how many
+    sweeps, how far from converged: its last relative drop of F).
     """
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
