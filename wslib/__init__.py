@@ -4,7 +4,8 @@ The package is layered; a package imports only those listed before it::
 
     wslib.core       what every chapter builds on: neurons (the neuron structure,
                      permutations, rescalings), models, configs (in_shape and
-                     n_classes of a model config from its data set), data and
+                     n_classes of a model config from its data set), pooling
+                     (max pooling over pairs, faster to train), data and
                      splits, train,
                      stacked (same-shaped runs trained as one model), norms (BatchNorm / LayerNorm helpers), interpolation,
                      matching (Git Re-Basin), files (hashes, atomic writes),
