@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import random
 import warnings
 from collections.abc import Callable, Iterator
@@ -282,7 +283,13 @@ def fit(
     history: dict[str, list[float]] = {"loss": [], "acc": []}
     bar = tqdm(range(recipe.epochs), desc="train", disable=not progress, leave=False)
     for epoch in bar:
-        diverged = on_step is None and on_epoch is None and all_nan(model)
+        diverged = (  # weights turn NaN only after a NaN loss: no check before
+            on_step is None
+            and on_epoch is None
+            and bool(history["loss"])
+            and math.isnan(history["loss"][-1])
+            and all_nan(model)
+        )
         model.train()
         total_loss = torch.zeros((), dtype=torch.float64, device=dev)
         correct = torch.zeros((), dtype=torch.long, device=dev)
