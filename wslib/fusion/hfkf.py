@@ -312,6 +312,50 @@ def fuse(
         Seed of k-means and of the held-out split; progress bars.
     """
     start = time.perf_counter()
+    fused, levels, level_map, weights = _checked_inputs(
+        models, x, y, grouping, retrofit, fused, class_weights
+    )
+    if scores is None:
+        scores = [
+            model_importance(m, x, y, importance, progress=progress) for m in models
+        ]
+    check_scores(scores, importance, len(models))
+    if isinstance(models[0], RESIDUAL_ARCHS):
+        return fuse_residual(
+            models, x, grouping, retrofit, fused, weights, scores, ridge, gradient, seed
+        )
+    result = _fuse_chain(
+        models,
+        x,
+        fused,
+        levels,
+        level_map,
+        weights,
+        scores,
+        grouping=grouping,
+        retrofit=retrofit,
+        ridge=ridge,
+        gradient=gradient,
+        seed=seed,
+        progress=progress,
+    )
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _checked_inputs(
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    grouping: GroupingName,
+    retrofit: RetrofitName,
+    fused: nn.Module | None,
+    class_weights: np.ndarray | None,
+) -> tuple[nn.Module, list[str], dict[str, str], np.ndarray]:
+    """:func:`fuse`'s inputs checked: the fused model (a copy on the models'
+    device), the base chain's levels and the base level each fused level
+    reproduces (:func:`depth_map`; none for residual nets), and the head
+    weights. Raises ``ValueError`` naming what does not fit."""
     if grouping not in GROUPINGS or retrofit not in RETROFITS:
         raise ValueError(
             f"grouping must be one of {GROUPINGS} and retrofit one of {RETROFITS}"
@@ -346,15 +390,30 @@ def fuse(
     if len(x) != len(y):
         raise ValueError(f"the fusion set has {len(x)} inputs but {len(y)} labels")
     weights = head_weights(class_weights, len(models), n_classes)
-    if scores is None:
-        scores = [
-            model_importance(m, x, y, importance, progress=progress) for m in models
-        ]
-    check_scores(scores, importance, len(models))
-    if residual:
-        return fuse_residual(
-            models, x, grouping, retrofit, fused, weights, scores, ridge, gradient, seed
-        )
+    return fused, levels, level_map, weights
+
+
+def _fuse_chain(
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    fused: nn.Module,
+    levels: list[str],
+    level_map: dict[str, str],
+    weights: np.ndarray,
+    scores: Sequence[dict[str, torch.Tensor]],
+    *,
+    grouping: GroupingName,
+    retrofit: RetrofitName,
+    ridge: float,
+    gradient: GradientConfig,
+    seed: int,
+    progress: bool,
+) -> FusionResult:
+    """:func:`fuse` for chains: bottom-up, each fused level grouped and
+    retrofitted (``levels``: the base chain; ``level_map``: the base level
+    each fused level reproduces, in the fused chain's order)."""
+    fused_levels = list(level_map)
+    device = next(models[0].parameters()).device
     outs = [layer_io(m, levels, x) for m in models]
     result = FusionResult(fused, fused_levels)
     previous: Grouping | None = None  # the first level reads the data
@@ -409,7 +468,6 @@ def fuse(
             result.costs.append(
                 {"level": fused_name, **cost_decomposition(points, w, labels, out)}
             )
-    result.seconds = time.perf_counter() - start
     return result
 
 
