@@ -5,8 +5,9 @@ every ``tests/*/planted_bugs.yaml`` by default. Each bug (a text replacement,
 see CONTRIBUTING.md) is applied alone to a scratch copy of the project whose
 ``wslib`` shadows the installed one; the bug is caught when its tests fail.
 Each test target first runs once on the unchanged copy: a target that fails
-there cannot catch anything, and its bugs count as unusable. The exit status
-is 1 unless every bug is caught.
+there cannot catch anything, and its bugs count as unusable. Each verdict is
+printed as it comes, numbered (a full run takes hours). The exit status is 1
+unless every bug is caught.
 """
 
 from __future__ import annotations
@@ -115,15 +116,16 @@ def plant_all(bugs: list[dict], jobs: int) -> tuple[list[dict], list[str]]:
             )
             control = dict(zip(groups, clean))
             usable = [b for b in bugs if control[tuple(targets(b))]]
-            verdicts = list(
-                pool.map(lambda b: in_a_copy(lambda c: plant(c, b)), usable)
-            )
+            verdicts = []
+            planted = pool.map(lambda b: in_a_copy(lambda c: plant(c, b)), usable)
+            for i, (bug, verdict) in enumerate(zip(usable, planted), 1):
+                verdicts.append(verdict)
+                line = f"{verdict:8} {bug['list']}: {bug['name']}"
+                print(f"[{i}/{len(usable)}] {line}", flush=True)
     return usable, verdicts
 
 
 def report(bugs: list[dict], usable: list[dict], verdicts: list[str]) -> int:
-    for bug, verdict in zip(usable, verdicts):
-        print(f"{verdict:8} {bug['list']}: {bug['name']}")
     for bug in (b for b in bugs if b not in usable):
         print(f"UNUSABLE {bug['list']}: {bug['name']} (its tests fail unplanted)")
     caught = verdicts.count("CAUGHT")
