@@ -452,18 +452,22 @@ def best_rate_text(search: RateSearch[Pair], pair: Pair) -> str:
     return f"{method} at lr {lr:.3g} ({hit} epochs)"
 
 
-def grid_edge_text(search: RateSearch[Pair], grid: Sequence[float]) -> str:
-    """Which best rates lie at or beyond an end of the rate ``grid``, in words."""
-    lo, hi = min(grid), max(grid)
+def grid_edge_text(search: RateSearch[Pair]) -> str:
+    """Which best rates lie at an end of the rates tried for their pair, in words.
+
+    A best rate at an end of the grid is not at an end when the refinement
+    tried a neighbour beyond it (and that neighbour lost).
+    """
     edge = [
         f"{m} on `{n}` (lr {lr:.3g})"
         for (n, m), lr in search.best.items()
-        if lr <= lo or lr >= hi
+        if lr <= min(search.tried[(n, m)]) or lr >= max(search.tried[(n, m)])
     ]
     if not edge:
-        return "No best rate lies at an end of the grid"
-    return "At an end of the grid (a better rate may lie outside it): " + ", ".join(
-        edge
+        return "No best rate lies at an end of the rates tried"
+    return (
+        "At an end of the rates tried (a better rate may lie beyond it): "
+        + ", ".join(edge)
     )
 
 
