@@ -556,7 +556,9 @@ class Work:
     forward pass; ``ticks``: LLPF ticks (refinement at ``batch``, a record
     every ``record_every`` ticks, each record written once to the checkpoint);
     ``solve``: fusion least-squares solves; ``cpu``: seconds of CPU-side work
-    on one thread (:data:`CPU_SECONDS`), the same on any device.
+    on one thread (:data:`CPU_SECONDS`), the same on any device. ``bf16``:
+    the profile trains or refines this item under bfloat16 autocast (its
+    recipe's or path settings' ``precision``).
     """
 
     kind: Literal["train", "eval", "ticks", "floor", "solve", "cpu"]
@@ -566,6 +568,12 @@ class Work:
     record_every: int = 0
     eval_examples: int = 0
     runs: int = 1  # ``train``: runs stacked into one model, every step shared
+    bf16: bool = False
+
+
+def _bf16(settings: dict[str, Any]) -> bool:
+    """Whether a recipe or a path's settings ask for bfloat16 autocast."""
+    return settings.get("precision", "fp32") == "bf16"
 
 
 def _steps(n: int, recipe: dict[str, Any]) -> tuple[float, int]:
@@ -590,17 +598,22 @@ class Counter:
             return
         self.zoo.add(key)
         steps, batch = _steps(int(DATA_SIZES[data["name"]][0] * fraction), recipe)
-        self.items.append(Work("train", model, steps, batch))
+        self.items.append(Work("train", model, steps, batch, bf16=_bf16(recipe)))
 
-    def steps(self, model: dict, steps: float, batch: int) -> None:
-        self.items.append(Work("train", model, steps, batch))
+    def steps(
+        self, model: dict, steps: float, batch: int, recipe: dict | None = None
+    ) -> None:
+        """``steps`` training steps of ``model`` at ``batch`` (``recipe``: its precision)."""
+        self.items.append(Work("train", model, steps, batch, bf16=_bf16(recipe or {})))
 
-    def mlp_runs(self, base: dict, runs: list[tuple], n: int, batch: int) -> None:
+    def mlp_runs(self, base: dict, runs: list[tuple], n: int, recipe: dict) -> None:
         """One ``RunGrid.train`` call: ``(shape, count, epochs, method)`` runs on ``n`` examples.
 
-        Runs of one shape and number of epochs stack (one step at ``batch``
-        for all); ENorm's run apart, each step followed by an ENorm cycle.
+        Runs of one shape and number of epochs stack (one step at the
+        ``recipe``'s batch size for all); ENorm's run apart, each step
+        followed by an ENorm cycle.
         """
+        batch, bf16 = Recipe(**recipe).batch_size, _bf16(recipe)
         batches = math.ceil(n / batch)
         stacks: dict[tuple, int] = {}
         for (widths, bias, act), count, epochs, method in runs:
@@ -608,14 +621,14 @@ class Counter:
             model["activation"] = act
             steps = epochs * batches
             if method == "enorm":
-                self.items.append(Work("train", model, count * steps, batch))
+                self.items.append(Work("train", model, count * steps, batch, bf16=bf16))
                 self.items.append(Work("floor", None, ENORM_COST * count * steps))
             else:
                 key = (json.dumps(model, sort_keys=True), steps)
                 stacks[key] = stacks.get(key, 0) + count
         for (model, steps), count in stacks.items():
             self.items.append(
-                Work("train", json.loads(model), steps, batch, runs=count)
+                Work("train", json.loads(model), steps, batch, runs=count, bf16=bf16)
             )
 
     def cpu(self, what: str, count: float) -> None:
@@ -629,7 +642,15 @@ class Counter:
         n_train, n_test = DATA_SIZES[data["name"]]
         every = int(settings.get("record_every", 5))
         self.items.append(
-            Work("ticks", model, settings["ticks"], batch, every, n_train + n_test)
+            Work(
+                "ticks",
+                model,
+                settings["ticks"],
+                batch,
+                every,
+                n_train + n_test,
+                bf16=_bf16(settings),
+            )
         )
 
 
@@ -683,7 +704,7 @@ def _pathcond_chapter(p: dict, c: Counter, nb: str) -> None:
         n, _ = DATA_SIZES[p["data"]["name"]]
         steps, batch = _steps(n, p["train_recipe"])
         for _ in ("baseline", "pathcond"):
-            c.steps(p["train_model"], steps, batch)
+            c.steps(p["train_model"], steps, batch, p["train_recipe"])
         return
     if nb == "08_pathcond_conv":
         for spec in p["archs"].values():
@@ -691,7 +712,7 @@ def _pathcond_chapter(p: dict, c: Counter, nb: str) -> None:
             steps, batch = _steps(n, spec["recipe"])
             for method in p["methods"]:
                 extra = ENORM_COST if method == "enorm" else 0.0
-                c.steps(spec["model"], steps * p["n_seeds"], batch)
+                c.steps(spec["model"], steps * p["n_seeds"], batch, spec["recipe"])
                 c.items.append(Work("floor", None, extra * steps * p["n_seeds"]))
         for spec in p["archs"].values():
             if spec["model"]["name"] != "mlp" and "pathcond" in p["methods"]:
@@ -744,7 +765,7 @@ def _mlp_chapter(p: dict, c: Counter) -> None:
     ]
     long_runs = [(shape(name), seeds, long, m) for name, m in pairs]
     for call in (main, *rounds, long_runs):
-        c.mlp_runs(p["mlp"], call, n, p["recipe"]["batch_size"])
+        c.mlp_runs(p["mlp"], call, n, p["recipe"])
 
 
 def _fusion_chapter(p: dict, c: Counter, nb: str) -> None:
@@ -794,7 +815,7 @@ def _fusion_chapter(p: dict, c: Counter, nb: str) -> None:
     n_train, _ = DATA_SIZES[data["name"]]
     finetune = {**recipe, **p["finetune_recipe"], "epochs": p["finetune_epochs"]}
     for _ in range(4):  # fine-tuned fused models and their baselines
-        c.steps(arch, *_steps(n_train, finetune))
+        c.steps(arch, *_steps(n_train, finetune), finetune)
     sizes = len(p["fusion_sizes"]) * (1 + p["augment_copies"])
     _fusions(c, arch, per_class, grad, linear=2 * sizes, gradient=2 * sizes)
 
@@ -828,8 +849,8 @@ def _synthesis_chapter(p: dict, c: Counter, nb: str) -> None:
     points = llpf["ticks"] // llpf["record_every"] + 1 + 2 * p["n_points"]
     for _ in range(pairs):  # questions 2 and 3: per pair of MLP modes
         _fusions(c, mlp, per_class, grad, linear=1, gradient=1)  # KF linear, gradient
-        c.steps(mlp, *_steps(n_train, finetune))
-        c.steps(mlp, *_steps(n_train, finetune))
+        c.steps(mlp, *_steps(n_train, finetune), finetune)
+        c.steps(mlp, *_steps(n_train, finetune), finetune)
         for _ in range(6):  # fused to each parent (2 variants), parents (2 ways)
             c.evaluate(mlp, line)
             c.items.append(
@@ -937,24 +958,31 @@ def flops(config: dict[str, Any]) -> float:
     return model_info(config)[0]
 
 
-def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
+def seconds(
+    items: list[Work], rates: Rates, precision: PrecisionName | None = None
+) -> float:
     """Estimated seconds of ``items`` at ``rates``.
 
-    A training step of model ``m`` at batch ``b`` takes the ResNet-18 step
-    time scaled by FLOPs (``flops(m) * b / (flops(ResNet-18) * rates.batch)``)
-    but never less than the small-model floor; an evaluated example takes
-    ``rates.eval_s`` scaled by FLOPs (floored per batch of :data:`EVAL_BATCH`);
-    a tick takes ``rates.tick_steps`` refinement steps, each
-    ``rates.refine_step_s`` scaled like a training step (with ``bf16``, also
-    by the bf16/fp32 ratio of training steps: LLPF's refinement, Bezier and
+    Each item trains or refines in its own precision (``Work.bf16``, the
+    profile as written), or all in ``precision`` when it is given. A training
+    step of model ``m`` at batch ``b`` takes the ResNet-18 step time of its
+    precision scaled by FLOPs (``flops(m) * b / (flops(ResNet-18) *
+    rates.batch)``) but never less than the small-model floor; an evaluated
+    example takes ``rates.eval_s`` scaled by FLOPs (floored per batch of
+    :data:`EVAL_BATCH`); a tick takes ``rates.tick_steps`` refinement steps,
+    each ``rates.refine_step_s`` scaled like a training step (in bf16 also by
+    the bf16/fp32 ratio of training steps: LLPF's refinement, Bezier and
     AutoNEB take a ``precision``); saves scale with the number of parameters.
     """
     ref_flops = flops(RESNET)
     ref = ref_flops * rates.batch
     ref_params = model_info(RESNET)[1]
-    step_ref = rates.bf16_step_s if bf16 else rates.step_s
+    speedup = rates.bf16_step_s / rates.step_s
 
-    def step(model: dict, batch: int, per: float = step_ref, runs: int = 1) -> float:
+    def in_bf16(w: Work) -> bool:
+        return w.bf16 if precision is None else precision == "bf16"
+
+    def step(model: dict, batch: int, per: float, runs: int = 1) -> float:
         return max(rates.floor_s, runs * per * flops(model) * batch / ref)
 
     def evaluation(model: dict, examples: float) -> float:
@@ -965,7 +993,8 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
     for w in items:
         if w.kind == "train":
             assert w.model is not None  # train, eval and ticks name their model
-            total += w.amount * step(w.model, w.batch, runs=w.runs)
+            per = rates.bf16_step_s if in_bf16(w) else rates.step_s
+            total += w.amount * step(w.model, w.batch, per, runs=w.runs)
         elif w.kind == "eval":
             assert w.model is not None
             total += evaluation(w.model, w.amount)
@@ -977,9 +1006,7 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
             total += w.amount
         elif w.kind == "ticks":
             assert w.model is not None
-            per = rates.refine_step_s
-            if bf16:
-                per *= rates.bf16_step_s / rates.step_s
+            per = rates.refine_step_s * (speedup if in_bf16(w) else 1.0)
             refine = rates.tick_steps * step(w.model, w.batch, per)
             records = w.amount / max(w.record_every, 1)
             evals = evaluation(w.model, records * w.eval_examples)
@@ -989,16 +1016,18 @@ def seconds(items: list[Work], rates: Rates, bf16: bool = False) -> float:
 
 
 def estimate_table(rates: Rates, params_file: str | Path | None = None) -> str:
-    """The per-chapter estimate as a Markdown table (hours, fp32 and bf16)."""
+    """The per-chapter estimate as a Markdown table: hours with every item in
+    fp32, and with each item in its profile's precision (as written)."""
     work = chapter_work(params_file)
-    lines = ["| chapter | fp32 h | bf16 h |", "| --- | ---: | ---: |"]
-    total32 = total16 = 0.0
+    lines = ["| chapter | fp32 h | as written h |", "| --- | ---: | ---: |"]
+    total32 = total = 0.0
     for nb, items in work.items():
-        h32, h16 = seconds(items, rates) / 3600, seconds(items, rates, True) / 3600
-        total32, total16 = total32 + h32, total16 + h16
+        h32 = seconds(items, rates, "fp32") / 3600
+        h = seconds(items, rates) / 3600
+        total32, total = total32 + h32, total + h
         mark = "" if nb in CHAPTERS else " (base models only)"
-        lines.append(f"| {nb}{mark} | {h32:.1f} | {h16:.1f} |")
-    lines.append(f"| **total** | **{total32:.1f}** | **{total16:.1f}** |")
+        lines.append(f"| {nb}{mark} | {h32:.1f} | {h:.1f} |")
+    lines.append(f"| **total** | **{total32:.1f}** | **{total:.1f}** |")
     return "\n".join(lines)
 
 

@@ -113,6 +113,25 @@ def test_chapter_7_counts_every_run(check):
     assert enorm, "ENorm's runs are counted apart"
 
 
+def test_each_item_has_its_profiles_precision(check, tmp_path):
+    """Training recipes and path settings say bf16 or not; the counter keeps it."""
+    params = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())
+    ch3 = params["03_llpf_m2m"]
+    for name in ch3["recipes"]:
+        ch3["recipes"][name] = {**ch3["recipes"][name], "precision": "fp32"}
+    ch3["recipes"]["resnet"]["precision"] = "bf16"
+    ch3["llpf"] = {k: {**v, "precision": "fp32"} for k, v in ch3["llpf"].items()}
+    ch3["llpf"]["mlp"]["precision"] = "bf16"
+    path = tmp_path / "gpu.yaml"
+    path.write_text(yaml.safe_dump({"03_llpf_m2m": ch3}))
+    items = check.chapter_work(path)["03_llpf_m2m"]
+    for w in items:
+        if w.kind in ("train", "ticks"):
+            expected = "resnet" if w.kind == "train" else "mlp"
+            assert w.bf16 == (w.model["name"].startswith(expected)), w
+    assert {w.bf16 for w in items if w.kind == "ticks"} == {True, False}
+
+
 def test_stacked_runs_share_their_steps(check):
     rates = check.ASSUMED
     model = mlp([500], in_shape=[3, 32, 32], n_classes=10)
@@ -151,9 +170,13 @@ def test_seconds_scale_by_flops_with_a_floor(check):
     rates = check.ASSUMED
     resnet = check.Work("train", check.RESNET, 10, rates.batch)
     assert check.seconds([resnet], rates) == pytest.approx(10 * rates.step_s)
-    assert check.seconds([resnet], rates, bf16=True) == pytest.approx(
+    assert check.seconds([resnet], rates, "bf16") == pytest.approx(
         10 * rates.bf16_step_s
     )
+    # an item the profile writes in bf16 counts at bf16 rates unless fp32 is forced
+    written = check.Work("train", check.RESNET, 10, rates.batch, bf16=True)
+    assert check.seconds([written], rates) == pytest.approx(10 * rates.bf16_step_s)
+    assert check.seconds([written], rates, "fp32") == pytest.approx(10 * rates.step_s)
     half = check.Work("train", check.RESNET, 10, rates.batch // 2)
     assert check.seconds([half], rates) == pytest.approx(5 * rates.step_s)
     tiny = check.Work("train", check.QUICK_MLP, 10, 16)
@@ -229,7 +252,11 @@ def test_llpf_ticks_are_counted_by_the_pilot_rates(check):
     bf16 = expected - 10 * rates.tick_steps * rates.refine_step_s * (
         1 - rates.bf16_step_s / rates.step_s
     )
-    assert check.seconds([tick], rates, bf16=True) == pytest.approx(bf16)
+    assert check.seconds([tick], rates, "bf16") == pytest.approx(bf16)
+    written = check.Work(
+        "ticks", check.RESNET, 10, rates.batch, record_every=0, bf16=True
+    )
+    assert check.seconds([written], rates) == pytest.approx(bf16)
 
 
 def test_the_readme_table_is_the_estimate(check):

@@ -20,6 +20,7 @@ import yaml
 from tests.conftest import NOTEBOOKS, ROOT, load_script
 
 PARAMS = ROOT / "notebooks" / "params"
+PATH_SETTINGS = ("llpf", "baselines", "m2o_settings", "m2m_settings")
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -50,6 +51,10 @@ def test_every_architecture_and_data_set_of_the_gpu_profile_appears() -> None:
             assert True in _walk(mine, "augment"), f"{nb}: no augmented recipe"
     for nb in NOTEBOOKS:
         assert "bf16" in _walk(smoke[nb], "precision") or nb not in gpu, nb
+    for nb, section in gpu.items():  # bf16 paths: LLPF, the curve, AutoNEB, M2O
+        for key in PATH_SETTINGS:
+            used = _walk(section.get(key), "precision")
+            assert used <= _walk(smoke[nb].get(key), "precision"), (nb, key)
 
 
 def _data_sets(tree: Any) -> set[str]:

@@ -257,20 +257,20 @@ def test_sweep_rows_and_best_rate_texts(search):
 
 def test_grid_edge_text():
     search = RateSearch(0.99)
-    search.best = {("low", "baseline"): 0.1, ("low", "pathcond"): 0.01}
+    search.best = {("low", "baseline"): 1.0, ("low", "pathcond"): 0.01}
     search.tried = {("low", "baseline"): [1.0, 0.1], ("low", "pathcond"): [0.1, 0.01]}
     assert grid_edge_text(search) == (
         "At an end of the rates tried (a better rate may lie beyond it): baseline "
-        "on `low` (lr 0.1), pathcond on `low` (lr 0.01)"
+        "on `low` (lr 1), pathcond on `low` (lr 0.01)"
     )
     # a neighbour tried beyond the best rate (the refinement) takes it off the end
     search.tried = {
-        ("low", "baseline"): [1.0, 0.1, 0.05],
+        ("low", "baseline"): [1.78, 1.0, 0.1],
         ("low", "pathcond"): [0.1, 0.01, 0.005],
     }
     assert grid_edge_text(search).startswith("No best rate")
-    search.tried[("low", "pathcond")] = [0.1, 0.01]
-    assert grid_edge_text(search).endswith("pathcond on `low` (lr 0.01)")
+    search.tried[("low", "baseline")] = [1.0, 0.1]
+    assert grid_edge_text(search).endswith("baseline on `low` (lr 1)")
 
 
 def long_summaries() -> dict:
