@@ -106,17 +106,20 @@ def test_gpu_unit_lists_name_each_path_and_setting() -> None:
     a, b = mode_seeds(5)
     assert names(listed, 0)[:2] == [f"mode mlp seed {a}", f"mode mlp seed {b}"]
     m2m = names(listed, 1)
-    s0, s1, s2 = path_seed_list(5, 3)
-    assert f"m2m resnet seed {s2}" in m2m and f"m2m cnn seed {s1}" in m2m
-    assert f"m2m transformer seed {s1}" not in m2m
-    assert f"all-at-once cnn seed {s2}" in m2m
-    assert f"all-at-once resnet seed {s0}" not in m2m
+    first, *_, last = path_seed_list(5, p["path_seeds"])
+    assert f"m2m resnet seed {last}" in m2m and f"m2m cnn seed {last}" in m2m
+    assert f"m2m transformer seed {last}" not in m2m
+    assert f"all-at-once cnn seed {last}" in m2m
+    assert f"all-at-once resnet seed {first}" not in m2m
     assert m2m[-1] == "peak anatomy mlp"
-    four = units.baseline_units(parameters("04_llpf_baselines", "gpu"))
+    p4 = parameters("04_llpf_baselines", "gpu")
+    four = units.baseline_units(p4)
     assert "tuning resnet LLPF base settings" in names(four, 1)
     assert 'tuning resnet Bezier {"lr": 0.005}' in names(four, 2)
+    seeds = path_seed_list(0, p4["n_seeds"])
+    assert len(seeds) > 1
     assert names(four, 3) == [
-        f"compare {m} seed {s}" for m in ("mlp", "resnet") for s in path_seed_list(0, 3)
+        f"compare {m} seed {s}" for m in ("mlp", "resnet") for s in seeds
     ]
 
 
