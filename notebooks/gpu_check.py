@@ -677,7 +677,7 @@ def _llpf_chapter(p: dict, c: Counter, nb: str) -> None:
             paths = 1 + (p["path_seeds"] - 1) * (name in p["seed_archs"])
             paths += p["path_seeds"] * (name in p["ablation_archs"])
             paths += name == next(iter(p["models"]))  # the peak anatomy run
-        else:  # 04: every method at LLPF's step budget, on each seed and in tuning
+        else:  # 04: every method at LLPF's step budget and precision, each seed and tuning
             n_methods = 1 + len(p["baselines"])
             paths = p["n_seeds"] * n_methods + sum(len(v) for v in p["tuning"].values())
         for _ in range(paths):
