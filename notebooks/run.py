@@ -188,6 +188,35 @@ def one_thread_kernels(jobs: int) -> None:
     os.environ["WSLIB_WORKSPACE"] = str(ROOT)
 
 
+def thread_gflops(repeats: int = 5000) -> float:
+    """This CPU's float32 speed on one thread, in GFLOPS.
+
+    A 128x256 by 256x256 matrix product (a layer of the book's MLPs at batch
+    128) timed ``repeats`` times. The run prints it beside its wall time: a
+    timing means little without the machine's speed (the book's 2-core build
+    machine was seen at about 90 and at 180 GFLOPS on different days), and
+    this number lets builds on different machines or days be compared.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        a, b = torch.ones(128, 256), torch.ones(256, 256)
+        for _ in range(repeats // 10):  # warm-up
+            a @ b
+        start = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        seconds = time.perf_counter() - start
+    finally:
+        torch.set_num_threads(threads)
+    return 2 * 128 * 256 * 256 * repeats / seconds / 1e9
+
+
+def cpu_speed_text() -> str:
+    """:func:`thread_gflops` in words, for the line that reports a wall time."""
+    return f"this CPU: {thread_gflops():.0f} GFLOPS on one thread, float32"
+
+
 def run_dir(top: str, profile: str, seed: int | None) -> Path:
     """``<top>/<profile>`` or, for a given seed, ``<top>/<profile>/seed-<seed>``."""
     path = Path(top) / profile
@@ -536,6 +565,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - start
     print(
         f"{len(args.notebooks)} notebook(s) in {wall:.1f} s wall, {args.jobs} at a time"
+        f" ({cpu_speed_text()})"
     )
     if failed:
         print(f"error: failed: {' '.join(failed)}", file=sys.stderr)

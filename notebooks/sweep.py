@@ -356,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         close()
     n_jobs = sum(len(phase) for phase in phases)
-    print(f"sweep: {n_jobs} jobs run in {time.perf_counter() - start:.0f} s")
+    seconds = time.perf_counter() - start
+    speed = f" ({runner.cpu_speed_text()})" if args.executor == "local" else ""
+    print(f"sweep: {n_jobs} jobs run in {seconds:.0f} s{speed}")
     try:
         for nb in args.notebooks:
             write_summary(runner.ROOT / "results" / args.profile, nb)
