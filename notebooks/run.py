@@ -37,9 +37,10 @@ for; ``--allow-cpu`` runs it anyway.
 
 Every requested notebook's parameters are checked before the first one runs;
 a failed notebook is reported (cell, error, partial executed copy) and the
-others go on. Exit status: 0 on success, 1 when a notebook fails, 2 for an
-unknown profile, notebook or parameter (one line on stderr naming it and the
-valid ones).
+others go on. The last line gives the wall time and the CPU's one-thread
+speed (:func:`thread_gflops`), to compare timings by. Exit status: 0 on
+success, 1 when a notebook fails, 2 for an unknown profile, notebook or
+parameter (one line on stderr naming it and the valid ones).
 """
 
 from __future__ import annotations
