@@ -10,6 +10,7 @@ under ``results/<profile>/``: the default run and any sweep (``make sweep``).
 from __future__ import annotations
 
 import math
+import subprocess
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -23,33 +24,48 @@ import nbformat  # noqa: E402
 from wslib.plotting import label_axes, set_style  # noqa: E402
 from wslib.runs.claims import (  # noqa: E402
     CENSORED,
+    DECIDED,
     HOLDS,
     MAX_SEEDS,
-    MIXED,
+    NO_EFFECT,
     NOT_RUN,
     PAPERS,
+    UNDECIDED,
 )
+from wslib.runs.verdicts import ALPHA, LEDGER_ALPHA, LOOKS  # noqa: E402
 
 MARKS = {
     HOLDS: "✓",
-    MIXED: "≈",
+    NO_EFFECT: "=",
+    UNDECIDED: "?",
     CENSORED: "∅",
     NOT_RUN: "–",
 }  # anything else: does not hold
 PANELS_PER_ROW = 4
+LEVEL = f"{100 * (1 - LEDGER_ALPHA):.3g}%"
 
 
-def value_text(stats: dict[str, Any] | None) -> str:
-    """``mean [low, high] (n = k)``, or the single value for one seed; the seeds
-    whose run gave no value are named."""
-    if stats is None:
+def value_text(row: dict[str, Any]) -> str:
+    """``mean [low, high] (n = k)`` of the look that gave the verdict, or the
+    single value for one seed; the seeds whose run gave no value are named."""
+    stats, d = row["stats"], row["decision"]
+    if stats is None or d is None:
         return "–"
     missing = stats.get("missing")
     lacking = f"; no value at seed {', '.join(map(str, missing))}" if missing else ""
-    if stats["n"] == 1:
-        return f"{stats['mean']:.3g} (n = 1{lacking})"
-    low, high = stats["ci95"]
-    return f"{stats['mean']:.3g} [{low:.3g}, {high:.3g}] (n = {stats['n']}{lacking})"
+    if d.interval is None:
+        return f"{d.mean:.3g} (n = 1{lacking})"
+    low, high = d.interval
+    of = f" of {stats['n']}" if d.n < stats["n"] else ""
+    return f"{d.mean:.3g} [{low:.3g}, {high:.3g}] (n = {d.n}{of}{lacking})"
+
+
+def margin_text(row: dict[str, Any]) -> str:
+    """The claim's margin and where it comes from."""
+    claim = row["claim"]
+    if claim.margin is None:
+        return "–"
+    return f"± {claim.margin:g} ({claim.margin_source})"
 
 
 def breakable(text: str) -> str:
@@ -58,20 +74,21 @@ def breakable(text: str) -> str:
 
 
 def row_markdown(row: dict[str, Any], link: bool) -> str:
-    """One table row: claim, chapter, measured value, rule, verdict."""
+    """One table row: claim, chapter, measured value, rule, margin, verdict."""
     claim = row["claim"]
     short = f"ch. {int(claim.chapter[:2])}"  # the full title would crowd the table
     chapter = f"{{doc}}`{short} <chapters/{claim.chapter}>`" if link else short
     mark = MARKS.get(row["verdict"], "✗")
     return (
-        f"| {claim.text} | {chapter} | {value_text(row['stats'])} | "
-        f"{breakable(claim.rule)} | {mark} {row['verdict']}{needed_text(row)} |"
+        f"| {claim.text} | {chapter} | {value_text(row)} | "
+        f"{breakable(claim.rule)} | {margin_text(row)} | "
+        f"{mark} {row['verdict']}{needed_text(row)} |"
     )
 
 
 def needed_text(row: dict[str, Any]) -> str:
-    """For a mixed claim, the seeds a rough power estimate says would decide it."""
-    if row["verdict"] != MIXED:
+    """For an undecided claim, the seeds a rough power estimate says would decide it."""
+    if row["verdict"] != UNDECIDED or row["stats"]["n"] < 2:
         return ""
     n = row.get("seeds_needed")
     if n is None:
@@ -79,7 +96,10 @@ def needed_text(row: dict[str, Any]) -> str:
     return f" (power estimate: about {n} seeds would decide it)"
 
 
-HEADER = "| claim | chapter | mean [95% interval] (seeds) | rule | verdict |\n|---|---|---|---|---|"
+HEADER = (
+    f"| claim | chapter | mean [{LEVEL} interval] (seeds) | rule | margin | verdict |\n"
+    "|---|---|---|---|---|---|"
+)
 
 
 def draw_paper(rows: list[dict[str, Any]], title: str, path: Path) -> None:
@@ -94,8 +114,9 @@ def draw_paper(rows: list[dict[str, Any]], title: str, path: Path) -> None:
         values = list((stats or {}).get("values", {}).values())
         ax.axvline(claim.bound, color="0.3", linestyle="--", linewidth=1)
         ax.plot(values, [0] * len(values), "o", alpha=0.7, label="one seed")
-        if stats and stats["ci95"]:
-            ax.plot(stats["ci95"], [-0.5, -0.5], color="0.2", label="95% interval")
+        if row["decision"] is not None and row["decision"].interval:
+            interval = row["decision"].interval
+            ax.plot(interval, [-0.5, -0.5], color="0.2", label=f"{LEVEL} interval")
         ax.set_ylim(-1, 1)
         points = [*values, claim.bound]
         if min(points) > 0 and max(points) / min(points) > 10:
@@ -112,35 +133,78 @@ def draw_paper(rows: list[dict[str, Any]], title: str, path: Path) -> None:
     plt.close(fig)
 
 
+def margins_commit() -> str:
+    """The short hash of the last commit that changed a bound or a margin."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(
+            ["git", "log", "-1", "--format=%h", "--", *MARGIN_FILES],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return out.stdout.strip() or "unknown (not committed)"
+
+
+MARGIN_FILES = ("wslib/runs/claims.py", "wslib/runs/verdicts.py")
+
+
 def write_ledger(rows: list[dict[str, Any]], results_dir: Path, book: Path) -> Path:
     """Write ``<book>/ledger.md`` and its figures from the ledger ``rows`` of ``results_dir``."""
     n_seeds = max((r["stats"]["n"] for r in rows if r["stats"]), default=0)
     counts = Counter(r["verdict"] for r in rows)
+    decided = sum(r["verdict"] in DECIDED for r in rows)
     lines = [
         "# Claims ledger",
         "",
         "Every headline claim of the three papers (and of chapter 1), the metric "
-        "of the book that tests it and a rule written down before any run. "
-        "A claim **holds** when the whole 95% interval of the mean over seeds "
-        "satisfies its rule, **does not hold** when none of it does, and is "
-        "**mixed** when the interval straddles the rule. With one seed the "
-        "verdict is that seed's alone. For a mixed claim, a *power estimate* "
-        "gives the number of seeds whose interval would clear the bound if the "
-        "observed mean and standard deviation stayed as they are: a rough "
-        "guide, since both move as seeds are added.",
+        "of the book that tests it and a rule written down before any run: a "
+        "bound and, for a comparison of two methods, a *margin*, the smallest "
+        "effect of practical interest, with its source. One rule, the same one "
+        "the chapters use, turns the per-seed values into a verdict, on the "
+        f"two-sided {LEVEL} t-interval of the mean over independent seeds:",
+        "",
+        "- **holds**: the interval lies on the claimed side of the bound;",
+        "- **does not hold**: it lies on the other side;",
+        "- **no effect of practical size**: the equivalence test (TOST) puts the "
+        "mean within bound ± margin: the claimed advantage, if any, is too small "
+        "to matter;",
+        "- **undecided**: none of these (always so with one seed).",
+        "",
+        f"The level is {LEVEL}, not 95%: `make book SEEDS=auto` looks at the "
+        f"ledger up to {len(LOOKS)} times, at {', '.join(map(str, LOOKS))} "
+        "seeds, and adds seeds only to the chapters that still hold an "
+        f"undecided claim; Bonferroni's correction ({ALPHA:g} / {len(LOOKS)} per "
+        "look) keeps the chance of a wrong verdict per claim below "
+        f"{ALPHA:g} however many looks it takes. A claim's verdict is that of "
+        "the first look that decides it; the seeds column says at which n "
+        "(\"n = 5 of 10\": decided at 5 seeds of the 10 present). For an "
+        "undecided claim, a *power estimate* gives the number of seeds whose "
+        "interval would clear the bound if the observed mean and standard "
+        "deviation stayed as they are: a rough guide, since both move as seeds "
+        "are added.",
         "",
         f"This build read up to {n_seeds} seed(s) per claim from "
         f"`results/{results_dir.name}`. Verdicts: "
         + ", ".join(f"{n} {v}" for v, n in counts.items())
-        + ".",
+        + f". Of the {len(rows)} claims tested, {decided} are decided; at up to "
+        f"{ALPHA:g} per claim, about {ALPHA * decided:.1f} of them may be wrong by "
+        "chance alone (an upper bound on the expected number).",
+        "",
+        f"Bounds and margins are constants of `wslib/runs/claims.py` and "
+        f"`wslib/runs/verdicts.py`, last changed in commit {margins_commit()}; "
+        "the CHANGELOG gives the reason of every change.",
         "",
     ]
     if n_seeds < 3:
         lines += [
             "```{tip}",
-            "One seed cannot tell a result from luck. Strengthen every verdict "
-            'with `make sweep SEEDS="0 1 2 3 4"` and `make book`: this page then '
-            "reads all seeds.",
+            "One seed cannot tell a result from luck: every verdict is "
+            "undecided. `make book SEEDS=auto` runs 5 seeds and adds more where "
+            "a claim is still undecided; this page then reads all of them.",
             "```",
             "",
         ]
@@ -171,7 +235,10 @@ def append_claims(chapter: Path, rows: list[dict[str, Any]]) -> None:
         [
             "## Claims tested in this chapter",
             "",
-            "From the {doc}`claims ledger <../ledger>`, over every seed run so far:",
+            "From the {doc}`claims ledger <../ledger>`, over every seed run so "
+            "far, by the book's one rule. The sentences of the chapter above "
+            "rest on the one seed of this page; where they and this box "
+            "differ, this box is the verdict.",
             "",
             HEADER,
             *(row_markdown(r, link=False) for r in rows),

@@ -13,45 +13,111 @@ from wslib.runs.claims import (
     CLAIMS,
     FAILS,
     HOLDS,
-    MIXED,
+    NO_EFFECT,
     NOT_RUN,
     PAPERS,
+    THRESHOLD,
+    UNDECIDED,
     Claim,
     claim_stats,
+    judge,
     ledger,
+    looks,
     seeds_needed,
-    verdict,
+    sequential,
 )
+from wslib.runs.verdicts import LEDGER_ALPHA
 
 BELOW = Claim("c", "llpf", "x is small", "nb", "x", "<", 0.1)
-
-
-def stats(mean: float, low: float | None = None, high: float | None = None) -> dict:
-    if low is None:
-        return {"n": 1, "mean": mean, "std": None, "ci95": None}
-    return {"n": 3, "mean": mean, "std": 1.0, "ci95": [low, high]}
+BEATS = Claim(
+    "b", "fusion", "a beats b", "nb", "gap", ">", 0.0, margin=0.05, margin_source="s"
+)
 
 
 @pytest.mark.parametrize(
-    ("summary", "expected"),
+    ("values", "expected"),
     [
-        (None, NOT_RUN),
-        (stats(0.05), HOLDS),
-        (stats(0.15), FAILS),
-        (stats(0.05, 0.02, 0.08), HOLDS),
-        (stats(0.15, 0.12, 0.18), FAILS),
-        (stats(0.09, 0.05, 0.13), MIXED),
+        ([0.05], UNDECIDED),  # one seed decides nothing
+        ([0.05, 0.06, 0.04], HOLDS),
+        ([0.15, 0.16, 0.14], FAILS),
+        ([0.09, 0.05, 0.13], UNDECIDED),
+        ([0.1, 0.1, 0.1], UNDECIDED),  # on the bound, a threshold claim
     ],
 )
-def test_verdict_reads_the_whole_interval(summary: dict | None, expected: str) -> None:
-    assert verdict(BELOW, summary) == expected
+def test_a_threshold_claim_reads_the_whole_interval(
+    values: list[float], expected: str
+) -> None:
+    assert judge(BELOW, values)[0] == expected
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ([0.5, 0.6, 0.55], HOLDS),
+        ([-0.5, -0.6, -0.55], FAILS),
+        ([0.01, -0.01, 0.005, -0.004], NO_EFFECT),  # within ± 0.05
+        ([0.2, -0.2, 0.1, -0.1], UNDECIDED),
+    ],
+)
+def test_a_comparative_claim_has_four_verdicts(values: list[float], expected: str) -> None:
+    assert judge(BEATS, values)[0] == expected
 
 
 def test_above_rules_are_mirrored() -> None:
     above = Claim("c", "llpf", "x is large", "nb", "x", ">", 1.0)
-    assert verdict(above, stats(1.5, 1.2, 1.8)) == HOLDS
-    assert verdict(above, stats(0.9, 0.8, 0.95)) == FAILS
-    assert verdict(above, stats(1.0, 0.9, 1.1)) == MIXED
+    assert judge(above, [1.5, 1.4, 1.6])[0] == HOLDS
+    assert judge(above, [0.7, 0.72, 0.68])[0] == FAILS
+
+
+def test_the_ledger_decides_at_its_corrected_level() -> None:
+    # t = 3.88 over 5 seeds: decided at 95%, not at the ledger's 98.3%
+    values = [0.1, 0.3, 0.2, 0.05, 0.25]
+    word, d = judge(Claim("c", "llpf", "x > 0", "nb", "x", ">", 0.0), values)
+    assert d.alpha == pytest.approx(LEDGER_ALPHA) == pytest.approx(0.05 / 3)
+    assert word == UNDECIDED
+
+
+def test_looks_at_5_10_and_20_seeds_then_all() -> None:
+    assert looks(3) == [3]
+    assert looks(5) == [5]
+    assert looks(7) == [5, 7]
+    assert looks(10) == [5, 10]
+    assert looks(20) == [5, 10, 20]
+    assert looks(24) == [5, 10, 20, 24]
+
+
+def test_a_claim_keeps_the_verdict_of_its_first_deciding_look() -> None:
+    decided = [0.5, 0.52, 0.48, 0.51, 0.49]  # decided at 5 seeds
+    later = [-2.0, 3.0, -1.0, 2.5, -3.0]  # five wild seeds after it
+    word, d, n = sequential(BEATS, decided + later)
+    assert (word, n, d.n) == (HOLDS, 5, 5)
+    word, d, n = sequential(BEATS, later + decided)  # undecided at 5, then 10
+    assert (word, n) == (UNDECIDED, 10)
+
+
+def test_margins_are_constants_of_the_claim_not_of_the_results(tmp_path: Path) -> None:
+    """The same claim over two result sets reports its own margin both times,
+    whatever the results hold (a "margin" metric, a spread)."""
+    for k, spread in enumerate((0.001, 1.0)):
+        folder = tmp_path / str(k)
+        for seed in range(4):
+            path = folder / f"seed-{seed}" / "nb.json"
+            path.parent.mkdir(parents=True)
+            value = 0.01 + spread * (seed - 1.5)
+            metrics = {"gap": value, "margin": 10.0, "gap_std": spread}
+            path.write_text(json.dumps({"params": {"seed": seed}, "metrics": metrics}))
+        (row,) = ledger(folder, (BEATS,))
+        assert row["decision"].margin == 0.05
+    assert row["verdict"] == UNDECIDED  # the wide spread: not "no effect"
+
+
+def test_every_claim_states_its_margin_and_source() -> None:
+    for claim in CLAIMS:
+        comparative = claim.minus is not None or claim.bound in (0.0, 1.0)
+        assert (claim.margin is not None) == (claim.margin_source != THRESHOLD), claim.id
+        if comparative and claim.bound in (0.0, 1.0):
+            assert claim.margin is not None and claim.margin > 0, claim.id
+    assert sum(c.margin is not None for c in CLAIMS) == 27
 
 
 def test_a_ratio_claim_divides_seed_by_seed() -> None:
@@ -74,6 +140,7 @@ def test_ledger_reads_every_seed_present(tmp_path: Path) -> None:
     (row,) = ledger(tmp_path, (BELOW,))
     assert row["stats"]["n"] == 3
     assert row["verdict"] == HOLDS
+    assert row["decided_at"] == 3
 
 
 def test_the_ledger_names_the_seed_that_lacks_a_value(tmp_path: Path) -> None:
@@ -87,7 +154,7 @@ def test_the_ledger_names_the_seed_that_lacks_a_value(tmp_path: Path) -> None:
     assert row["stats"]["n"] == 2
     assert row["stats"]["missing"] == [1, 3]
     ledger_page = load_script("book/ledger.py")
-    assert "(n = 2; no value at seed 1, 3)" in ledger_page.value_text(row["stats"])
+    assert "(n = 2; no value at seed 1, 3)" in ledger_page.value_text(row)
 
 
 def test_a_garbage_results_file_is_named(tmp_path: Path) -> None:
@@ -124,19 +191,19 @@ def test_a_difference_claim_subtracts_seed_by_seed() -> None:
 
 def test_seeds_needed_is_the_first_interval_clear_of_the_bound() -> None:
     claim = Claim("p", "llpf", "x is small", "nb", "x", "<", 1.0)
-    # mean 0.8, std 0.4: the t-interval half-width t(n-1) 0.4 / sqrt(n) drops
-    # below the gap 0.2 first at n = 18 (t = 2.110: 0.199); at n = 17 it is 0.206
+    # mean 0.8, std 0.4: the ledger's (98.3%) half-width t(n-1) 0.4 / sqrt(n)
+    # drops below the gap 0.2 first at n = 27 (0.1970); at n = 26 it is 0.2013
     stats = {"n": 3, "mean": 0.8, "std": 0.4}
-    assert seeds_needed(claim, stats) == 18
+    assert seeds_needed(claim, stats) == 27
     assert seeds_needed(claim, {**stats, "mean": 1.0}) is None  # on the bound
     assert seeds_needed(claim, {**stats, "std": 40.0}) is None  # beyond MAX_SEEDS
 
 
-def test_a_mixed_ledger_row_carries_its_power_estimate(tmp_path: Path) -> None:
+def test_an_undecided_ledger_row_carries_its_power_estimate(tmp_path: Path) -> None:
     for seed, x in ((0, 0.02), (1, -0.02), (2, 0.06)):
         path = tmp_path / f"seed-{seed}" / "nb.json"
         path.parent.mkdir()
         path.write_text(json.dumps({"params": {"seed": seed}, "metrics": {"x": x}}))
     (row,) = ledger(tmp_path, (BELOW,))
-    assert row["verdict"] == MIXED
+    assert row["verdict"] == UNDECIDED
     assert row["seeds_needed"] == seeds_needed(BELOW, row["stats"]) > 3

@@ -49,7 +49,7 @@ from wslib.fusion.protocols import (
     regime_models,
 )
 from wslib.runs.cache import cached_run
-from wslib.runs.verdicts import compare
+from wslib.runs.verdicts import decide
 from wslib.runs.zoo import Zoo
 
 GRADIENT_TIE = 0.5
@@ -310,6 +310,8 @@ def summarise_runs(runs: pd.DataFrame) -> pd.DataFrame:
         summary["val"] = runs.groupby(keys)["val"].mean().to_numpy()
     else:
         summary["val"] = float("nan")
+    # every seed's accuracy, for the verdicts of headline_numbers
+    summary["values"] = runs.groupby(keys)["acc"].agg(list).to_numpy()
     return summary
 
 
@@ -495,19 +497,24 @@ def _chosen(
     return cast(pd.Series, rows.loc[best])
 
 
-def _spread(*rows: pd.Series | None) -> float | None:
-    """The spread between seeds a gap of these cells is judged by: the larger
-    standard deviation (points); None when a cell has a single run or none."""
-    if any(r is None or int(r["runs"]) < 2 for r in rows):
-        return None
-    cells = [r for r in rows if r is not None]  # every one of them (checked above)
-    return float(100 * max(r["std"] for r in cells))
+def _points(row: pd.Series | None) -> list[float]:
+    """A cell's per-seed test accuracies in points (none when it did not run)."""
+    return [] if row is None else [100 * a for a in row["values"]]
 
 
-def gradient_word(gap: float) -> str:
-    """The Gradient retrofit against the Linear one, ``gap`` points ahead (mean
-    over cells): within :data:`GRADIENT_TIE` points either way a match."""
-    return compare(gap, GRADIENT_TIE).word("is ahead of", "is behind", "matches")
+def cell_verdict(row: pd.Series | None, reference: pd.Series | None) -> str:
+    """:func:`~wslib.fusion.protocols.beats` of two cells' per-seed accuracies."""
+    a, b = _points(row), _points(reference)
+    return beats(a, b) if a and b else "was not compared with (a cell did not run)"
+
+
+def gradient_word(gaps: Sequence[float]) -> str:
+    """The Gradient retrofit against the Linear one, from its gap in points per
+    cell (regime, n, importance): the book's rule on those gaps, with
+    :data:`GRADIENT_TIE` as the margin; one cell gives the sign, undecided."""
+    return decide(gaps, margin=GRADIENT_TIE).word(
+        "is ahead of", "is behind", "matches", "is undecided against"
+    )
 
 
 def headline_numbers(
@@ -540,14 +547,16 @@ def headline_numbers(
     wide = importance_pivot(summary, methods=HF_KF)
     gains = importance_gains(summary, importances, methods=HF_KF)
 
-    def lin_minus_grad(g: str) -> float:
+    def lin_minus_grad(g: str) -> np.ndarray:
+        """Linear minus Gradient per cell, in points (empty: one did not run)."""
         methods = set(wide.index.get_level_values("method"))
         if not {f"{g}_linear", f"{g}_gradient"} <= methods:
-            return float("nan")
+            return np.array([])
         diff = wide.xs(f"{g}_linear", level="method") - wide.xs(
             f"{g}_gradient", level="method"
         )
-        return float(100 * np.nanmean(diff.to_numpy()))
+        d = 100 * diff.to_numpy().ravel()
+        return d[np.isfinite(d)]
 
     out: dict[str, Any] = {
         "n0": int(n0),
@@ -565,8 +574,8 @@ def headline_numbers(
         "shmax_ens": cell("sharded", n_max, "ensemble"),
         "shmax_indiv": cell("sharded", n_max, "individual"),
         "shmax_ot": shmax_ot,
-        "kf_lin_minus_grad": lin_minus_grad("kf"),
-        "hf_lin_minus_grad": lin_minus_grad("hf"),
+        "kf_lin_minus_grad": _mean_or_nan(lin_minus_grad("kf")),
+        "hf_lin_minus_grad": _mean_or_nan(lin_minus_grad("hf")),
         "gain_conductance": float(gains["conductance"].mean()),
         "gain_deeplift": float(gains["deeplift"].mean()),
         "gain_positive_share": float((gains > 0).to_numpy().mean()),
@@ -577,15 +586,19 @@ def headline_numbers(
     out["shmax_gap_ot"] = shmax_best - shmax_ot
     avg = _row(summary, "sharded", n0, "averaging")
     indiv = _row(summary, "full", n0, "individual")
-    out["sh_vs_ot"] = beats(out["sh_gap_ot"], _spread(sh, ot))
-    out["sh_vs_avg"] = beats(out["sh_gap_avg"], _spread(sh, avg))
-    out["full_vs_indiv"] = beats(out["full_gap"], _spread(full, indiv))
-    out["shmax_vs_ot"] = beats(out["shmax_gap_ot"], _spread(shmax, ot_max))
-    gradient_gap = -float(
-        np.nanmean([out["kf_lin_minus_grad"], out["hf_lin_minus_grad"]])
+    out["sh_vs_ot"] = cell_verdict(sh, ot)
+    out["sh_vs_avg"] = cell_verdict(sh, avg)
+    out["full_vs_indiv"] = cell_verdict(full, indiv)
+    out["shmax_vs_ot"] = cell_verdict(shmax, ot_max)
+    gaps = -np.concatenate([lin_minus_grad("kf"), lin_minus_grad("hf")])
+    out["gradient_vs_linear"] = (
+        gradient_word(gaps.tolist()) if gaps.size else "was not compared with"
     )
-    out["gradient_vs_linear"] = gradient_word(gradient_gap)
     return out
+
+
+def _mean_or_nan(values: np.ndarray) -> float:
+    return float(values.mean()) if values.size else float("nan")
 
 
 def mean_seconds(seconds: Mapping[str, Sequence[float]]) -> dict[str, float]:

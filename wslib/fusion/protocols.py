@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -14,7 +15,7 @@ from wslib.core.seeds import derive_seed
 from wslib.core.train import (
     evaluate,
 )
-from wslib.runs.verdicts import compare
+from wslib.runs.verdicts import POINTS_MARGIN, decide_independent
 from wslib.runs.zoo import TRAINING_CODE, Zoo, split_indices
 
 FUSION_CODE = (
@@ -103,8 +104,15 @@ def regime_models(
     return models, np.array(counts)
 
 
-def beats(gap: float, spread: float | None) -> str:
-    """ "beats" / "does not beat" by the book's rule (:func:`wslib.runs.verdicts.compare`):
-    a gap within the spread between seeds is level; one seed says so."""
-    level = "is level (within the spread between seeds) with"
-    return compare(gap, spread).word("beats", "does not beat", level)
+def beats(values: Sequence[float], reference: Sequence[float]) -> str:
+    """ "beats" / "does not beat" by the book's rule (:mod:`wslib.runs.verdicts`)
+    on two cells' per-seed accuracies in points (independent samples, Welch's
+    95% interval; within 1 point by the equivalence test: level); one seed on
+    either side gives the sign, undecided."""
+    d = decide_independent(values, reference, margin=POINTS_MARGIN)
+    return d.word(
+        "beats",
+        "does not beat",
+        "is level (within 1 point) with",
+        "is undecided (the 95% interval of the gap reaches zero) against",
+    )

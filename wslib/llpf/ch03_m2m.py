@@ -19,8 +19,7 @@ from wslib.llpf.protocols import (
 )
 from wslib.llpf.setup import comparison_key
 from wslib.runs.cache import cached_run
-from wslib.runs.verdicts import Comparison
-from wslib.runs.verdicts import compare as compare_values
+from wslib.runs.verdicts import LOSS_MARGIN, Decision, decide_summary
 
 if TYPE_CHECKING:
     pass
@@ -110,9 +109,8 @@ def ablation_seed_table(
     fdf: Mapping[str, Sequence[Result]], all_at_once: Mapping[str, Sequence[Result]]
 ) -> pd.DataFrame:
     """Per model, over paired path seeds: peak excess of FDF and all at once (mean, std),
-    their difference (all at once - FDF, mean and sample std over seeds, the spread
-    of :func:`~wslib.runs.verdicts.compare_paired`; NaN for one seed) and the seeds
-    where FDF was lower."""
+    their difference (all at once - FDF, mean and sample std over seeds; NaN for
+    one seed) and the seeds where FDF was lower."""
     rows = {}
     for name, runs in all_at_once.items():
         a = np.array([r["peak_excess"] for r in fdf.get(name, [])[: len(runs)]])
@@ -135,14 +133,16 @@ def ablation_seed_table(
     return pd.DataFrame(rows).T
 
 
-def ablation_comparison(table: pd.DataFrame, name: str) -> Comparison:
-    """The one verdict rule (:func:`~wslib.runs.verdicts.compare`) on ``name``'s row
-    of :func:`ablation_seed_table`: the mean difference (all at once - FDF, ABOVE:
-    FDF lower) against its standard deviation over the paired path seeds."""
+def ablation_comparison(table: pd.DataFrame, name: str) -> Decision:
+    """The book's rule (:mod:`wslib.runs.verdicts`) on ``name``'s row of
+    :func:`ablation_seed_table`: the 95% interval of the mean paired difference
+    (all at once - FDF; ABOVE: FDF lower) over the path seeds of this run, with
+    the ledger's margin of 0.01 of loss."""
     row = cast(pd.Series, table.loc[name])
-    std = float(row["difference std"])
-    return compare_values(
-        float(row["difference mean"]), std if row["seeds"] > 1 else None
+    n = int(row["seeds"])
+    std = float(row["difference std"]) if n > 1 else 0.0
+    return decide_summary(
+        float(row["difference mean"]), std, n, margin=LOSS_MARGIN
     )
 
 
@@ -152,11 +152,12 @@ def ablation_verdict(table: pd.DataFrame, name: str) -> str:
     words = c.word(
         above="FDF lower than all at once",
         below="all at once lower than FDF",
-        within="FDF and all at once within the spread between path seeds",
+        equivalent="FDF and all at once no different in practice (within 0.01)",
+        undecided="undecided between FDF and all at once",
     )
     return (
-        f"{name}: {words} (all at once - FDF {c.difference:+.3f} on average, "
-        f"standard deviation {float(row['difference std']):.3f} over path seeds); "
+        f"{name}: {words} (all at once - FDF: {c.interval_text('+.3f')} over the "
+        "path seeds of this run); "
         f"FDF lower in {int(row['seeds FDF lower'])} of {int(row['seeds'])} seeds"
     )
 

@@ -23,8 +23,7 @@ from wslib.llpf.protocols import (
 from wslib.llpf.setup import comparison_key
 from wslib.runs.cache import cached_run
 from wslib.runs.published import LLPF, beside_paper, run_setting
-from wslib.runs.verdicts import Comparison, Verdict
-from wslib.runs.verdicts import compare as compare_values
+from wslib.runs.verdicts import LOSS_MARGIN, Decision, decide_paired
 
 if TYPE_CHECKING:
     pass
@@ -249,6 +248,7 @@ def comparison_table(
                     "method": method,
                     "peak excess mean": np.mean(excess),
                     "peak excess std": np.std(excess),
+                    "peak excess values": excess,
                     "seeds": len(excess),
                     "worst peak loss": max(r["peak_loss"] for r in res),
                     "min test acc": min(r["min_test_acc"] for r in res),
@@ -259,50 +259,52 @@ def comparison_table(
     return pd.DataFrame(rows)
 
 
-def method_comparison(compare: pd.DataFrame, model: str) -> tuple[str, str, Comparison]:
-    """The lowest mean peak excess on ``model``, the runner-up, and the one verdict
-    rule (:func:`~wslib.runs.verdicts.compare`) on their gap (ABOVE: the best is
-    lower by more than the spread, the two seed standard deviations together)."""
+def method_comparison(
+    compare: pd.DataFrame, model: str
+) -> tuple[str, str, Decision | None]:
+    """The lowest mean peak excess on ``model``, the runner-up, and the book's rule
+    (:mod:`wslib.runs.verdicts`) on their gap over the path seeds both ran on,
+    paired seed by seed (ABOVE: the best is lower; margin 0.01 of loss); None
+    when fewer than two methods have a finite peak excess."""
     rows = compare[compare.model == model]
     if len(rows) < 2:
         raise ValueError(f"need at least two methods on {model!r} to compare them")
     rows = rows.dropna(subset=["peak excess mean"]).sort_values("peak excess mean")
     if len(rows) < 2:  # a diverged run: no gap to judge
         first = rows.iloc[0]["method"] if len(rows) else "none"
-        return first, "none", Comparison(Verdict.UNKNOWN, float("nan"), None)
+        return first, "none", None
     best, second = rows.iloc[0], rows.iloc[1]
-    gap = second["peak excess mean"] - best["peak excess mean"]
-    spread = best["peak excess std"] + second["peak excess std"]
-    one_seed = min(best["seeds"], second["seeds"]) < 2
-    return (
-        best["method"],
-        second["method"],
-        compare_values(gap, None if one_seed else float(spread)),
+    n = min(best["seeds"], second["seeds"])
+    decision = decide_paired(
+        second["peak excess values"][:n],
+        best["peak excess values"][:n],
+        margin=LOSS_MARGIN,
     )
+    return best["method"], second["method"], decision
 
 
 def comparison_verdict(compare: pd.DataFrame, model: str) -> str:
     """:func:`method_comparison` in one sentence, with the numbers it rests on."""
     first, runner_up, c = method_comparison(compare, model)
-    if runner_up == "none":
+    if c is None:
         return f"on the {model}, fewer than two methods had a finite peak excess"
     rows = compare[compare.model == model].set_index("method")
     a, b = rows.loc[first], rows.loc[runner_up]
-    how = (
-        "with one path seed, no spread to judge the gap by"
-        if c.verdict is Verdict.UNKNOWN
-        else c.word(
-            above="more than their seed standard deviations together",
-            below="",  # the runner-up is never lower
-            within="within the spread between seeds (their standard deviations "
-            "together)",
+    if c.interval is None:
+        how = "with one path seed, undecided (no spread to judge the gap by)"
+    else:
+        how = c.word(
+            above="lower on the 95% interval of the paired gap",
+            below="",  # the runner-up is never lower on average
+            equivalent="no different in practice (the gap within 0.01 of loss)",
+            undecided="undecided (the 95% interval of the paired gap reaches zero)",
         )
-    )
     return (
         f"on the {model}, {first} had the lowest mean peak excess "
         f"({a['peak excess mean']:.3f} ± {a['peak excess std']:.3f}), "
         f"{c.difference:.3f} below {runner_up} "
-        f"({b['peak excess mean']:.3f} ± {b['peak excess std']:.3f}), {how}"
+        f"({b['peak excess mean']:.3f} ± {b['peak excess std']:.3f}): {how}"
+        + (f", gap {c.interval_text('.3f')}" if c.interval else "")
     )
 
 

@@ -40,13 +40,14 @@ from wslib.pathcond.training import InitMethod, prepare_model
 from wslib.runs.stats import (
     RateSearch,
     format_epochs,
+    epochs_to,
     format_speedup,
     mean_std,
     search_rates,
     speedup,
     summarise_epochs,
 )
-from wslib.runs.verdicts import Verdict, compare
+from wslib.runs.verdicts import Verdict, decide_paired
 
 #: the methods of chapter 7's rate search
 SWEPT_METHODS: tuple[InitMethod, ...] = ("baseline", "pathcond")
@@ -382,6 +383,10 @@ def summarise_runs(runs: Sequence[Run], *, threshold: float = 0.99) -> dict[str,
     test_acc, test_acc_std = mean_std([r["test_acc"] for r in runs])
     return {
         "epochs": summarise_epochs([r["acc"] for r in runs], threshold=threshold),
+        # per run, in seed order (a run that never reached counts as its length)
+        "epochs_per_run": [
+            epochs_to(r["acc"], threshold=threshold) or len(r["acc"]) for r in runs
+        ],
         "test_acc": test_acc,
         "test_acc_std": test_acc_std,
         "final_acc": float(np.mean([r["acc"][-1] for r in runs])),
@@ -546,7 +551,8 @@ def speedup_verdict(s: dict[str, Any] | None) -> str:
 TUNED_WORDS = {  # a tuned verdict (:func:`tuned_verdict_text`) in words
     "faster": "sooner on average than the baseline on",
     "slower": "later on average than the baseline on",
-    "spread": "as soon as the baseline within the spread between seeds on",
+    "spread": "undecided against the baseline (the 95% interval of the paired "
+    "epoch gap over seeds reaches zero) on",
     "tied": "after as many epochs (mean) as the baseline on",
     "undecided": "in an order the run length leaves open on",
 }
@@ -619,16 +625,20 @@ def _epochs_detail(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
 
 def _tuned_verdict(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
     """:func:`speedup_verdict` of ``name``; "slower" when only the baseline reached,
-    "spread" when the one verdict rule (:func:`~wslib.runs.verdicts.compare`) finds
-    the means' difference within the larger standard deviation over seeds."""
+    "spread" when the book's rule (:func:`~wslib.runs.verdicts.decide_paired`, the
+    95% interval of the per-seed epoch gap, both methods on the same seeds)
+    decides neither way. One seed keeps the sign (the text gives the count)."""
     s = pair_speedup(long_summary, name)
     base, pc = (long_summary[(name, m)]["epochs"] for m in PAIR_METHODS)
     if s["value"] is None and not base["censored"]:
         return "slower"
     verdict = speedup_verdict(s)
     if verdict in ("faster", "slower") and None not in (pc["mean"], base["mean"]):
-        spread = max(pc["std"], base["std"])  # the larger seed standard deviation
-        if compare(pc["mean"] - base["mean"], spread).verdict is Verdict.WITHIN:
+        base_runs, pc_runs = (
+            long_summary[(name, m)]["epochs_per_run"] for m in PAIR_METHODS
+        )
+        d = decide_paired(pc_runs, base_runs)
+        if d.interval is not None and d.verdict is Verdict.UNDECIDED:
             return "spread"
     return verdict
 

@@ -4,23 +4,35 @@ Every claim names the chapter (notebook) and the metric (a ``/``-joined key
 path of its results file) that test it, and a rule written down before any
 run: the claim holds when the metric (or its ratio to another metric of the
 same run, ``per``, or its difference from one, ``minus``) is below (``"<"``)
-or above (``">"``) a bound. The verdict
-reads the per-seed values (:mod:`wslib.runs.sweeps`) and their summary:
+or above (``">"``) a bound. A comparative claim (a difference or ratio of two
+methods) also has a ``margin``, the smallest effect of practical interest,
+and every claim says where its margin comes from (``margin_source``): the
+paper's own reported effect, or a convention of the book. Bounds and margins
+are constants of this module, never computed from results; the CHANGELOG
+records every change of one.
 
-- one seed: ``holds`` or ``does not hold`` for that seed;
-- several seeds: ``holds`` when the whole 95% interval of the mean satisfies
-  the rule, ``does not hold`` when none of it does, ``mixed`` when the
-  interval straddles the bound;
+The verdict is the book's one rule (:mod:`wslib.runs.verdicts`) on the
+per-seed values at the ledger's level :data:`~wslib.runs.verdicts.LEDGER_ALPHA`
+(Bonferroni over the looks of ``make book SEEDS=auto``):
+
+- ``holds``: the interval of the mean lies on the claimed side of the bound;
+- ``does not hold``: it lies on the other side;
+- ``no effect of practical size``: a comparative claim whose equivalence test
+  puts the mean within bound ± margin;
+- ``undecided``: none of these (always with one seed);
 - ``no value (censored)`` when the chapter ran but the metric has no value
   (e.g. a speed-up whose runs never reached their target: results store null);
 - ``not run in this profile`` when the chapter has no results.
 
-A mixed claim also gets :func:`seeds_needed`: a rough power estimate of how
-many seeds would decide it if its observed mean and spread stayed as they are.
+The ledger looks at the first 5, 10 and 20 seeds (:data:`~wslib.runs.verdicts.LOOKS`,
+as many as are present, and all of them last): a claim's verdict is the one
+of the first look that decides it, and ``decided_at`` says at which n. An
+undecided claim also gets :func:`seeds_needed`, a rough power estimate.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,19 +40,36 @@ from typing import Any, Literal
 from scipy import stats as scipy_stats
 
 from wslib.runs.sweeps import summarise_seeds, summary
+from wslib.runs.verdicts import (
+    LEDGER_ALPHA,
+    LOOKS,
+    LOSS_MARGIN,
+    POINTS_MARGIN,
+    RATIO_MARGIN,
+    Decision,
+    Verdict,
+    decide,
+)
 
-HOLDS, FAILS, MIXED, CENSORED, NOT_RUN = (
+HOLDS, FAILS, NO_EFFECT, UNDECIDED, CENSORED, NOT_RUN = (
     "holds",
     "does not hold",
-    "mixed",
+    "no effect of practical size",
+    "undecided",
     "no value (censored)",
     "not run in this profile",
 )
+DECIDED = (HOLDS, FAILS, NO_EFFECT)
+
+THRESHOLD = "none: a threshold claim, whose bound is itself the line that matters"
+BOOK_LOSS = "book convention: 0.01 of loss"
+BOOK_POINTS = "book convention: 1 point of accuracy"
+BOOK_RATIO = "book convention: 5% of the ratio"
 
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim and the rule that decides it."""
+    """One claim and the rule that decides it (``margin`` None: a threshold claim)."""
 
     id: str
     paper: str
@@ -51,6 +80,8 @@ class Claim:
     bound: float
     per: str | None = None
     minus: str | None = None
+    margin: float | None = None
+    margin_source: str = THRESHOLD
 
     @property
     def quantity(self) -> str:
@@ -66,33 +97,50 @@ class Claim:
         return value < self.bound if self.op == "<" else value > self.bound
 
 
-def verdict(claim: Claim, stats: dict[str, Any] | None, *, ran: bool = False) -> str:
-    """The claim's verdict from the metric's summary over seeds (``ran``: chapter ran)."""
-    if stats is None:
-        return CENSORED if ran else NOT_RUN
-    if stats["n"] == 1:
-        return HOLDS if claim.satisfied(stats["mean"]) else FAILS
-    low, high = stats["ci95"]
-    inside = [claim.satisfied(low), claim.satisfied(high)]
-    return HOLDS if all(inside) else FAILS if not any(inside) else MIXED
+def judge(claim: Claim, values: Sequence[float]) -> tuple[str, Decision]:
+    """The claim's verdict on per-seed ``values`` by the book's rule, and the decision."""
+    d = decide(values, reference=claim.bound, margin=claim.margin, alpha=LEDGER_ALPHA)
+    above, below = (HOLDS, FAILS) if claim.op == ">" else (FAILS, HOLDS)
+    word = {
+        Verdict.ABOVE: above,
+        Verdict.BELOW: below,
+        Verdict.EQUIVALENT: NO_EFFECT,
+        Verdict.UNDECIDED: UNDECIDED,
+    }[d.verdict]
+    return word, d
+
+
+def looks(n: int) -> list[int]:
+    """The numbers of seeds the ledger looks at when ``n`` are present."""
+    return [k for k in LOOKS if k < n] + [n]
+
+
+def sequential(claim: Claim, values: Sequence[float]) -> tuple[str, Decision, int]:
+    """The verdict of the first look that decides the claim (the last look's when
+    none does), its decision and its n. ``values`` are in seed order."""
+    for n in looks(len(values)):
+        word, d = judge(claim, values[:n])
+        if word in DECIDED:
+            break
+    return word, d, n
 
 
 MAX_SEEDS = 1000  #: beyond this a power estimate says "more than 1000"
 
 
 def seeds_needed(claim: Claim, stats: dict[str, Any]) -> int | None:
-    """The fewest seeds whose 95% t-interval would clear the claim's bound, if the
+    """The fewest seeds whose ledger interval would clear the claim's bound, if the
     mean and the standard deviation over seeds stayed as observed.
 
-    A rough power estimate for a mixed claim: None when the mean sits on the
-    bound or no spread is known (no number of seeds decides), or when more
+    A rough power estimate for an undecided claim: None when the mean sits on
+    the bound or no spread is known (no number of seeds decides), or when more
     than :data:`MAX_SEEDS` would be needed.
     """
     gap, std = abs(stats["mean"] - claim.bound), stats["std"]
     if not std or gap == 0:
         return None
     for n in range(max(2, stats["n"]), MAX_SEEDS + 1):
-        if scipy_stats.t.ppf(0.975, n - 1) * std / n**0.5 < gap:
+        if scipy_stats.t.ppf(1 - LEDGER_ALPHA / 2, n - 1) * std / n**0.5 < gap:
             return n
     return None
 
@@ -110,6 +158,7 @@ def claim_stats(
         values = {s: v - other[s] for s, v in values.items() if s in other}
     if not values:
         return None
+    values = dict(sorted(values.items(), key=lambda item: int(item[0])))
     return {"values": values} | summary(list(values.values()))
 
 
@@ -118,23 +167,27 @@ def ledger(results_dir: Path, claims: tuple[Claim, ...]) -> list[dict[str, Any]]
 
     ``stats["missing"]`` lists the seeds whose run gave no value of the
     quantity (NaN, or the metric absent): the summary is over the others.
+    ``decision`` is the rule's decision at the look that gave the verdict and
+    ``decided_at`` its number of seeds (None: not run or censored).
     """
     runs = {nb: summarise_seeds(results_dir, nb) for nb in {c.chapter for c in claims}}
     rows = []
     for claim in claims:
         stats = claim_stats(claim, runs[claim.chapter]["metrics"])
         seeds = runs[claim.chapter]["seeds"]
-        ran = bool(seeds)
-        if stats is not None:  # seeds that ran but gave no value (NaN, missing)
+        row: dict[str, Any] = {"claim": claim, "stats": stats}
+        if stats is None:
+            row |= {
+                "verdict": CENSORED if seeds else NOT_RUN,
+                "decision": None,
+                "decided_at": None,
+            }
+        else:  # seeds that ran but gave no value (NaN, missing)
             stats["missing"] = [s for s in seeds if str(s) not in stats["values"]]
-        row: dict[str, Any] = {
-            "claim": claim,
-            "stats": stats,
-            "verdict": verdict(claim, stats, ran=ran),
-        }
-        if row["verdict"] == MIXED:
-            assert stats is not None  # a mixed verdict has a summary
-            row["seeds_needed"] = seeds_needed(claim, stats)
+            word, d, n = sequential(claim, list(stats["values"].values()))
+            row |= {"verdict": word, "decision": d, "decided_at": n}
+            if word == UNDECIDED:
+                row["seeds_needed"] = seeds_needed(claim, stats)
         rows.append(row)
     return rows
 
@@ -237,6 +290,8 @@ LLPF_CLAIMS: tuple[Claim, ...] = (
             f"ablation_by_arch/{arch}/over_seeds_difference_mean",
             ">",
             0.0,
+            margin=LOSS_MARGIN,
+            margin_source=BOOK_LOSS,
         )
         for arch in ("mlp", "cnn")  # chapter 3's ablation architectures (the budget)
     ),
@@ -251,6 +306,8 @@ LLPF_CLAIMS: tuple[Claim, ...] = (
             ">",
             0.0,
             minus=f"{arch}/llpf_peak_excess",
+            margin=LOSS_MARGIN,
+            margin_source=BOOK_LOSS,
         )
         for arch in ("mlp", "cnn")
     ),
@@ -265,6 +322,8 @@ LLPF_CLAIMS: tuple[Claim, ...] = (
             "<",
             1.0,
             per=f"{arch}/whole_first_step_increase",
+            margin=RATIO_MARGIN,
+            margin_source=BOOK_RATIO,
         )
         for arch in ("mlp", "cnn", "resnet")
     ),
@@ -302,6 +361,9 @@ PATHCOND_CLAIMS: tuple[Claim, ...] = (
             f"{config}/speedup_pathcond_best_lr/value",
             ">",
             1.0,
+            margin=RATIO_MARGIN,
+            margin_source="book convention: a 5% speed-up (the paper reports "
+            "speed-ups of up to 1.5x, section 5.1)",
         )
         for config, label in (
             ("varwidth", "variable widths"),
@@ -375,6 +437,8 @@ PATHCOND_CLAIMS: tuple[Claim, ...] = (
             f"{net}/final_loss_ratio_pathcond_over_baseline",
             "<",
             1.0,
+            margin=RATIO_MARGIN,
+            margin_source=BOOK_RATIO,
         )
         for net, label in (
             ("fully_conv", "a fully convolutional net"),
@@ -394,6 +458,8 @@ FUSION_CLAIMS: tuple[Claim, ...] = (
         "headline/sh_gap_ot",
         ">",
         0.0,
+        margin=POINTS_MARGIN,
+        margin_source=BOOK_POINTS,
     ),
     Claim(
         "fusion-sharded-vs-averaging",
@@ -403,6 +469,8 @@ FUSION_CLAIMS: tuple[Claim, ...] = (
         "headline/sh_gap_avg",
         ">",
         0.0,
+        margin=POINTS_MARGIN,
+        margin_source=BOOK_POINTS,
     ),
     Claim(
         "fusion-6-way-robust",
@@ -412,6 +480,8 @@ FUSION_CLAIMS: tuple[Claim, ...] = (
         "headline/shmax_gap_ot",
         ">",
         0.0,
+        margin=POINTS_MARGIN,
+        margin_source=BOOK_POINTS,
     ),
     Claim(
         "fusion-full-zero-shot",
@@ -433,6 +503,8 @@ FUSION_CLAIMS: tuple[Claim, ...] = (
             f"headline/gain_{method}",
             ">",
             0.0,
+            margin=POINTS_MARGIN,
+            margin_source=BOOK_POINTS,
         )
         for method, label in (("conductance", "Conductance"), ("deeplift", "DeepLIFT"))
     ),
@@ -446,6 +518,9 @@ FUSION_CLAIMS: tuple[Claim, ...] = (
         ">",
         0.0,
         minus="kd_acc",
+        margin=0.01,
+        margin_source="book convention: 1 point of accuracy (0.01: the "
+        "accuracies are fractions)",
     ),
     Claim(
         "fusion-theorem-1",
@@ -481,6 +556,8 @@ SYNTHESIS_CLAIMS: tuple[Claim, ...] = (
             "<",
             0.0,
             minus=f"alignment/{arch}/weight matching/barrier_mean",
+            margin=LOSS_MARGIN,
+            margin_source=BOOK_LOSS,
         )
         for arch in ("mlp", "cnn", "resnet")
     ),
@@ -495,6 +572,8 @@ SYNTHESIS_CLAIMS: tuple[Claim, ...] = (
             "<",
             0.0,
             minus="parent_parent/aligned/barrier/mean",
+            margin=LOSS_MARGIN,
+            margin_source=BOOK_LOSS,
         )
         for variant in ("linear", "gradient")
     ),
@@ -508,6 +587,9 @@ SYNTHESIS_CLAIMS: tuple[Claim, ...] = (
         "<",
         0.0,
         minus="conditioning/straight line/amgm_mean/mean",
+        margin=0.05,
+        margin_source="book convention: 0.05 of AM/GM (which is 1 for a perfectly "
+        "conditioned point)",
     ),
     Claim(
         "synthesis-gauge-path-loss",
@@ -529,6 +611,9 @@ SYNTHESIS_CLAIMS: tuple[Claim, ...] = (
             ">",
             0.0,
             minus=f"gauge_fusion/{regime}/kf_linear/without/mean",
+            margin=0.01,
+            margin_source="book convention: 1 point of accuracy (0.01: the "
+            "accuracies are fractions)",
         )
         for regime in ("full", "sharded")
     ),

@@ -37,14 +37,21 @@ from wslib.llpf import evaluate_path, fit_curve, m2m
 from wslib.llpf.protocols import PathSetup
 from wslib.runs.cache import cached_run
 from wslib.runs.resumable import Persist
-from wslib.runs.verdicts import Verdict, compare_paired
+from wslib.runs.verdicts import LOSS_MARGIN, Verdict, decide_paired
 from wslib.runs.zoo import Zoo
 from wslib.synthesis.alignment import alignment_study, pathcond_gauge, with_state
 from wslib.synthesis.conditioning import path_conditioning
 
 KF_VARIANTS: tuple[RetrofitName, ...] = ("linear", "gradient")
 PATHS = ("LLPF", "straight line", "Bezier")
-WORDS = {"lower": "lower", "higher": "higher", "none": "no different"}
+WORDS = {
+    "lower": "lower",
+    "higher": "higher",
+    "same": "no different in practice",
+    "none": "undecided",
+}
+ACCURACY_MARGIN = 0.01
+"""1 point of test accuracy (accuracies here are fractions)."""
 
 
 def random_subset(ds: Dataset, n_train: int, n_test: int, seed: int) -> Dataset:
@@ -89,17 +96,25 @@ def all_pairs(models: Sequence[_T]) -> list[tuple[_T, _T]]:
     return list(itertools.combinations(models, 2))
 
 
-def compare(values: Sequence[float], reference: Sequence[float]) -> dict[str, Any]:
+def compare(
+    values: Sequence[float], reference: Sequence[float], margin: float | None
+) -> dict[str, Any]:
     """Paired difference ``values - reference`` over seeds and its verdict word.
 
-    The book's rule (:func:`wslib.runs.verdicts.compare_paired`): ``word`` is
-    ``"lower"`` or ``"higher"`` when the mean difference is larger than its
-    standard deviation over seeds (ddof 1), ``"none"`` when it is within that
-    spread or there is a single seed, whose spread is unknown.
+    The book's rule (:func:`wslib.runs.verdicts.decide_paired`, a 95% interval
+    of the mean per-seed difference): ``word`` is ``"lower"`` or ``"higher"``
+    when the interval lies on one side of zero, ``"same"`` when the
+    equivalence test puts it within ± ``margin`` (None: no such class),
+    ``"none"`` otherwise (always with a single seed, whose spread is unknown).
     """
-    c = compare_paired(values, reference)
-    word = {Verdict.ABOVE: "higher", Verdict.BELOW: "lower"}.get(c.verdict, "none")
-    return {"diff_mean": c.difference, "diff_std": c.spread, "word": word}
+    d = decide_paired(values, reference, margin=margin)
+    word = {
+        Verdict.ABOVE: "higher",
+        Verdict.BELOW: "lower",
+        Verdict.EQUIVALENT: "same",
+    }.get(d.verdict, "none")
+    interval = list(d.interval) if d.interval else None
+    return {"diff_mean": d.difference, "interval": interval, "n": d.n, "word": word}
 
 
 def sample_mean_std(values: Sequence[float]) -> dict[str, Any]:
@@ -296,7 +311,9 @@ def summarise_pairs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
     basin = {
         v: {
-            m: compare(fused[v][m]["values"], parents["aligned"][m]["values"])
+            m: compare(
+                fused[v][m]["values"], parents["aligned"][m]["values"], LOSS_MARGIN
+            )
             for m in metrics
         }
         for v in KF_VARIANTS
@@ -315,7 +332,9 @@ def summarise_pairs(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         }
     line = cond["straight line"]["amgm_mean"]["values"]
     verdicts = {
-        p: compare(cond[p]["amgm_mean"]["values"], line) for p in ("LLPF", "Bezier")
+        # AM/GM has no convention of a practical size: no "same" class
+        p: compare(cond[p]["amgm_mean"]["values"], line, None)
+        for p in ("LLPF", "Bezier")
     }
     change = max(
         abs(a - b)
@@ -430,7 +449,7 @@ def gauge_fusion(
             m: {
                 "with": sample_mean_std(v["with"]),
                 "without": sample_mean_std(v["without"]),
-                "verdict": compare(v["with"], v["without"]),
+                "verdict": compare(v["with"], v["without"], ACCURACY_MARGIN),
             }
             for m, v in acc.items()
         }
@@ -444,7 +463,11 @@ def alignment_verdicts(alignment: Mapping[str, Mapping[str, Any]]) -> dict[str, 
     """``[arch][step]``: each rescaling step's barriers against weight matching's (:func:`compare`)."""
     return {
         arch: {
-            step: compare(steps[step]["barriers"], steps["weight matching"]["barriers"])
+            step: compare(
+                steps[step]["barriers"],
+                steps["weight matching"]["barriers"],
+                LOSS_MARGIN,
+            )
             for step in RESCALING_STEPS
         }
         for arch, steps in alignment.items()
@@ -454,7 +477,7 @@ def alignment_verdicts(alignment: Mapping[str, Mapping[str, Any]]) -> dict[str, 
 def count_words(
     verdicts: Mapping[str, Mapping[str, Mapping[str, Any]]],
 ) -> dict[str, int]:
-    """How many verdicts of a two-level table say ``lower``, ``higher`` and ``none``."""
+    """How many verdicts of a two-level table say each word of :data:`WORDS`."""
     words = [v["word"] for row in verdicts.values() for v in row.values()]
     return {w: words.count(w) for w in WORDS}
 
@@ -471,8 +494,9 @@ def alignment_sentence(verdicts: Mapping[str, Mapping[str, Mapping[str, Any]]]) 
         head = "Removing the rescaling symmetry too helps only sometimes"
     return (
         f"{head}: of the {total} rescaling steps (three steps, each architecture), "
-        f"{n['lower']} lowered the barrier of weight matching by more than its spread "
-        f"over pairs, {n['higher']} raised it and {n['none']} left it within the spread."
+        f"{n['lower']} lowered the barrier of weight matching (the 95% interval of "
+        f"the paired difference over pairs below zero), {n['higher']} raised it, "
+        f"{n['same']} left it within 0.01 and {n['none']} are undecided."
     )
 
 
@@ -480,7 +504,10 @@ BASIN_TEXT = {
     "lower": "lower than between the aligned parents: it lands in their basin",
     "higher": "higher than between the aligned parents: it does not land in their "
     "shared basin",
-    "none": "no different from that between the aligned parents, within the spread",
+    "same": "no different in practice from that between the aligned parents "
+    "(within 0.01)",
+    "none": "undecided against that between the aligned parents (the 95% interval "
+    "over pairs reaches zero)",
 }
 
 
@@ -501,7 +528,8 @@ def conditioning_sentence(summary: Mapping[str, Any], *, tol: float = 1e-4) -> s
     text = {
         "lower": "better conditioned (lower mean AM/GM of diag G)",
         "higher": "worse conditioned (higher mean AM/GM of diag G)",
-        "none": "no differently conditioned (within the spread over pairs)",
+        "same": "no differently conditioned in practice",
+        "none": "undecided (the 95% interval over pairs reaches zero)",
     }
     same = summary["gauge_loss_change_max"] <= tol
     return (
@@ -521,15 +549,17 @@ def gauge_sentence(gauge: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> str:
     table = {r: {m: c["verdict"] for m, c in row.items()} for r, row in gauge.items()}
     n = count_words(table)
     total = sum(n.values())
-    head = (
-        "The gauge makes no difference to fusion"
-        if n["none"] == total
-        else "The gauge changes fusion in some cases"
-    )
+    if n["same"] == total:
+        head = "The gauge makes no difference to fusion in practice"
+    elif n["higher"] + n["lower"]:
+        head = "The gauge changes fusion in some cases"
+    else:
+        head = "The runs do not decide whether the gauge changes fusion"
     return (
-        f"{head}: in {n['none']} of {total} (regime, method) cases the fused accuracy "
-        f"with the PathCond gauge is within the spread over seeds of that without, "
-        f"higher in {n['higher']} and lower in {n['lower']}."
+        f"{head}: of {total} (regime, method) cases, the fused accuracy with the "
+        f"PathCond gauge is higher than without in {n['higher']}, lower in "
+        f"{n['lower']}, within 1 point in {n['same']} and undecided in {n['none']} "
+        "(95% intervals of the paired difference over seeds)."
     )
 
 
