@@ -4,6 +4,8 @@
 #   make book SEEDS="0 1 2 3 4"              the sweep over those seeds (what is current is
 #                                            skipped), then the book: first seed's pages,
 #                                            every seed in the claims ledger
+#   make book SEEDS=auto                     seeds 0-4, then 5-9 and 10-19 only for the
+#                                            chapters with an undecided claim
 #   make notebook NB=01_symmetries [SEED=N] [PROFILE=cpu]
 #   make sweep [SEEDS="0 1 2"] [NB="03_llpf_m2m ..."] [PROFILE=cpu] [EXECUTOR=local|slurm]
 #              [SPLIT=1]   long chapters as one job per unit (path, run group), then the notebook
@@ -46,7 +48,9 @@ STAMP := $(VENV)/.installed
 PROFILES := $(sort $(basename $(notdir $(wildcard notebooks/params/*.yaml))))
 NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.md))))
 SEED_ARG := $(if $(SEED),--seed $(SEED))$(if $(JOBS), --jobs $(JOBS))$(if $(ALLOW_CPU_ON), --allow-cpu)
-EXECUTED := build/$(PROFILE)$(if $(SEEDS),/seed-$(firstword $(SEEDS)),$(if $(SEED),/seed-$(SEED)))
+# SEEDS=auto: the stages of wslib.runs.stages (seeds 0-4, then more where undecided)
+FIRST_SEED := $(if $(filter auto,$(SEEDS)),0,$(firstword $(SEEDS)))
+EXECUTED := build/$(PROFILE)$(if $(SEEDS),/seed-$(FIRST_SEED),$(if $(SEED),/seed-$(SEED)))
 SWEEP_ARGS = --profile $(PROFILE) --executor $(EXECUTOR) $(if $(JOBS),--jobs $(JOBS)) \
 	$(if $(SPLIT_ON),--split) $(NB) --seeds $(SWEEP_SEEDS)
 

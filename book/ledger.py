@@ -181,7 +181,7 @@ def write_ledger(rows: list[dict[str, Any]], results_dir: Path, book: Path) -> P
         "look) keeps the chance of a wrong verdict per claim below "
         f"{ALPHA:g} however many looks it takes. A claim's verdict is that of "
         "the first look that decides it; the seeds column says at which n "
-        "(\"n = 5 of 10\": decided at 5 seeds of the 10 present). For an "
+        '("n = 5 of 10": decided at 5 seeds of the 10 present). For an '
         "undecided claim, a *power estimate* gives the number of seeds whose "
         "interval would clear the bound if the observed mean and standard "
         "deviation stayed as they are: a rough guide, since both move as seeds "

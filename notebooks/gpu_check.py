@@ -674,8 +674,8 @@ def _llpf_chapter(p: dict, c: Counter, nb: str) -> None:
         for s in (0, 1):
             c.train(data, model, p["recipes"][name], s)
         if nb == "03_llpf_m2m":
-            paths = 1 + (p["path_seeds"] - 1) * (name in p["seed_archs"])
-            paths += p["path_seeds"] * (name in p["ablation_archs"])
+            fdf = 1 + (p["path_seeds"] - 1) * (name in p["seed_archs"])
+            paths = fdf * (1 + (name in p["ablation_archs"]))  # all at once: same seeds
             paths += name == next(iter(p["models"]))  # the peak anatomy run
         else:  # 04: every method at LLPF's step budget and precision, each seed and tuning
             n_methods = 1 + len(p["baselines"])

@@ -4,6 +4,11 @@ Usage::
 
     python notebooks/sweep.py --seeds 0 1 2 [--profile cpu] [--executor local|slurm]
                               [--cluster-config sweep.yaml] [--split] [NB ...]
+    python notebooks/sweep.py --seeds auto ...
+
+``--seeds auto`` runs the stages of :mod:`wslib.runs.stages`: seeds 0-4 of
+every notebook, then seeds 5-9 and 10-19 only of the notebooks that still hold
+an undecided claim in the ledger (each stage's wall time is printed).
 
 Each job is ``notebooks/run.py --profile P --seed S --jobs 1 NB``, so its
 results land where ``make notebook SEED=S`` puts them
@@ -58,6 +63,7 @@ import part
 import run as runner
 import yaml
 
+from wslib.runs.stages import STAGES, stage_notebooks
 from wslib.runs.sweeps import write_summary
 
 POLL_S = 2.0  # seconds between looks at the running jobs
@@ -114,7 +120,12 @@ class Job:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Parse and validate the command line (exit status 2 on a bad value)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", required=True)
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        required=True,
+        help="seeds (whole numbers), or auto: the stages of wslib.runs.stages",
+    )
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--executor", choices=("local", "slurm"), default="local")
     parser.add_argument("--cluster-config", type=Path, default=Path("sweep.yaml"))
@@ -126,6 +137,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("notebooks", nargs="*", metavar="NB")
     args = parser.parse_args(argv)
+    args.auto = args.seeds == ["auto"]
+    if args.auto:
+        args.seeds = list(STAGES[0])
+    elif not all(re.fullmatch(r"\d+", s) for s in args.seeds):
+        parser.error(
+            f"--seeds takes whole numbers or the one word auto, got {' '.join(args.seeds)}"
+        )
+    args.seeds = [int(s) for s in args.seeds]
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
     if min(args.seeds) < 0:
@@ -329,10 +348,36 @@ def split(jobs: list[Job]) -> list[list[Job]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the sweep, then summarise each notebook's seeds."""
+    """Run the sweep (stage by stage with ``--seeds auto``), then summarise each
+    notebook's seeds."""
     args = parse_args(argv)
-    notebooks = runner.longest_first(args.notebooks, args.profile)
-    jobs = [Job(nb, s, args.profile) for nb in notebooks for s in args.seeds]
+    if not args.auto:
+        return run_stage(args, args.notebooks, args.seeds)
+    results = runner.ROOT / "results" / args.profile
+    status = 0
+    for stage, seeds in enumerate(STAGES):
+        notebooks = stage_notebooks(stage, args.notebooks, results)
+        if not notebooks:
+            print(f"stage {stage}: every claim is decided; no more seeds", flush=True)
+            break
+        print(
+            f"stage {stage}: seeds {seeds[0]}-{seeds[-1]} of {len(notebooks)} "
+            f"notebook(s): {' '.join(notebooks)}",
+            flush=True,
+        )
+        start = time.perf_counter()
+        status = max(status, run_stage(args, notebooks, list(seeds)))
+        seconds = time.perf_counter() - start
+        print(f"stage {stage}: {seconds:.0f} s", flush=True)
+        if status == 2:
+            break
+    return status
+
+
+def run_stage(args: argparse.Namespace, notebooks: list[str], seeds: list[int]) -> int:
+    """Run every (notebook, seed) not current, then summarise the notebooks' seeds."""
+    notebooks = runner.longest_first(notebooks, args.profile)
+    jobs = [Job(nb, s, args.profile) for nb in notebooks for s in seeds]
     try:
         todo = [job for job in jobs if not is_current(job)]
     except runner.UnknownParameter as error:
@@ -360,7 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     speed = f" ({runner.cpu_speed_text()})" if args.executor == "local" else ""
     print(f"sweep: {n_jobs} jobs run in {seconds:.0f} s{speed}")
     try:
-        for nb in args.notebooks:
+        for nb in notebooks:
             write_summary(runner.ROOT / "results" / args.profile, nb)
     except ValueError as error:  # a results file that is not one
         print(f"error: {error}", file=sys.stderr)

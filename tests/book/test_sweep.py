@@ -152,3 +152,19 @@ def test_the_seed_make_book_ran_is_not_run_again(repo: Path) -> None:
     ).read_text()
     summary = json.loads((repo / "results/cpu/seeds/00_tiny.json").read_text())
     assert summary["metrics"]["value"]["values"] == {"0": 3.0, "1": 13.0}
+
+
+def test_auto_seeds_run_stage_0_and_stop_when_nothing_is_undecided(repo: Path) -> None:
+    done = sweep(repo, "--seeds", "auto")
+    assert done.returncode == 0, done.stderr
+    assert [value(repo, s) for s in range(5)] == [3, 13, 23, 33, 43]
+    assert "stage 0: seeds 0-4 of 1 notebook(s): 00_tiny" in done.stdout
+    assert "stage 1: every claim is decided; no more seeds" in done.stdout
+    assert not (repo / "results/cpu/seed-5").exists()
+
+
+@pytest.mark.parametrize("seeds", [["auto", "1"], ["one"], ["1.5"]])
+def test_seeds_are_whole_numbers_or_auto(repo: Path, seeds: list[str]) -> None:
+    done = sweep(repo, "--seeds", *seeds)
+    assert done.returncode == 2
+    assert "--seeds takes whole numbers or the one word auto" in done.stderr

@@ -188,21 +188,30 @@ def test_summary_cell_and_headline_numbers() -> None:
         "shmax_best_name": "kf_gradient (deeplift)",
         "sh_vs_ot": "beats",
         "sh_vs_avg": "beats",
-        "full_vs_indiv": "is level (within the spread between seeds) with",  # gap 0
+        "full_vs_indiv": "is level (within 1 point) with",  # gap 0
         "shmax_vs_ot": "beats",
-        "gradient_vs_linear": "is behind",  # 6.25 / 3 points: more than a tie
+        # per-cell gaps of 0 to -12.5 points over 3 cells: the interval reaches zero
+        "gradient_vs_linear": "is undecided against",
     }
     assert ch10_regimes.select_variant(summary, "sharded", 2, ["hf_linear"]) == (
         "hf_linear (conductance)",
         75.0,
     )
-    assert protocols.beats(0.4, 0.5).startswith("is level")
-    assert protocols.beats(-0.6, 0.5) == "does not beat"
-    assert protocols.beats(0.6, 0.5) == "beats"
-    assert protocols.beats(0.6, None) == "beats (one seed, spread unknown)"
-    assert ch10_regimes.gradient_word(-0.4) == "matches"  # within GRADIENT_TIE = 0.5
-    assert ch10_regimes.gradient_word(-0.6) == "is behind"
-    assert ch10_regimes.gradient_word(0.6) == "is ahead of"
+    high, low = [80.0, 81.0, 79.0], [70.0, 71.0, 69.0]
+    assert protocols.beats(high, low) == "beats"
+    assert protocols.beats(low, high) == "does not beat"
+    assert protocols.beats([80.1, 80.0, 79.9], [80.0, 80.1, 79.9]).startswith(
+        "is level"
+    )
+    assert protocols.beats([80.0, 60.0, 90.0], low).startswith("is undecided")
+    assert (
+        protocols.beats([80.0], [70.0]) == "beats (one seed: undecided, spread unknown)"
+    )
+    # within GRADIENT_TIE = 0.5 on the 90% interval: a match
+    assert ch10_regimes.gradient_word([-0.1, 0.1, 0.05, -0.05]) == "matches"
+    assert ch10_regimes.gradient_word([-3.0, -3.1, -2.9]) == "is behind"
+    assert ch10_regimes.gradient_word([3.0, 3.1, 2.9]) == "is ahead of"
+    assert ch10_regimes.gradient_word([0.6]).startswith("is ahead of (one seed")
     with pytest.raises(ValueError, match="no runs of"):
         ch10_regimes.select_variant(summary, "sharded", 4, ["hf_linear"])
 

@@ -80,17 +80,22 @@ def test_ablation_over_seeds_pairs_the_runs_of_each_seed() -> None:
     assert row["difference mean"] == pytest.approx(0.25)  # all at once - FDF
     assert row["difference std"] == pytest.approx(0.75 * 2**0.5)  # of (1.0, -0.5)
     assert (row["seeds FDF lower"], row["seeds"]) == (1, 2)
-    assert ablation_comparison(table, "m").verdict is Verdict.WITHIN
+    # two seeds: the 95% interval 0.25 ± 12.7 * 0.75: undecided
+    assert ablation_comparison(table, "m").verdict is Verdict.UNDECIDED
     verdict = ablation_verdict(table, "m")
-    assert verdict.startswith("m: FDF and all at once within the spread")
-    assert "(all at once - FDF +0.250 on average" in verdict
+    assert verdict.startswith("m: undecided between FDF and all at once")
+    assert "(all at once - FDF: +0.250 [-9.280, +9.780] (n = 2, 95%)" in verdict
     assert "FDF lower in 1 of 2 seeds" in verdict
-    table.loc["m", "difference std"] = 0.1
+    table.loc["m", "difference std"] = 0.01  # interval 0.25 ± 0.09
     assert ablation_comparison(table, "m").verdict is Verdict.ABOVE
     assert ablation_verdict(table, "m").startswith("m: FDF lower than all at once")
     table.loc["m", "difference mean"] = -0.25
     assert ablation_comparison(table, "m").verdict is Verdict.BELOW
+    table.loc["m", "difference mean"] = 0.001  # 90% interval within ± 0.01
+    table.loc["m", "difference std"] = 0.0005
+    assert ablation_comparison(table, "m").verdict is Verdict.EQUIVALENT
     one = ablation_seed_table({"m": fdf["m"][:1]}, {"m": once["m"][:1]})
-    assert ablation_comparison(one, "m").verdict is Verdict.UNKNOWN
+    c = ablation_comparison(one, "m")
+    assert c.verdict is Verdict.UNDECIDED and c.interval is None
     with pytest.raises(ValueError, match="FDF runs"):
         ablation_seed_table({"m": fdf["m"][:1]}, once)

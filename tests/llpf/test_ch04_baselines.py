@@ -134,27 +134,39 @@ def test_comparison_table_metrics_and_the_best_method() -> None:
     assert method_comparison(compare, "n")[0] == "AutoNEB"
     assert method_prefix("Bezier (authors' recipe)") == "bezier_authors_recipe"
     first, runner_up, c = method_comparison(compare, "m")
-    assert (first, runner_up, c.verdict) == ("polychain", "LLPF", Verdict.ABOVE)
+    # paired gaps 0.5 and 1.5 over two path seeds: 1.0 ± 12.7 * 0.5, undecided
+    assert (first, runner_up, c.verdict) == ("polychain", "LLPF", Verdict.UNDECIDED)
     assert c.difference == pytest.approx(1.0)
     verdict = comparison_verdict(compare, "m")
     assert verdict.startswith("on the m, polychain had the lowest mean peak excess")
-    assert "1.000 below LLPF" in verdict and "more than" in verdict
-    close = pd.DataFrame(
-        {
-            "model": ["k", "k"],
-            "method": ["X", "Y"],
-            "peak excess mean": [0.2, 0.1],
-            "peak excess std": [0.06, 0.05],
-            "seeds": [2, 2],
-        }
-    )
-    assert method_comparison(close, "k")[2].verdict is Verdict.WITHIN
+    assert "1.000 below LLPF" in verdict and "undecided (the 95% interval" in verdict
+
+    def frame(x: list[float], y: list[float]) -> pd.DataFrame:
+        return pd.DataFrame(
+            {
+                "model": ["k", "k"],
+                "method": ["X", "Y"],
+                "peak excess mean": [np.mean(x), np.mean(y)],
+                "peak excess std": [np.std(x), np.std(y)],
+                "peak excess values": [x, y],
+                "seeds": [len(x), len(y)],
+            }
+        )
+
+    # X - Y per seed: 0.10, 0.11, 0.09: lower on the paired interval
+    close = frame([0.2, 0.31, 0.19], [0.1, 0.2, 0.1])
+    assert method_comparison(close, "k")[2].verdict is Verdict.ABOVE
     assert comparison_verdict(close, "k").startswith("on the k, Y had")
-    assert "0.100 below X" in comparison_verdict(close, "k")
-    assert "within the spread between seeds" in comparison_verdict(close, "k")
-    single = close.assign(seeds=[1, 1])
-    assert method_comparison(single, "k")[2].verdict is Verdict.UNKNOWN
-    assert "with one path seed, no spread" in comparison_verdict(single, "k")
+    assert "lower on the 95% interval of the paired gap" in comparison_verdict(
+        close, "k"
+    )
+    # the same means, unpaired the gaps would be lost in the spread
+    same = frame([0.101, 0.2, 0.3], [0.1, 0.2, 0.3])
+    assert method_comparison(same, "k")[2].verdict is Verdict.EQUIVALENT
+    assert "no different in practice" in comparison_verdict(same, "k")
+    single = frame([0.2], [0.1])
+    assert method_comparison(single, "k")[2].interval is None
+    assert "with one path seed, undecided" in comparison_verdict(single, "k")
     diverged = close.assign(**{"peak excess mean": [float("nan"), 0.1]})
     assert method_comparison(diverged, "k")[1] == "none"
     assert "fewer than two methods" in comparison_verdict(diverged, "k")

@@ -49,13 +49,9 @@ def no_zoo(monkeypatch: pytest.MonkeyPatch) -> None:
 def expected_m2m(p: dict[str, Any]) -> int:
     n = len(p["models"])
     seeds = p["path_seeds"]
-    return (
-        2 * n
-        + n
-        + (seeds - 1) * len(p["seed_archs"])
-        + seeds * len(p["ablation_archs"])
-        + 1
-    )
+    # every ablation architecture runs all at once on its FDF path seeds
+    ablation = sum(seeds if a in p["seed_archs"] else 1 for a in p["ablation_archs"])
+    return 2 * n + n + (seeds - 1) * len(p["seed_archs"]) + ablation + 1
 
 
 def expected_baselines(p: dict[str, Any]) -> int:
@@ -110,7 +106,9 @@ def test_gpu_unit_lists_name_each_path_and_setting() -> None:
     assert f"m2m resnet seed {last}" in m2m and f"m2m cnn seed {last}" in m2m
     assert f"m2m transformer seed {last}" not in m2m
     assert f"all-at-once cnn seed {last}" in m2m
-    assert f"all-at-once resnet seed {first}" not in m2m
+    assert f"all-at-once resnet seed {last}" in m2m  # the paper's deeper nets
+    assert f"all-at-once transformer seed {first}" in m2m  # its one path seed
+    assert f"all-at-once transformer seed {last}" not in m2m
     assert m2m[-1] == "peak anatomy mlp"
     p4 = parameters("04_llpf_baselines", "gpu")
     four = units.baseline_units(p4)
@@ -185,7 +183,11 @@ def test_m2m_units_call_m2m_path_as_the_notebook_does(
     paths = path_seed_list(3, 2)
     want = [(p["llpf"][n], paths[0], n, False) for n in p["models"]]
     want.insert(2, (p["llpf"]["cnn"], paths[1], "cnn", False))
-    want += [(p["llpf"][n], s, n, True) for n in p["ablation_archs"] for s in paths]
+    want += [
+        (p["llpf"][n], s, n, True)
+        for n in p["ablation_archs"]
+        for s in (paths if n == "cnn" else paths[:1])  # cnn alone in seed_archs
+    ]
     assert got == want
     assert all(a[0].checkpoint_dir == setup.checkpoint_dir for a, _ in calls)
     for a, k in calls:  # the path joins its model's two modes

@@ -79,8 +79,12 @@ def test_the_edges_of_each_class() -> None:
     # the equivalence test at alpha = 0.05 is the 90% interval inside ± margin
     t90 = stats.t.ppf(0.95, 3)
     edge = t90 * spread_of(values)
-    assert decide(values, reference=1.0, margin=edge + 1e-6).verdict is Verdict.EQUIVALENT
-    assert decide(values, reference=1.0, margin=edge - 1e-6).verdict is Verdict.UNDECIDED
+    assert (
+        decide(values, reference=1.0, margin=edge + 1e-6).verdict is Verdict.EQUIVALENT
+    )
+    assert (
+        decide(values, reference=1.0, margin=edge - 1e-6).verdict is Verdict.UNDECIDED
+    )
 
 
 def test_equivalence_needs_both_sides() -> None:
@@ -115,7 +119,13 @@ def test_decide_agrees_with_scipy_and_statsmodels(seed: int) -> None:
         else:
             expected = Verdict.EQUIVALENT if p < alpha else Verdict.UNDECIDED
             assert d.verdict is expected
-        s = decide_summary(float(values.mean()), float(values.std(ddof=1)), n, margin=margin, alpha=alpha)
+        s = decide_summary(
+            float(values.mean()),
+            float(values.std(ddof=1)),
+            n,
+            margin=margin,
+            alpha=alpha,
+        )
         assert s.verdict is d.verdict
         assert s.interval == pytest.approx(d.interval)
 

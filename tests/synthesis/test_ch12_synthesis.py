@@ -7,12 +7,14 @@ import copy
 import numpy as np
 import pytest
 import torch
+from scipy import stats
 
 from tests.kit import FakeZoo, drawn_models, mlp, readable_dataset
 from wslib.core.connectivity import max_output_diff
 from wslib.core.neurons import permute_state, random_permutations
 from wslib.core.seeds import derive_seeds
 from wslib.core.train import Recipe, evaluate, fit
+from wslib.runs.verdicts import LOSS_MARGIN
 from wslib.synthesis import ch12_synthesis as ex
 from wslib.synthesis.alignment import STEPS, pathcond_gauge, with_state
 
@@ -74,27 +76,31 @@ def test_all_pairs() -> None:
         ([3.0, 3.1, 2.9], [2.0, 2.0, 2.0], "higher"),
         ([1.0, 3.0, 2.0], [2.0, 2.0, 1.9], "none"),  # mean 0.03, std 1
         ([1.0], [2.0], "none"),  # one seed: the spread is unknown
-        ([2.0, 2.0], [2.0, 2.0], "none"),
+        ([2.0, 2.0], [2.0, 2.0], "same"),  # no difference at all
+        ([2.001, 2.0, 2.002], [2.0, 2.001, 2.0], "same"),  # within ± 0.01
     ],
 )
-def test_compare_is_an_effect_only_beyond_the_spread(
+def test_compare_reads_the_interval_of_the_paired_difference(
     values: list[float], reference: list[float], word: str
 ) -> None:
-    result = ex.compare(values, reference)
+    result = ex.compare(values, reference, 0.01)
     assert result["word"] == word
     d = np.subtract(values, reference)
     assert result["diff_mean"] == pytest.approx(d.mean())
-    if len(d) > 1:
-        assert result["diff_std"] == pytest.approx(d.std(ddof=1))
+    assert result["n"] == len(d)
+    if len(d) > 1 and d.std() > 0:
+        ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+        assert result["interval"] == pytest.approx([ci.low, ci.high])
 
 
-def test_compare_at_the_edge_of_the_spread() -> None:
-    # differences 1 and 3: mean 2, std 1.41 -> effect; 0 and 4: mean 2, std 2.83 -> none
-    assert ex.compare([1.0, 3.0], [0.0, 0.0])["word"] == "higher"
-    assert ex.compare([0.0, 4.0], [0.0, 0.0])["word"] == "none"
-    assert ex.compare([-1.0, -1.0], [0.0, 0.0])["word"] == "lower"
-    with pytest.raises(ValueError, match="equally long non-empty"):
-        ex.compare([1.0], [1.0, 2.0])
+def test_compare_at_the_edge_of_the_interval() -> None:
+    # differences 1 and 3: mean 2 ± 12.7; 1.9, 2.0, 2.1: mean 2 ± 0.25
+    assert ex.compare([1.0, 3.0], [0.0, 0.0], None)["word"] == "none"
+    assert ex.compare([1.9, 2.0, 2.1], [0.0, 0.0, 0.0], None)["word"] == "higher"
+    assert ex.compare([-1.0, -1.0], [0.0, 0.0], None)["word"] == "lower"
+    assert ex.compare([0.0, 0.0], [0.0, 0.0], None)["word"] == "none"  # no margin
+    with pytest.raises(ValueError, match="equally long"):
+        ex.compare([1.0], [1.0, 2.0], None)
 
 
 def test_sample_mean_std() -> None:
@@ -127,10 +133,10 @@ def test_alignment_verdicts_compare_with_weight_matching() -> None:
         "ENorm gauge + WM": "none",
         "WM + scale matching": "higher",
     }
-    assert ex.count_words(verdicts) == {"lower": 1, "higher": 1, "none": 1}
+    assert ex.count_words(verdicts) == {"lower": 1, "higher": 1, "same": 0, "none": 1}
     text = ex.alignment_sentence(verdicts)
     assert text.startswith("Removing the rescaling symmetry too helps only sometimes")
-    assert "1 lowered" in text and "1 raised" in text and "1 left" in text
+    assert "1 lowered" in text and "1 raised" in text and "1 are undecided" in text
 
 
 def test_alignment_sentence_heads() -> None:
@@ -208,10 +214,10 @@ def test_summarise_pairs_wires_the_verdicts(runs: list[dict]) -> None:
         values = [r["fused_parent"][v]["barrier"] for r in runs]
         assert s["fused_parent"][v]["barrier"]["values"] == pytest.approx(values)
         ref = [r["parent_parent"]["aligned"]["barrier"] for r in runs]
-        assert s["basin"][v]["barrier"] == ex.compare(values, ref)
+        assert s["basin"][v]["barrier"] == ex.compare(values, ref, LOSS_MARGIN)
     line = [np.mean(r["conditioning"]["straight line"]["amgm"]) for r in runs]
     llpf = [np.mean(r["conditioning"]["LLPF"]["amgm"]) for r in runs]
-    assert s["conditioning_verdict"]["LLPF"] == ex.compare(llpf, line)
+    assert s["conditioning_verdict"]["LLPF"] == ex.compare(llpf, line, None)
     assert s["conditioning"]["LLPF"]["amgm"] == runs[0]["conditioning"]["LLPF"]["amgm"]
     assert s["gauge_loss_change_max"] < 1e-4
     assert -1.0 <= s["loss_amgm_correlation"] <= 1.0
@@ -263,7 +269,9 @@ def test_gauge_fusion_fuses_the_gauged_models(monkeypatch: pytest.MonkeyPatch) -
     result = ex.gauge_fusion({"full": groups}, ds, fusion, ["kf_linear"], seed=0)
     r = result["full"]["kf_linear"]
     assert len(r["with"]["values"]) == len(r["without"]["values"]) == 2
-    assert r["verdict"] == ex.compare(r["with"]["values"], r["without"]["values"])
+    assert r["verdict"] == ex.compare(
+        r["with"]["values"], r["without"]["values"], ex.ACCURACY_MARGIN
+    )
     assert len(given) == 4  # (without, with) per seed
     for k, group in enumerate(groups):
         without, with_gauge = given[2 * k], given[2 * k + 1]
@@ -283,10 +291,11 @@ def test_gauge_sentence_counts() -> None:
     gauge = {"full": {"a": cell, "b": {"verdict": {"word": "higher"}}}}
     text = ex.gauge_sentence(gauge)
     assert text.startswith("The gauge changes fusion in some cases")
-    assert "in 1 of 2" in text and "higher in 1" in text
-    assert ex.gauge_sentence({"full": {"a": cell}}).startswith(
-        "The gauge makes no difference"
-    )
+    assert "of 2 (regime, method) cases" in text and "without in 1" in text
+    assert "undecided in 1" in text
+    assert ex.gauge_sentence({"full": {"a": cell}}).startswith("The runs do not decide")
+    same = {"full": {"a": {"verdict": {"word": "same"}}}}
+    assert ex.gauge_sentence(same).startswith("The gauge makes no difference")
 
 
 def test_shard_models_seeds_and_parts() -> None:

@@ -47,7 +47,6 @@ from wslib.fusion.protocols import (
 )
 from wslib.runs.cache import cached_run
 from wslib.runs.stats import epochs_to
-from wslib.runs.verdicts import decide
 from wslib.runs.zoo import Zoo
 
 AUGMENTATION: dict[str, Any] = {"shift": 3, "noise": 0.1}
@@ -508,9 +507,9 @@ def residual_architectures(architectures: Mapping[str, Mapping[str, Any]]) -> li
 def block_fit_text(name: str, rows: Sequence[Mapping[str, Any]]) -> str:
     """One sentence per residual net: each variant's accuracy and the whole-block fit's effect.
 
-    The verdict (raises / lowers) compares the whole-block fit with the Linear
-    variant, per grouping, by the book's rule on this one run: the sign, with
-    "one seed: undecided".
+    The whole-block fit against the Linear variant, per grouping: one run, so
+    the book's rule decides nothing and the words give the sign ("one run:
+    undecided")
     """
     parts = []
     for method in dict.fromkeys(r["method"] for r in rows):
@@ -520,7 +519,7 @@ def block_fit_text(name: str, rows: Sequence[Mapping[str, Any]]) -> str:
         gap = 100 * blk["test acc"] - lin
         start = blk["block MSE start"]
         drop = 100 * (1 - blk["block MSE end"] / start) if start > 0 else 0.0
-        word = decide([gap]).word("raises", "lowers")
+        word = "raises" if gap > 0 else "lowers" if gap < 0 else "leaves"
         error = (
             f"lowers the block-output error by {drop:.0f} %"
             if drop > 0
@@ -530,7 +529,7 @@ def block_fit_text(name: str, rows: Sequence[Mapping[str, Any]]) -> str:
             f"{method}: Linear {lin:.1f} %, affine-step Gradient "
             f"{100 * sub['Gradient, affine steps']['test acc']:.1f} %, whole-block "
             f"Gradient {100 * blk['test acc']:.1f} % (the block fit {error} and "
-            f"{word} the accuracy, {gap:+.1f} points)"
+            f"{word} the accuracy, {gap:+.1f} points; one run: undecided)"
         )
     return f"{name}: " + "; ".join(parts)
 

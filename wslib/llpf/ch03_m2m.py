@@ -141,9 +141,7 @@ def ablation_comparison(table: pd.DataFrame, name: str) -> Decision:
     row = cast(pd.Series, table.loc[name])
     n = int(row["seeds"])
     std = float(row["difference std"]) if n > 1 else 0.0
-    return decide_summary(
-        float(row["difference mean"]), std, n, margin=LOSS_MARGIN
-    )
+    return decide_summary(float(row["difference mean"]), std, n, margin=LOSS_MARGIN)
 
 
 def ablation_verdict(table: pd.DataFrame, name: str) -> str:

@@ -57,6 +57,16 @@ def path_seed_list(seed: int, n: int) -> list[int]:
     return derive_seeds(seed, "path", n)
 
 
+def arch_path_seeds(
+    name: str, seed_archs: Sequence[str], seeds: list[int]
+) -> list[int]:
+    """The path seeds chapter 3 runs for architecture ``name``: all of ``seeds`` when
+    it is one of ``seed_archs``, the first alone otherwise (the budget). The
+    all-at-once ablation pairs each of its runs with the FDF run of the same seed,
+    so it runs on the same seeds."""
+    return seeds if name in seed_archs else seeds[:1]
+
+
 def comparison_key(
     setup: PathSetup,
     model: Mapping[str, Any],

@@ -38,7 +38,13 @@ from wslib.llpf.ch04_baselines import (
 )
 from wslib.llpf.ch05_spheres import M2O_VARIANTS, sphere_configs
 from wslib.llpf.protocols import PathSetup, hybrid_path, m2m_path, m2o_path
-from wslib.llpf.setup import chapter_data, chapter_setup, mode_seeds, path_seed_list
+from wslib.llpf.setup import (
+    arch_path_seeds,
+    chapter_data,
+    chapter_setup,
+    mode_seeds,
+    path_seed_list,
+)
 from wslib.runs.units import Params, Unit
 from wslib.runs.zoo import Zoo, normalise_config
 
@@ -125,11 +131,12 @@ def m2m_units(params: Params) -> list[Unit]:
 
     units = _mode_units(chapter)
     for name in p["models"]:
-        runs = seeds if name in p["seed_archs"] else seeds[:1]
+        runs = arch_path_seeds(name, p["seed_archs"], seeds)
         units += [Unit(f"m2m {name} seed {s}", 1, path(name, s, False)) for s in runs]
     for name in p["ablation_archs"]:
+        runs = arch_path_seeds(name, p["seed_archs"], seeds)
         units += [
-            Unit(f"all-at-once {name} seed {s}", 1, path(name, s, True)) for s in seeds
+            Unit(f"all-at-once {name} seed {s}", 1, path(name, s, True)) for s in runs
         ]
     first = next(iter(p["models"]))
     units.append(Unit(f"peak anatomy {first}", 1, lambda: anatomy(first)))

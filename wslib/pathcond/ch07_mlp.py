@@ -39,15 +39,15 @@ from wslib.pathcond.rescaling import (
 from wslib.pathcond.training import InitMethod, prepare_model
 from wslib.runs.stats import (
     RateSearch,
-    format_epochs,
     epochs_to,
+    format_epochs,
     format_speedup,
     mean_std,
     search_rates,
     speedup,
     summarise_epochs,
 )
-from wslib.runs.verdicts import Verdict, decide_paired
+from wslib.runs.verdicts import Verdict, decide_independent
 
 #: the methods of chapter 7's rate search
 SWEPT_METHODS: tuple[InitMethod, ...] = ("baseline", "pathcond")
@@ -551,8 +551,8 @@ def speedup_verdict(s: dict[str, Any] | None) -> str:
 TUNED_WORDS = {  # a tuned verdict (:func:`tuned_verdict_text`) in words
     "faster": "sooner on average than the baseline on",
     "slower": "later on average than the baseline on",
-    "spread": "undecided against the baseline (the 95% interval of the paired "
-    "epoch gap over seeds reaches zero) on",
+    "spread": "undecided against the baseline (the 95% interval of the gap in "
+    "epochs over seeds reaches zero) on",
     "tied": "after as many epochs (mean) as the baseline on",
     "undecided": "in an order the run length leaves open on",
 }
@@ -625,9 +625,9 @@ def _epochs_detail(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
 
 def _tuned_verdict(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
     """:func:`speedup_verdict` of ``name``; "slower" when only the baseline reached,
-    "spread" when the book's rule (:func:`~wslib.runs.verdicts.decide_paired`, the
-    95% interval of the per-seed epoch gap, both methods on the same seeds)
-    decides neither way. One seed keeps the sign (the text gives the count)."""
+    "spread" when the book's rule (:func:`~wslib.runs.verdicts.decide_independent`,
+    Welch's 95% interval of the gap in mean epochs) decides neither way. One
+    seed keeps the sign (the text gives the count)."""
     s = pair_speedup(long_summary, name)
     base, pc = (long_summary[(name, m)]["epochs"] for m in PAIR_METHODS)
     if s["value"] is None and not base["censored"]:
@@ -637,7 +637,7 @@ def _tuned_verdict(long_summary: dict[Pair, dict[str, Any]], name: str) -> str:
         base_runs, pc_runs = (
             long_summary[(name, m)]["epochs_per_run"] for m in PAIR_METHODS
         )
-        d = decide_paired(pc_runs, base_runs)
+        d = decide_independent(pc_runs, base_runs)
         if d.interval is not None and d.verdict is Verdict.UNDECIDED:
             return "spread"
     return verdict

@@ -293,7 +293,7 @@ LLPF_CLAIMS: tuple[Claim, ...] = (
             margin=LOSS_MARGIN,
             margin_source=BOOK_LOSS,
         )
-        for arch in ("mlp", "cnn")  # chapter 3's ablation architectures (the budget)
+        for arch in ARCHS  # the paper's point: deeper nets need the data-flow order
     ),
     *(
         Claim(

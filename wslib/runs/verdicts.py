@@ -113,7 +113,9 @@ class Decision:
 def _checked(values: Sequence[float], what: str) -> np.ndarray:
     v = np.asarray(values, dtype=float)
     if v.ndim != 1 or v.size == 0:
-        raise ValueError(f"{what} needs a non-empty list of per-seed values, got shape {v.shape}")
+        raise ValueError(
+            f"{what} needs a non-empty list of per-seed values, got shape {v.shape}"
+        )
     if not np.isfinite(v).all():
         raise ValueError(f"{what} needs finite values, got {v.tolist()}")
     return v
@@ -158,8 +160,7 @@ def decide(
         ci = stats.ttest_1samp(v, reference).confidence_interval(1 - alpha)
         interval = (float(ci.low), float(ci.high))
         equivalent = margin is not None and bool(
-            DescrStatsW(v).ttost_mean(reference - margin, reference + margin)[0]
-            < alpha
+            DescrStatsW(v).ttost_mean(reference - margin, reference + margin)[0] < alpha
         )
     verdict = _verdict(interval, equivalent, reference)
     return Decision(verdict, mean, interval, int(v.size), reference, margin, alpha)
@@ -230,7 +231,9 @@ def decide_summary(
     inside reference ± margin, the same test as :func:`decide`'s)."""
     _check_settings(margin, alpha)
     if n < 1 or math.isnan(mean) or math.isnan(std) or std < 0:
-        raise ValueError(f"decide_summary needs n >= 1 and a finite mean and std, got {mean}, {std}, {n}")
+        raise ValueError(
+            f"decide_summary needs n >= 1 and a finite mean and std, got {mean}, {std}, {n}"
+        )
     if n == 1:
         return Decision(Verdict.UNDECIDED, mean, None, 1, reference, margin, alpha)
     se = std / math.sqrt(n)

@@ -1,0 +1,75 @@
+"""A swept book's chapters agree with its ledger: each chapter's claims box holds
+exactly the ledger's rows of that chapter (verdict, interval, n, margin).
+
+The book is the smoke book over three seeds: the executed chapters of seed 0
+and the results of seeds 0-2 that the session's smoke runs left in the tests'
+workspace, glued as ``book/build.py`` glues them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.conftest import SMOKE, load_script
+from wslib.runs.claims import CLAIMS, ledger
+
+book_ledger = load_script("book/ledger.py")
+SEEDS = (0, 1, 2)
+
+
+def three_seed_results(workspace: Path, dest: Path) -> Path:
+    """``results/smoke`` of the workspace cut to seeds 0-2 (seed 0: the default run)."""
+    source = workspace / "results" / SMOKE
+    results = dest / "results" / SMOKE
+    results.mkdir(parents=True)
+    for file in source.glob("*.json"):
+        shutil.copy2(file, results / file.name)
+    for seed in SEEDS[1:]:
+        shutil.copytree(source / f"seed-{seed}", results / f"seed-{seed}")
+    return results
+
+
+def table_rows(markdown: str) -> list[str]:
+    """The body rows of the markdown tables in ``markdown``."""
+    lines = [line for line in markdown.splitlines() if line.startswith("| ")]
+    return [line for line in lines if not line.startswith("| claim |")]
+
+
+def without_link(row: str) -> str:
+    """A ledger row with its chapter link written as the box writes it."""
+    return row.replace("{doc}`", "").split(" <chapters/")[0] + row.split(">`", 1)[-1]
+
+
+@pytest.mark.slow
+def test_every_chapter_box_equals_its_ledger_rows(
+    sweep_entries: dict, workspace: Path, tmp_path: Path
+) -> None:
+    results = three_seed_results(workspace, tmp_path)
+    rows = ledger(results, CLAIMS)
+    assert max(r["stats"]["n"] for r in rows if r["stats"]) == len(SEEDS)
+    book = tmp_path / "book"
+    ledger_md = book_ledger.write_ledger(rows, results, book).read_text()
+    ledger_rows = [without_link(r) for r in table_rows(ledger_md)]
+    assert len(ledger_rows) == len(CLAIMS)
+    boxed = []
+    for executed in sorted((workspace / "build" / SMOKE).glob("*.ipynb")):
+        chapter = shutil.copy2(executed, tmp_path / executed.name)
+        book_ledger.append_claims(Path(chapter), rows)
+        last = nbformat.read(chapter, as_version=4).cells[-1]
+        mine = [r for r in ledger_rows if f"| ch. {int(executed.stem[:2])} |" in r]
+        if not mine:
+            assert "Claims tested in this chapter" not in last.source
+            continue
+        assert last.source.startswith("## Claims tested in this chapter")
+        assert table_rows(last.source) == mine, executed.stem
+        boxed += mine
+    assert sorted(boxed) == sorted(ledger_rows)  # every claim is in one box
+
+
+def test_without_link_keeps_the_rest_of_the_row() -> None:
+    row = "| c | {doc}`ch. 3 <chapters/03_llpf_m2m>` | 1 [0, 2] (n = 3) | r | – | ✓ holds |"
+    assert without_link(row) == "| c | ch. 3 | 1 [0, 2] (n = 3) | r | – | ✓ holds |"
