@@ -17,9 +17,10 @@ the same stages (``notebooks/sweep.py``).
 
 ``merge`` copies what each job left in its own checkout (``FOLDER``: its
 ``results/<profile>/seed-*/`` files and ``build/<profile>/seed-*/`` executed
-chapters) into this checkout and summarises every notebook's seeds. The same
-(notebook, seed) from two folders with different results is refused: two jobs
-never share a seed.
+chapters) into this checkout, joins the jobs' wall times per seed
+(``run_times.json``, which the book's course guide reads) and summarises every
+notebook's seeds. The same (notebook, seed) from two folders with different
+results is refused: two jobs never share a seed.
 """
 
 from __future__ import annotations
@@ -80,10 +81,24 @@ def merge(folders: list[Path], profile: str, root: Path) -> list[str]:
     for rel, folder in source.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(folder / rel, root / rel)
+    join_run_times(folders, profile, root)
     notebooks = sorted({rel.stem for rel in source if rel.suffix == ".json"})
     for nb in notebooks:
         write_summary(root / "results" / profile, nb)
     return notebooks
+
+
+def join_run_times(folders: list[Path], profile: str, root: Path) -> None:
+    """Join every job's ``build/<profile>/seed-*/run_times.json`` into ``root``'s,
+    one file per seed (each job timed its own notebooks)."""
+    joined: dict[Path, dict[str, float]] = {}
+    for folder in [root, *folders]:
+        for path in folder.glob(f"build/{profile}/seed-*/run_times.json"):
+            rel = path.relative_to(folder)
+            joined.setdefault(rel, {}).update(json.loads(path.read_text()))
+    for rel, times in joined.items():
+        text = json.dumps(dict(sorted(times.items())), indent=2) + "\n"
+        (root / rel).write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,6 +20,7 @@ def job_folder(root: Path, nb: str, seed: int, value: float) -> Path:
     chapter = root / f"build/cpu/seed-{seed}/{nb}.ipynb"
     chapter.parent.mkdir(parents=True)
     chapter.write_text("{}")
+    (chapter.parent / "run_times.json").write_text(json.dumps({nb: 10.0 + seed}))
     return root
 
 
@@ -46,6 +47,18 @@ def test_jobs_merge_into_one_checkout_with_summaries(tmp_path: Path) -> None:
     summary = json.loads((root / "results/cpu/seeds/nb.json").read_text())
     assert summary["metrics"]["v"]["values"] == {"0": 1.0, "1": 3.0}
     assert (root / "build/cpu/seed-1/nb.ipynb").exists()
+    assert json.loads((root / "build/cpu/seed-1/run_times.json").read_text()) == {
+        "nb": 11.0
+    }
+
+
+def test_the_jobs_wall_times_of_one_seed_are_joined(tmp_path: Path) -> None:
+    one = job_folder(tmp_path / "one", "a", 0, 1.0)
+    two = job_folder(tmp_path / "two", "b", 0, 2.0)
+    root = tmp_path / "root"
+    assert plan.merge([one, two], "cpu", root) == ["a", "b"]
+    times = json.loads((root / "build/cpu/seed-0/run_times.json").read_text())
+    assert times == {"a": 10.0, "b": 10.0}
 
 
 def test_two_jobs_with_different_results_for_one_seed_are_refused(
