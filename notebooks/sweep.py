@@ -140,7 +140,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.auto = args.seeds == ["auto"]
     if args.auto:
         args.seeds = list(STAGES[0])
-    elif not all(re.fullmatch(r"\d+", s) for s in args.seeds):
+    elif not all(re.fullmatch(r"-?\d+", s) for s in args.seeds):
         parser.error(
             f"--seeds takes whole numbers or the one word auto, got {' '.join(args.seeds)}"
         )

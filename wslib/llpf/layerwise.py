@@ -609,6 +609,7 @@ def m2m(
 
     key = _fingerprint(
         "m2m",
+        repr(model),  # the template's structure (activations, layers)
         tensor_digest(start),
         tensor_digest(dest),
         ticks,
@@ -779,6 +780,7 @@ def m2o(
 
     key = _fingerprint(
         "m2o",
+        repr(model),  # the template's structure (activations, layers)
         tensor_digest(start),
         ticks,
         shrink,
