@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import NOTEBOOKS, load_script
+from tests.conftest import NOTEBOOKS, SMOKE, copy_checkout, load_script, run_in
 
 plan = load_script("notebooks/plan.py")
 
@@ -73,3 +73,33 @@ def test_two_jobs_with_different_results_for_one_seed_are_refused(
 def test_a_missing_job_folder_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not a folder of job results"):
         plan.merge([tmp_path / "absent"], "cpu", tmp_path / "root")
+
+
+@pytest.mark.slow
+def test_two_smoke_jobs_run_in_separate_checkouts_merge(tmp_path: Path) -> None:
+    """One chapter with seeds 1 and 2, each in its own checkout as a matrix job
+    runs it, merged into a third folder: both seeds summarised, files unchanged."""
+    nb = "06_pathlifting"  # a short chapter
+    folders = []
+    for seed in (1, 2):
+        folder = copy_checkout(tmp_path / f"job-{seed}")
+        run_in(
+            folder, ["notebooks/run.py", "--profile", SMOKE, "--seed", str(seed), nb]
+        )
+        folders.append(folder)
+    root = tmp_path / "merged"
+    assert plan.merge(folders, SMOKE, root) == [nb]
+    for seed, folder in zip((1, 2), folders):
+        rel = f"results/{SMOKE}/seed-{seed}/{nb}.json"
+        assert (root / rel).read_bytes() == (folder / rel).read_bytes()
+        times = json.loads(
+            (root / f"build/{SMOKE}/seed-{seed}/run_times.json").read_text()
+        )
+        assert set(times) == {nb}
+    summary = json.loads((root / f"results/{SMOKE}/seeds/{nb}.json").read_text())
+    assert set(summary["seeds"]) == {1, 2}
+    with pytest.raises(ValueError, match="two jobs ran the same notebook and seed"):
+        broken = folders[1] / f"results/{SMOKE}/seed-1/{nb}.json"
+        broken.parent.mkdir(parents=True, exist_ok=True)
+        broken.write_text(json.dumps({"params": {"seed": 1}, "metrics": {}}))
+        plan.merge(folders, SMOKE, tmp_path / "again")

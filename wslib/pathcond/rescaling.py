@@ -211,6 +211,13 @@ class _LayerTracer(fx.Tracer):
         )
 
 
+def _path_relu(x: torch.Tensor, inplace: bool = False) -> torch.Tensor:
+    """ReLU in the squared network: the identity. Every value there is >= 0 and
+    every path counts, also through a neuron whose squared pre-activation is 0,
+    where torch's ReLU would have derivative 0 and drop the path's mass."""
+    return x
+
+
 def _squared_network(model: nn.Module) -> fx.GraphModule:
     """A float64 copy of ``model`` traced with torch.fx, coefficients squared, in eval mode."""
     net = copy.deepcopy(model).double().eval()
@@ -228,7 +235,7 @@ def _squared_network(model: nn.Module) -> fx.GraphModule:
                 gm.add_submodule(node.target, _SquaredBN(sub))
             elif isinstance(sub, (nn.AvgPool1d, nn.AvgPool2d)):
                 gm.add_submodule(node.target, _SquaredAvgPool(sub))
-            elif isinstance(sub, _APPROXIMATE):
+            elif isinstance(sub, (*_APPROXIMATE, nn.ReLU)):
                 gm.add_submodule(node.target, nn.Identity())
         elif node.op == "call_method":
             if node.target not in _METHODS:
@@ -237,10 +244,14 @@ def _squared_network(model: nn.Module) -> fx.GraphModule:
                 )
             if node.target == "mean":
                 node.op, node.target = "call_function", _squared_mean
+            elif node.target == "relu":
+                node.op, node.target = "call_function", _path_relu
         elif node.op == "call_function" and node.target not in _FUNCTIONS:
             raise TypeError(
                 f"{type(model).__name__}: function {node.target} has no path-lifting"
             )
+        elif node.op == "call_function" and node.target in (F.relu, torch.relu):
+            node.target = _path_relu
     gm.recompile()
     with torch.no_grad():
         for p in gm.parameters():
