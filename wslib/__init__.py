@@ -26,7 +26,9 @@ The package is layered; a package imports only those listed before it::
                      independent cached pieces, for sweeps over machines),
                      published (the papers' reported numbers and their
                      settings, shown beside the book's where they match),
-                     verdicts (the one rule that turns differences into words)
+                     verdicts (the one rule that turns differences into words),
+                     stages (the seeds make book SEEDS=auto adds where a claim
+                     is undecided)
     wslib.plotting   one style and one colour per method for the whole book
     wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), path
                      (the result type of every path finder), curves (Bezier),

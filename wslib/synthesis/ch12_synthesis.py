@@ -50,6 +50,7 @@ WORDS = {
     "same": "no different in practice",
     "none": "undecided",
 }
+"""The verdict words of :func:`compare` (keys) and how the chapter writes them."""
 ACCURACY_MARGIN = 0.01
 """1 point of test accuracy (accuracies here are fractions)."""
 
