@@ -204,6 +204,11 @@ def test_summary_cell_and_headline_numbers() -> None:
         "is level"
     )
     assert protocols.beats([80.0, 60.0, 90.0], low).startswith("is undecided")
+    # a gap of 1.2 points, Welch's 95% interval about [-2.4, 4.8]: not yet a win
+    # (a 55% interval, [0.33, 2.0], would call it one)
+    assert protocols.beats([81.0, 79.0, 82.0], [79.0, 80.0, 79.5]).startswith(
+        "is undecided"
+    )
     assert (
         protocols.beats([80.0], [70.0]) == "beats (one seed: undecided, spread unknown)"
     )
