@@ -14,6 +14,7 @@ from types import ModuleType
 import nbformat
 import pytest
 from hypothesis import settings
+from hypothesis.configuration import set_hypothesis_home_dir
 
 from wslib.core.files import ENTRY_LOG
 from wslib.core.workspace import ENV as WORKSPACE_ENV
@@ -78,6 +79,7 @@ READER_FOLDERS = ("build", "results", "book/_build", "book/_student", "data")
 WORK = Path(tempfile.mkdtemp(prefix="wslib-tests-"))
 """The tests' copy of the checkout: the smoke book runs and is built there
 (removed when the session ends: a copy and its smoke book take about 150 MB)."""
+set_hypothesis_home_dir(WORK / ".hypothesis")  # its caches, not in the checkout
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
