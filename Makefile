@@ -18,6 +18,8 @@
 #   make test-fast lint, then the tests not marked slow (no notebook, book or browser)
 #   make mutants [LISTS="tests/llpf/planted_bugs.yaml ..."] [JOBS=J]   plant each listed
 #                  bug alone in a scratch copy and check that its tests fail (hours)
+#   make mutation [MODULE="runs/verdicts ..."] [JOBS=J]   mutmut's generated mistakes in
+#                  each module against its package's fast tests: a table in build/mutation
 #   make lint | make format   ruff on the .py files and the chapters' code cells
 #   make clean | make clean-data
 PROFILE ?= cpu
@@ -31,6 +33,7 @@ EDITION ?= full
 PUSH ?=
 SPLIT ?=
 LISTS ?=
+MODULE ?=
 GHP_IMPORT ?= $(VENV)/bin/ghp-import
 EXECUTOR ?= local
 DATA ?= mnist fashion_mnist cifar10 cifar100
@@ -77,7 +80,7 @@ endif
 
 HTML := $(if $(filter student,$(EDITION)),book/_student/_build/html,book/_build/html)
 
-.PHONY: book notebook sweep publish data gpu-check lint format test test-fast mutants clean clean-data
+.PHONY: book notebook sweep publish data gpu-check lint format test test-fast mutants mutation clean clean-data
 
 book: $(STAMP)
 	@start=$$(date +%s) && \
@@ -129,6 +132,9 @@ test-fast: lint
 
 mutants: $(STAMP)
 	$(PY) tests/mutants.py $(LISTS) $(if $(JOBS),--jobs $(JOBS))
+
+mutation: $(STAMP)
+	$(PY) tests/mutation.py $(MODULE) $(if $(JOBS),--jobs $(JOBS))
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)

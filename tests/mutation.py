@@ -1,0 +1,215 @@
+"""Mutation testing of wslib's algorithm and statistics modules with mutmut.
+
+``python tests/mutation.py [MODULE ...] [--jobs J]`` (``make mutation``): every
+module of :data:`MODULES` by default, or those named (``wslib/runs/verdicts.py``
+or ``runs/verdicts``). mutmut generates the mistakes (a flipped comparison, a
+changed constant, a dropped argument, ...) that the hand-written lists of
+``make mutants`` do not think of. Each module is mutated alone in a scratch copy
+of the checkout, against the fast tests of its package (``tests/<package>``, not
+marked slow), and its counts are printed as one row of a table, which is also
+written to ``build/mutation/table.md`` with each surviving mutant's diff beside
+it (``build/mutation/<module>.md``).
+
+A survivor is either killed by a new test or written down as equivalent (it
+changes no behaviour) in ``tests/<package>/equivalent_mutants.yaml``: mutmut's
+name of the mutant, then a one-line reason. An entry that names no surviving
+mutant any more is reported as stale (mutmut numbers a function's mutants
+anew when the function changes). The exit status is 1 unless every module
+reaches :data:`GOAL`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "build" / "mutation"
+GOAL = 0.90
+"""The score each module must reach: killed / mutants that are not equivalent."""
+
+MODULES = [
+    *(f"core/{m}" for m in ("matching", "interpolation", "train", "data", "seeds")),
+    *(f"runs/{m}" for m in ("claims", "verdicts", "sweeps", "stats", "store")),
+    *(f"llpf/{m}" for m in ("layerwise", "autoneb", "curves", "evaluation")),
+    *(f"pathcond/{m}" for m in ("rescaling", "lifting", "enorm", "training")),
+    *(f"fusion/{m}" for m in ("levels", "hfkf", "baselines", "residual")),
+    "synthesis/alignment",
+]
+"""The modules mutated by default, as ``package/module`` under ``wslib``."""
+
+DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
+SURVIVED = {"survived", "no tests", "skipped", "suspicious"}
+LINE = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>.+)$")
+
+
+@dataclass
+class Row:
+    """The counts of one module."""
+
+    module: str
+    status: dict[str, str] = field(default_factory=dict)  # mutant -> mutmut status
+    equivalent: dict[str, str] = field(default_factory=dict)  # survivor -> reason
+    stale: list[str] = field(default_factory=list)
+
+    def count(self, statuses: set[str]) -> int:
+        return sum(s in statuses for s in self.status.values())
+
+    @property
+    def survivors(self) -> list[str]:
+        return [
+            m
+            for m, s in self.status.items()
+            if s in SURVIVED and m not in self.equivalent
+        ]
+
+    @property
+    def score(self) -> float:
+        live = len(self.status) - len(self.equivalent)
+        return self.count(DETECTED) / live if live else 1.0
+
+    def cells(self) -> list[str]:
+        return [
+            f"wslib/{self.module}.py",
+            str(len(self.status)),
+            str(self.count({"killed", "caught by type check"})),
+            str(len(self.survivors)),
+            str(self.count({"timeout", "segfault"})),
+            str(len(self.equivalent)),
+            f"{self.score:.1%}",
+        ]
+
+
+HEADER = ["module", "mutants", "killed", "survived", "timed out", "equivalent"]
+HEADER += ["score"]
+
+
+def module_name(arg: str) -> str:
+    """``package/module`` from ``wslib/package/module.py`` or ``package/module``."""
+    name = arg.removeprefix("wslib/").removesuffix(".py")
+    if not (ROOT / "wslib" / f"{name}.py").is_file():
+        raise SystemExit(f"error: no module wslib/{name}.py; give e.g. runs/verdicts")
+    return name
+
+
+def equivalents(package: str) -> dict[str, str]:
+    """The equivalent mutants written down for ``package``: name -> reason."""
+    path = ROOT / "tests" / package / "equivalent_mutants.yaml"
+    return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
+
+
+def scratch_copy(dest: Path, module: str) -> None:
+    """The checkout's files (as git lists them) and ``.git`` in ``dest``, with a
+    mutmut section that mutates ``module`` against its package's fast tests."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    shutil.copytree(ROOT / ".git", dest / ".git")
+    tops = sorted({p.parts[0] for p in dest.iterdir()} - {"wslib", "tests"})
+    package = module.split("/")[0]
+    section = {
+        "source_paths": ["wslib"],
+        "only_mutate": [f"wslib/{module}.py"],
+        "also_copy": tops,  # the tests read the chapters, the Makefile, ...
+        "pytest_add_cli_args_test_selection": [f"tests/{package}", "-m", "not slow"],
+        "pytest_add_cli_args": ["-p", "no:cacheprovider"],
+    }
+    toml = "\n[tool.mutmut]\n" + "".join(
+        f"{key} = {toml_list(value)}\n" for key, value in section.items()
+    )
+    with open(dest / "pyproject.toml", "a") as f:
+        f.write(toml)
+
+
+def toml_list(values: list[str]) -> str:
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
+
+
+def mutmut(copy: Path, *args: str) -> str:
+    """Run mutmut in ``copy``; its standard output."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "mutmut"), *args],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"error: mutmut {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def mutate(module: str, jobs: int) -> tuple[Row, str]:
+    """Run mutmut over ``module``: its row and the diffs of its survivors."""
+    package = module.split("/")[0]
+    with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
+        copy = Path(tmp)
+        scratch_copy(copy, module)
+        mutmut(copy, "run", "--max-children", str(jobs))
+        listed = mutmut(copy, "results", "--all", "true")
+        status = {m["name"]: m["status"] for m in map(LINE.match, listed.splitlines()) if m}
+        written = equivalents(package)
+        prefix = "wslib." + module.replace("/", ".") + "."
+        mine = {k: v for k, v in written.items() if k.startswith(prefix)}
+        row = Row(module, status)
+        row.equivalent = {k: v for k, v in mine.items() if status.get(k) in SURVIVED}
+        row.stale = sorted(set(mine) - set(row.equivalent))
+        diffs = "\n".join(
+            f"## {name} ({status[name]})\n\n```diff\n{mutmut(copy, 'show', name)}```\n"
+            for name in row.survivors
+        )
+    return row, diffs
+
+
+def table(rows: list[Row]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(r.cells()) + " |" for r in rows]
+    live = sum(len(r.status) - len(r.equivalent) for r in rows)
+    detected = sum(r.count(DETECTED) for r in rows)
+    score = detected / live if live else 1.0
+    lines.append(f"\nOverall: {detected} of {live} non-equivalent mutants detected ({score:.1%}).")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help="default: every module of MODULES")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    modules = [module_name(m) for m in args.modules] or MODULES
+    OUT.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for module in modules:
+        row, diffs = mutate(module, args.jobs)
+        rows.append(row)
+        name = module.replace("/", ".")
+        (OUT / f"{name}.md").write_text(f"# Survivors of wslib/{module}.py\n\n{diffs}")
+        print("| " + " | ".join(row.cells()) + " |", flush=True)
+        for entry in row.stale:
+            print(f"  stale entry in tests/{module.split('/')[0]}/equivalent_mutants.yaml: {entry}")
+    text = table(rows)
+    (OUT / "table.md").write_text(text)
+    print(text, end="")
+    return 0 if all(r.score >= GOAL for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
