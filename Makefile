@@ -14,7 +14,8 @@
 #   make data [DATA="mnist fashion_mnist cifar10 cifar100"]   download image data sets (gpu profile)
 #   make gpu-check  on a CUDA machine (<= 5 min): smoke notebooks on the GPU, step timings,
 #                   the gpu book's estimated time per chapter
-#   make test      lint (ruff format --check, ruff check, lint-imports, mypy), then pytest
+#   make test [TEST_WORKERS=N]   lint (ruff format --check, ruff check, lint-imports, mypy),
+#                  then pytest on N workers (default: one per core)
 #   make test-fast lint, then the tests not marked slow (no notebook, book or browser)
 #   make mutants [LISTS="tests/llpf/planted_bugs.yaml ..."] [JOBS=J]   plant each listed
 #                  bug alone in a scratch copy and check that its tests fail (hours)
@@ -34,6 +35,8 @@ PUSH ?=
 SPLIT ?=
 LISTS ?=
 MODULE ?=
+TEST_WORKERS ?= $(shell nproc)
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
 GHP_IMPORT ?= $(VENV)/bin/ghp-import
 EXECUTOR ?= local
 DATA ?= mnist fashion_mnist cifar10 cifar100
@@ -124,11 +127,13 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(PY) notebooks/lint.py --fix
 
+# one pytest-xdist worker per core; tests that share an expensive fixture stay on
+# one worker (--dist loadgroup, the groups of tests/conftest.py)
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest $(XDIST)
 
 test-fast: lint
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest $(XDIST) -m "not slow"
 
 mutants: $(STAMP)
 	$(PY) tests/mutants.py $(LISTS) $(if $(JOBS),--jobs $(JOBS))

@@ -13,6 +13,7 @@ from types import ModuleType
 
 import nbformat
 import pytest
+import torch
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
@@ -84,6 +85,30 @@ set_hypothesis_home_dir(WORK / ".hypothesis")  # its caches, not in the checkout
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     shutil.rmtree(WORK, ignore_errors=True)
+
+
+SMOKE_FIXTURES = {"smoke_book", "smoke_other_seed", "sweep_entries", "student_book"}
+"""The session fixtures that run and build the smoke book."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker (``make test`` runs one per core) computes on one
+    thread: the workers share the cores, as the notebooks' kernels do."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that share an expensive fixture go to one pytest-xdist worker
+    (``--dist loadgroup``), which builds it once: all the smoke book's tests
+    together, and the tests of a file that has a module-scoped fixture."""
+    for item in items:
+        fixtures = getattr(item, "_fixtureinfo", None)
+        defs = fixtures.name2fixturedefs.values() if fixtures else []
+        if SMOKE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("smoke-book"))
+        elif any(d.scope == "module" for group in defs for d in group):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
 
 
 def snapshot(root: Path, folders: tuple[str, ...] = READER_FOLDERS) -> dict[str, tuple]:

@@ -4,9 +4,9 @@
 module of :data:`MODULES` by default, or those named (``wslib/runs/verdicts.py``
 or ``runs/verdicts``). mutmut generates the mistakes (a flipped comparison, a
 changed constant, a dropped argument, ...) that the hand-written lists of
-``make mutants`` do not think of. Each module is mutated alone in a scratch copy
-of the checkout, against the fast tests of its package (``tests/<package>``, not
-marked slow), and its counts are printed as one row of a table, which is also
+``make mutants`` do not think of. The modules of one package are mutated together in
+a scratch copy of the checkout, against the fast tests of that package
+(``tests/<package>``, not marked slow), and each module's counts are printed as one row of a table, which is also
 written to ``build/mutation/table.md`` with each surviving mutant's diff beside
 it (``build/mutation/<module>.md``).
 
@@ -107,9 +107,9 @@ def equivalents(package: str) -> dict[str, str]:
     return (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
 
 
-def scratch_copy(dest: Path, module: str) -> None:
+def scratch_copy(dest: Path, package: str, modules: list[str]) -> None:
     """The checkout's files (as git lists them) and ``.git`` in ``dest``, with a
-    mutmut section that mutates ``module`` against its package's fast tests."""
+    mutmut section that mutates ``modules`` against ``package``'s fast tests."""
     listed = subprocess.run(
         ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
         cwd=ROOT,
@@ -121,11 +121,10 @@ def scratch_copy(dest: Path, module: str) -> None:
             (dest / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, dest / name)
     shutil.copytree(ROOT / ".git", dest / ".git")
-    tops = sorted({p.parts[0] for p in dest.iterdir()} - {"wslib", "tests"})
-    package = module.split("/")[0]
+    tops = sorted({p.name for p in dest.iterdir()} - {"wslib", "tests"})
     section = {
         "source_paths": ["wslib"],
-        "only_mutate": [f"wslib/{module}.py"],
+        "only_mutate": [f"wslib/{m}.py" for m in modules],
         "also_copy": tops,  # the tests read the chapters, the Makefile, ...
         "pytest_add_cli_args_test_selection": [f"tests/{package}", "-m", "not slow"],
         "pytest_add_cli_args": ["-p", "no:cacheprovider"],
@@ -153,30 +152,39 @@ def mutmut(copy: Path, *args: str) -> str:
         check=False,
     )
     if done.returncode != 0:
-        raise SystemExit(f"error: mutmut {' '.join(args)} failed:\n{done.stderr[-2000:]}")
+        raise SystemExit(
+            f"error: mutmut {' '.join(args)} failed:\n{done.stderr[-2000:]}"
+        )
     return done.stdout
 
 
-def mutate(module: str, jobs: int) -> tuple[Row, str]:
-    """Run mutmut over ``module``: its row and the diffs of its survivors."""
-    package = module.split("/")[0]
+def mutate(package: str, modules: list[str], jobs: int) -> list[tuple[Row, str]]:
+    """Run mutmut over ``modules`` of ``package`` in one scratch copy (the tests'
+    coverage is collected once): each module's row and its survivors' diffs."""
+    written = equivalents(package)
     with tempfile.TemporaryDirectory(prefix="mutation-") as tmp:
         copy = Path(tmp)
-        scratch_copy(copy, module)
+        scratch_copy(copy, package, modules)
         mutmut(copy, "run", "--max-children", str(jobs))
         listed = mutmut(copy, "results", "--all", "true")
-        status = {m["name"]: m["status"] for m in map(LINE.match, listed.splitlines()) if m}
-        written = equivalents(package)
-        prefix = "wslib." + module.replace("/", ".") + "."
-        mine = {k: v for k, v in written.items() if k.startswith(prefix)}
-        row = Row(module, status)
-        row.equivalent = {k: v for k, v in mine.items() if status.get(k) in SURVIVED}
-        row.stale = sorted(set(mine) - set(row.equivalent))
-        diffs = "\n".join(
-            f"## {name} ({status[name]})\n\n```diff\n{mutmut(copy, 'show', name)}```\n"
-            for name in row.survivors
-        )
-    return row, diffs
+        found = {
+            m["name"]: m["status"] for m in map(LINE.match, listed.splitlines()) if m
+        }
+        rows = []
+        for module in modules:
+            prefix = "wslib." + module.replace("/", ".") + "."
+            row = Row(module, {k: v for k, v in found.items() if k.startswith(prefix)})
+            mine = {k: v for k, v in written.items() if k.startswith(prefix)}
+            row.equivalent = {
+                k: v for k, v in mine.items() if row.status.get(k) in SURVIVED
+            }
+            row.stale = sorted(set(mine) - set(row.equivalent))
+            diffs = "\n".join(
+                f"## {name} ({row.status[name]})\n\n```diff\n{mutmut(copy, 'show', name)}```\n"
+                for name in row.survivors
+            )
+            rows.append((row, diffs))
+    return rows
 
 
 def table(rows: list[Row]) -> str:
@@ -185,7 +193,9 @@ def table(rows: list[Row]) -> str:
     live = sum(len(r.status) - len(r.equivalent) for r in rows)
     detected = sum(r.count(DETECTED) for r in rows)
     score = detected / live if live else 1.0
-    lines.append(f"\nOverall: {detected} of {live} non-equivalent mutants detected ({score:.1%}).")
+    lines.append(
+        f"\nOverall: {detected} of {live} non-equivalent mutants detected ({score:.1%})."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -197,14 +207,19 @@ def main(argv: list[str] | None = None) -> int:
     modules = [module_name(m) for m in args.modules] or MODULES
     OUT.mkdir(parents=True, exist_ok=True)
     rows = []
-    for module in modules:
-        row, diffs = mutate(module, args.jobs)
-        rows.append(row)
-        name = module.replace("/", ".")
-        (OUT / f"{name}.md").write_text(f"# Survivors of wslib/{module}.py\n\n{diffs}")
-        print("| " + " | ".join(row.cells()) + " |", flush=True)
-        for entry in row.stale:
-            print(f"  stale entry in tests/{module.split('/')[0]}/equivalent_mutants.yaml: {entry}")
+    for package in dict.fromkeys(m.split("/")[0] for m in modules):
+        mine = [m for m in modules if m.split("/")[0] == package]
+        for row, diffs in mutate(package, mine, args.jobs):
+            rows.append(row)
+            name = row.module.replace("/", ".")
+            (OUT / f"{name}.md").write_text(
+                f"# Survivors of wslib/{row.module}.py\n\n{diffs}"
+            )
+            print("| " + " | ".join(row.cells()) + " |", flush=True)
+            for entry in row.stale:
+                print(
+                    f"  stale entry in tests/{package}/equivalent_mutants.yaml: {entry}"
+                )
     text = table(rows)
     (OUT / "table.md").write_text(text)
     print(text, end="")

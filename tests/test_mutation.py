@@ -1,0 +1,71 @@
+"""The mutation-testing driver (``make mutation``) and its lists of equivalent mutants.
+
+mutmut itself is not run here (a package takes many minutes); its output is.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.mutation import (
+    LINE,
+    MODULES,
+    ROOT,
+    Row,
+    equivalents,
+    module_name,
+    table,
+)
+
+PACKAGES = sorted({m.split("/")[0] for m in MODULES})
+NAME = re.compile(r"^wslib\.(?P<module>\w+\.\w+)\.x\S*__mutmut_\d+$")
+
+
+def test_every_listed_module_exists() -> None:
+    for module in MODULES:
+        assert (ROOT / "wslib" / f"{module}.py").is_file(), module
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_each_equivalent_names_a_listed_module_and_a_reason(package: str) -> None:
+    for name, reason in equivalents(package).items():
+        match = NAME.match(name)
+        assert match, f"not a mutmut name: {name}"
+        assert match["module"].replace(".", "/") in MODULES, name
+        assert match["module"].startswith(package + "."), name
+        assert isinstance(reason, str) and len(reason.split()) >= 4, name
+
+
+def test_module_names_are_read_either_way() -> None:
+    assert module_name("wslib/runs/verdicts.py") == "runs/verdicts"
+    assert module_name("runs/verdicts") == "runs/verdicts"
+    with pytest.raises(SystemExit, match="no module wslib/runs/nothing.py"):
+        module_name("runs/nothing")
+
+
+def test_results_lines_are_parsed() -> None:
+    out = (
+        "    wslib.runs.verdicts.x_decide__mutmut_1: killed\n"
+        "    wslib.runs.verdicts.xǁDecisionǁword__mutmut_4: survived\n"
+        "    wslib.runs.verdicts.x_decide__mutmut_9: no tests\n"
+    )
+    found = {m["name"]: m["status"] for m in map(LINE.match, out.splitlines()) if m}
+    assert found == {
+        "wslib.runs.verdicts.x_decide__mutmut_1": "killed",
+        "wslib.runs.verdicts.xǁDecisionǁword__mutmut_4": "survived",
+        "wslib.runs.verdicts.x_decide__mutmut_9": "no tests",
+    }
+
+
+def test_the_score_leaves_out_equivalents_and_counts_the_untested() -> None:
+    status = {f"m{i}": "killed" for i in range(7)}
+    status |= {"s1": "survived", "s2": "survived", "t": "timeout", "n": "no tests"}
+    row = Row("runs/verdicts", status, equivalent={"s2": "same floats"})
+    assert row.survivors == ["s1", "n"]
+    assert row.score == pytest.approx(8 / 10)
+    assert row.cells() == ["wslib/runs/verdicts.py", "11", "7", "2", "1", "1", "80.0%"]
+    text = table([row, Row("core/seeds", {"a": "killed"})])
+    assert "9 of 11 non-equivalent mutants detected (81.8%)" in text
+    assert text.count("\n| wslib/") == 2
