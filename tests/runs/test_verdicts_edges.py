@@ -88,6 +88,7 @@ def test_interval_text_keeps_lower_case_exponents() -> None:
         (lambda: decide([], margin=0.1), "^decide needs"),
         (lambda: decide_paired([], [1.0]), "^decide_paired needs"),
         (lambda: decide_paired([1.0], []), "^decide_paired needs"),
+        (lambda: decide_paired([1.0], [1.0, 2.0]), "^decide_paired needs two equally"),
         (lambda: decide_independent([], [1.0]), "^decide_independent needs"),
         (lambda: decide_independent([1.0], [math.inf]), "^decide_independent needs"),
         (lambda: decide_independent([1.0, 2.0], [1.0, 3.0], margin=-1.0), "margin"),
