@@ -98,6 +98,7 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that share an expensive fixture go to one pytest-xdist worker
     (``--dist loadgroup``), which builds it once: all the smoke book's tests

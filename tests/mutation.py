@@ -21,6 +21,7 @@ reaches :data:`GOAL`.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -128,16 +129,16 @@ def scratch_copy(dest: Path, package: str, modules: list[str]) -> None:
         "also_copy": tops,  # the tests read the chapters, the Makefile, ...
         "pytest_add_cli_args_test_selection": [f"tests/{package}", "-m", "not slow"],
         "pytest_add_cli_args": ["-p", "no:cacheprovider"],
+        # a mutant whose tests take 5 times their usual time has hung (timed
+        # out: detected); at mutmut's default of 15, each such mutant of the
+        # store's multi-process tests costs a minute
+        "timeout_multiplier": 5.0,
     }
     toml = "\n[tool.mutmut]\n" + "".join(
-        f"{key} = {toml_list(value)}\n" for key, value in section.items()
+        f"{key} = {json.dumps(value)}\n" for key, value in section.items()
     )
     with open(dest / "pyproject.toml", "a") as f:
         f.write(toml)
-
-
-def toml_list(values: list[str]) -> str:
-    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
 
 
 def mutmut(copy: Path, *args: str) -> str:
