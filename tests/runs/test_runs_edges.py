@@ -38,7 +38,7 @@ from wslib.runs.sweeps import (
     write_summary,
 )
 
-SLOW, FAST = [0.2, 0.6, 0.7], [0.6, 0.65, 0.7]  # reach 0.5 at epochs 2 and 1
+SLOW, FAST = [0.2, 0.6, 0.7], [0.6, 0.65, 0.66]  # reach 0.5 at epochs 2 and 1
 
 
 def test_a_lower_threshold_reaches_every_function() -> None:
@@ -49,6 +49,9 @@ def test_a_lower_threshold_reaches_every_function() -> None:
     search: RateSearch[str] = RateSearch(threshold=0.5)
     search.add({"k": [0.1, 0.2]}, lambda items: [{"acc": SLOW}, {"acc": FAST}])
     assert search.best["k"] == 0.2 and search.hit("k") == 1 and search.reached("k")
+    default: RateSearch[str] = RateSearch()  # 0.99: the higher final accuracy wins
+    default.add({"k": [0.1, 0.2]}, lambda items: [{"acc": SLOW}, {"acc": FAST}])
+    assert default.best["k"] == 0.1 and not default.reached("k")
 
 
 def test_no_run_reaching_the_threshold_has_no_spread() -> None:
@@ -108,6 +111,14 @@ def test_a_results_file_of_the_wrong_type_names_it_and_the_fix(tmp_path: Path) -
     assert str(error.value).endswith("(make notebook NB=... SEED=...)")
 
 
+def test_an_unreadable_results_file_names_it_and_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "nb.json").write_text("{not json")
+    with pytest.raises(ValueError) as error:
+        seed_results(tmp_path, "nb")
+    assert "; delete it and run the chapter again" in str(error.value)
+    assert str(error.value).endswith("(make notebook NB=... SEED=...)")
+
+
 def claim(**kw: object) -> Claim:
     fields = {"id": "c", "paper": "p", "text": "t", "chapter": "nb", "metric": "m"}
     return Claim(**(fields | {"op": ">", "bound": 0.0} | kw))  # type: ignore[arg-type]
@@ -122,7 +133,7 @@ def test_satisfied_is_strict_on_each_side() -> None:
 
 
 def test_claim_stats_without_values_or_partner_metrics() -> None:
-    metrics = {"m": {"values": {"10": 3.0, "2": 1.0}}, "d": {}}
+    metrics = {"m": {"values": {"10": 1.0, "2": 3.0}}, "d": {}}  # seed order, not value
     assert list(claim_stats(claim(), metrics)["values"]) == ["2", "10"]
     assert claim_stats(claim(minus="absent"), metrics) is None
     assert claim_stats(claim(minus="d"), metrics) is None
