@@ -142,7 +142,7 @@ mutants: $(STAMP)
 	$(PY) tests/mutants.py $(LISTS) $(if $(JOBS),--jobs $(JOBS))
 
 mutation: $(STAMP)
-	$(PY) tests/mutation.py $(MODULE) $(if $(JOBS),--jobs $(JOBS))
+	$(PY) -m tests.mutation $(MODULE) $(if $(JOBS),--jobs $(JOBS))
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)

@@ -17,6 +17,7 @@ import torch
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from tests.checkout import copy_checkout
 from wslib.core.files import ENTRY_LOG
 from wslib.core.workspace import ENV as WORKSPACE_ENV
 
@@ -127,25 +128,6 @@ def snapshot(root: Path, folders: tuple[str, ...] = READER_FOLDERS) -> dict[str,
 
 
 READER_SNAPSHOT = snapshot(ROOT)  # taken when the tests start
-
-
-def copy_checkout(dest: Path) -> Path:
-    """The checkout's files as git sees them (tracked, and untracked but not
-    ignored: what a fresh clone plus the working tree's edits holds) and its
-    ``.git``, so results record the commit."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    if (ROOT / ".git").is_dir():
-        shutil.copytree(ROOT / ".git", dest / ".git")
-    return dest
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Mutation testing of wslib's algorithm and statistics modules with mutmut.
 
-``python tests/mutation.py [MODULE ...] [--jobs J]`` (``make mutation``): every
+``python -m tests.mutation [MODULE ...] [--jobs J]`` (``make mutation``): every
 module of :data:`MODULES` by default, or those named (``wslib/runs/verdicts.py``
 or ``runs/verdicts``). mutmut generates the mistakes (a flipped comparison, a
 changed constant, a dropped argument, ...) that the hand-written lists of
@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,7 +32,8 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.checkout import ROOT, copy_checkout
+
 OUT = ROOT / "build" / "mutation"
 GOAL = 0.90
 """The score each module must reach: killed / mutants that are not equivalent."""
@@ -111,17 +111,7 @@ def equivalents(package: str) -> dict[str, str]:
 def scratch_copy(dest: Path, package: str, modules: list[str]) -> None:
     """The checkout's files (as git lists them) and ``.git`` in ``dest``, with a
     mutmut section that mutates ``modules`` against ``package``'s fast tests."""
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        if (ROOT / name).is_file():
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, dest / name)
-    shutil.copytree(ROOT / ".git", dest / ".git")
+    copy_checkout(dest)
     tops = sorted({p.name for p in dest.iterdir()} - {"wslib", "tests"})
     section = {
         "source_paths": ["wslib"],
