@@ -339,7 +339,7 @@ def run_info_markdown(
     versions = ", ".join(
         f"{name} {value}"
         for name, value in env.items()
-        if name not in {"device", "threads", "hardware"}
+        if name not in {"device", "devices_used", "threads", "hardware"}
     )
     rerun = f"make notebook NB={nb} PROFILE={results['profile']}"
     rerun += "" if seed is None else f" SEED={seed}"

@@ -1,65 +1,83 @@
-"""Invariance and self-fusion checks run with TF32 off; training keeps the default."""
+"""Invariance and self-fusion checks compare outputs in float64, on any device.
+
+A device's kernels (TF32, FFT or Winograd convolutions) change float32
+outputs by far more than the weights' rounding; in float64 a check sees the
+weights alone. Training keeps its own precision.
+"""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from torch import nn
 
 from wslib.core.connectivity import max_output_diff
-from wslib.core.train import full_precision
+from wslib.core.train import float64_outputs
 from wslib.fusion import ch10_regimes
 
 
-class FlagSpy(nn.Module):
-    """A linear model that records the two TF32 flags at each forward pass (of any copy)."""
-
-    calls: list[tuple[bool, bool]] = []
+class DtypeSpy(nn.Module):
+    """A linear model (with BatchNorm) that records the dtypes of each forward pass."""
 
     def __init__(self) -> None:
         super().__init__()
         self.lin = nn.Linear(3, 2)
+        self.bn = nn.BatchNorm1d(2)
+        self.seen: list[tuple[torch.dtype, torch.dtype]] = []
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-        FlagSpy.calls.append(flags)
-        return self.lin(x)
+        self.seen.append((x.dtype, self.lin.weight.dtype))
+        return self.bn(self.lin(x))
 
 
-@pytest.fixture()
-def tf32_on():
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+def test_float64_outputs_run_a_float64_copy_and_leave_the_model_alone() -> None:
+    torch.manual_seed(0)
+    model = DtypeSpy()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(2500, 3)
+    out = float64_outputs(model, x, train_mode=True, batch_size=1000)
+    assert out.dtype == torch.float64 and out.shape == (2500, 2)
+    assert model.training and model.lin.weight.dtype == torch.float32
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k])  # BatchNorm's running statistics too
+    # train mode: one batch (BatchNorm's statistics are all of x's)
+    torch.testing.assert_close(out.mean(0), torch.zeros(2, dtype=torch.float64))
+    evaluated = float64_outputs(model, x, batch_size=1000)  # eval mode: in batches
+    wide = model.double().eval()
+    with torch.no_grad():
+        torch.testing.assert_close(evaluated, wide(x.double()), rtol=0, atol=0)
 
 
-def test_full_precision_turns_tf32_off_and_restores_it(tf32_on) -> None:
-    with full_precision():
-        assert not torch.backends.cuda.matmul.allow_tf32
-        assert not torch.backends.cudnn.allow_tf32
-    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
-
-
-def test_output_difference_is_measured_without_tf32(tf32_on) -> None:
-    """Every forward pass of max_output_diff (the symmetry checks') sees TF32 off."""
-    spy = FlagSpy()
+def test_the_output_difference_is_measured_in_float64() -> None:
+    spy = DtypeSpy()
     assert max_output_diff(spy, spy.state_dict(), torch.randn(4, 3), False) == 0
-    assert FlagSpy.calls and all(flags == (False, False) for flags in FlagSpy.calls)
+    assert spy.seen == []  # copies ran, not the model itself
+    torch.manual_seed(0)
+    model = nn.Linear(50, 50)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    state["weight"][0, 0] = torch.nextafter(state["weight"][0, 0], torch.tensor(2.0))
+    x = torch.ones(1, 50)
+    step = float(state["weight"][0, 0].double() - model.weight.detach()[0, 0].double())
+    # one float32 ulp of one weight, seen exactly: float64 adds no rounding of its own
+    assert max_output_diff(model, state, x, False) == abs(step)
 
 
-def test_self_fusion_runs_without_tf32(tf32_on, monkeypatch) -> None:
-    seen = []
+def test_self_fusion_compares_float64_outputs(monkeypatch) -> None:
+    seen: list[torch.dtype] = []
+    spy = DtypeSpy().eval()
 
     def fake_fuse(method, pair, x, y, ridge):  # noqa: ANN001
-        seen.append(
-            (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-        )
         return pair[1]
 
+    real = ch10_regimes.float64_outputs
+
+    def recording(model, x, **kwargs):  # noqa: ANN001
+        out = real(model, x, **kwargs)
+        seen.append(out.dtype)
+        return out
+
     monkeypatch.setattr(ch10_regimes, "fuse_by", fake_fuse)
-    model = nn.Sequential(nn.Linear(3, 2))
+    monkeypatch.setattr(ch10_regimes, "float64_outputs", recording)
     out = ch10_regimes.self_fusion(
-        model, torch.randn(4, 3), None, torch.randn(5, 3), methods=["x"]
+        spy, torch.randn(4, 3), None, torch.randn(5, 3), methods=["x"]
     )
-    assert out == {"x": 0.0} and seen == [(False, False)]
+    assert out == {"x": 0.0} and seen == [torch.float64, torch.float64]

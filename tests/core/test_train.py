@@ -5,6 +5,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from tests.kit import SIGNAL, cnn2d, mlp
 from wslib.core.models import build_model
@@ -294,3 +295,16 @@ def test_other_optimizers_keep_their_own_step() -> None:
     assert optimizer_step(nesterov, torch.device("cpu"))[1] == nesterov.step
     sgd = make_optimizer(model, Recipe())
     assert optimizer_step(sgd, torch.device("meta"))[1] == sgd.step
+
+
+def test_fit_records_the_device_it_ran_on(monkeypatch) -> None:
+    """``devices_used`` lists where fits really ran (a results file stores it)."""
+    from wslib.core import train as train_module
+    from wslib.runs.results import environment
+
+    monkeypatch.setattr(train_module, "_DEVICES_USED", set())
+    assert train_module.devices_used() == [] == environment()["devices_used"]
+    model = nn.Linear(3, 2)
+    x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
+    train_module.fit(model, x, y, Recipe(epochs=1, batch_size=4), progress=False)
+    assert train_module.devices_used() == ["cpu"] == environment()["devices_used"]

@@ -37,7 +37,8 @@ def git(repo: Path, *args: str) -> str:
 
 def test_environment_names_versions_hardware_and_commit() -> None:
     env = environment()
-    expected = {"python", "torch", *PACKAGES, "commit", "device", "threads"}
+    expected = {"python", "torch", *PACKAGES, "commit", "device", "devices_used"}
+    expected |= {"threads"}
     assert set(env) == expected | {"hardware"}
     assert {"numpy", "scikit-learn", "POT", "captum", "papermill"} <= set(env)
     assert all(isinstance(env[name], str) and env[name] for name in PACKAGES)

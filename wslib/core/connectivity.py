@@ -34,7 +34,7 @@ from wslib.core.neurons import (
     random_scales,
     rescale_state,
 )
-from wslib.core.train import evaluate, full_precision, model_device
+from wslib.core.train import evaluate, float64_outputs
 
 # The two symmetries :func:`symmetry_check` applies.
 SymmetryName = Literal["permutation", "rescaling"]
@@ -108,18 +108,15 @@ def max_output_diff(
 ) -> float:
     """Largest absolute output difference on ``x`` between ``model`` and ``model`` loaded with ``state``.
 
-    In training mode BatchNorm uses the batch statistics. Both networks are
-    copies: a forward pass in training mode updates BatchNorm's running
-    statistics, and neither ``model`` nor ``state`` may change. TF32 is off
-    (:func:`~wslib.core.train.full_precision`): the difference is float32's.
+    In training mode BatchNorm uses the batch statistics. The outputs are
+    computed in float64 (:func:`~wslib.core.train.float64_outputs`): the
+    difference is the rounding of the weights, on any device. Neither
+    ``model`` nor ``state`` changes.
     """
-    original, other = copy.deepcopy(model), copy.deepcopy(model)
+    other = copy.deepcopy(model)
     other.load_state_dict(state)
-    original.train(train_mode)
-    other.train(train_mode)
-    x = x.to(model_device(original))
-    with torch.no_grad(), full_precision():
-        return (original(x) - other(x)).abs().max().item()
+    a = float64_outputs(model, x, train_mode=train_mode)
+    return (a - float64_outputs(other, x, train_mode=train_mode)).abs().max().item()
 
 
 def symmetry_check(

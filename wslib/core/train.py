@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import random
 import warnings
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, Protocol, get_args
 
@@ -41,24 +41,6 @@ def seed_everything(seed: int) -> None:
     torch.cuda.manual_seed_all(seed)
     torch.backends.cudnn.deterministic = False
     torch.backends.cudnn.benchmark = True
-
-
-@contextmanager
-def full_precision() -> Iterator[None]:
-    """TF32 off inside (cuDNN convolutions and CUDA matrix products in true float32).
-
-    cuDNN convolutions use TF32 by default, which changes a conv net's outputs
-    by about 1e-3 relative: a rescaled network would then differ from the
-    original by far more than float32 rounding, for reasons of the hardware.
-    The invariance and self-fusion checks run inside this context; training
-    keeps the default. No effect on a CPU.
-    """
-    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def check_precision(precision: str) -> None:
@@ -230,6 +212,24 @@ def augment_images(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return padded[batch, chans, rows, cols]
 
 
+_DEVICES_USED: set[str] = set()
+
+
+def note_device(device: torch.device) -> None:
+    """Record that a training run or a path's refinement of this process ran on ``device``."""
+    _DEVICES_USED.add(device.type)
+
+
+def devices_used() -> list[str]:
+    """The device types every :func:`fit` and path refinement of this process ran on.
+
+    Stored with each results file (``env["devices_used"]``), so that a check
+    reads where the work really ran, not only which devices were there: a
+    silent fallback to the CPU on a CUDA machine shows as ``["cpu"]``.
+    """
+    return sorted(_DEVICES_USED)
+
+
 def fit(
     model: nn.Module,
     x: torch.Tensor,
@@ -266,6 +266,7 @@ def fit(
     """
     check_give_up(stop_at, give_up_after)
     dev = pick_device(device)
+    note_device(dev)
     images = dev.type == "cuda" and x.dim() == 4  # channels_last suits cuDNN convs
     layout = torch.channels_last if images else torch.contiguous_format
     model.to(dev, memory_format=layout)  # type: ignore[call-overload]  # torch's stubs lack this overload
@@ -387,6 +388,32 @@ def predict(
     dev = model_device(model)
     model.eval()
     return torch.cat([model(xb).cpu() for xb in device_slices(x, batch_size, dev)])
+
+
+@torch.no_grad()
+def float64_outputs(
+    model: nn.Module,
+    x: torch.Tensor,
+    *,
+    train_mode: bool = False,
+    batch_size: int = 1024,
+) -> torch.Tensor:
+    """``model``'s outputs on ``x`` computed in float64, on a copy on the model's device.
+
+    The invariance and self-fusion checks compare two networks' outputs. In
+    float64 the comparison sees the rounding of the weights alone, not the
+    kernels a device picks (TF32, FFT or Winograd convolutions under
+    ``cudnn.benchmark``), so a check gives the same answer on every device.
+    The copy leaves ``model`` and its BatchNorm statistics as they are; in
+    ``train_mode`` BatchNorm normalises with the statistics of all of ``x``
+    (one batch), in eval mode ``x`` runs in batches of ``batch_size``.
+    """
+    net = copy.deepcopy(model).double().train(train_mode)
+    wide = x.to(torch.float64)
+    batches = (
+        [wide] if train_mode else device_slices(wide, batch_size, model_device(net))
+    )
+    return torch.cat([net(xb.to(model_device(net))).cpu() for xb in batches])
 
 
 @torch.no_grad()

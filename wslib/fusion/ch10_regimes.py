@@ -28,8 +28,7 @@ from wslib.core.data import Dataset, balanced_subset
 from wslib.core.seeds import derive_seed
 from wslib.core.train import (
     evaluate,
-    full_precision,
-    predict,
+    float64_outputs,
 )
 from wslib.fusion.baselines import HF_KF, USES_IMPORTANCE, MethodName, fuse_by
 from wslib.fusion.hfkf import (
@@ -617,15 +616,16 @@ def self_fusion(
 ) -> dict[str, float]:
     """Largest output difference on ``x_test`` between ``model`` and its fusion with a copy of itself.
 
-    With TF32 off (:func:`~wslib.core.train.full_precision`), so that a GPU's
-    difference is float32's, as on a CPU.
+    Outputs in float64 (:func:`~wslib.core.train.float64_outputs`), so that
+    the difference is the fused weights' own, on any device.
     """
     pair = [model, copy.deepcopy(model)]
-    with full_precision():
-        ref = predict(model, x_test)
-        return {
-            m: float(
-                (predict(fuse_by(m, pair, x, y, ridge=ridge), x_test) - ref).abs().max()
-            )
-            for m in methods
-        }
+    ref = float64_outputs(model, x_test)
+    return {
+        m: float(
+            (float64_outputs(fuse_by(m, pair, x, y, ridge=ridge), x_test) - ref)
+            .abs()
+            .max()
+        )
+        for m in methods
+    }

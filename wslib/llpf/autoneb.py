@@ -51,6 +51,7 @@ from wslib.core.train import (
     PrecisionName,
     check_precision,
     model_device,
+    note_device,
     precision_autocast,
 )
 from wslib.llpf.curves import checkpoint_key, missing_fields
@@ -149,6 +150,7 @@ def autoneb(
     persist = persist or Persist()
     probe = copy.deepcopy(model).train()
     dev = model_device(probe)
+    note_device(dev)
     flat = _Flat(probe)
     key = None
     if persist.checkpoint is not None:

@@ -48,6 +48,7 @@ from wslib.core.train import (
     PrecisionName,
     check_precision,
     model_device,
+    note_device,
     optimizer_step,
     precision_autocast,
 )
@@ -176,6 +177,7 @@ def fit_curve(
     check_same_architecture(model, a, b)
     probe = copy.deepcopy(model)
     dev = model_device(probe)
+    note_device(dev)
     key = None
     if persist.checkpoint is not None:
         key = checkpoint_key(

@@ -79,6 +79,7 @@ from wslib.core.train import (
     Stepper,
     check_precision,
     model_device,
+    note_device,
     optimizer_step,
     precision_autocast,
 )
@@ -423,6 +424,7 @@ def _run_loop(
         raise ValueError(f"record_every must be >= 1, got {record_every}")
     work = copy.deepcopy(model)
     dev = model_device(work)
+    note_device(dev)
     x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
     run = Resumable(
         persist, "LLPF path", key, seed, ticks, folder=True, every=CHECKPOINT_EVERY

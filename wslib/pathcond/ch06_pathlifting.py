@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
 from wslib.core.neurons import neuron_structure, random_scales, rescale_state
-from wslib.core.train import Recipe, model_device, seed_everything
+from wslib.core.train import Recipe, float64_outputs, model_device, seed_everything
 from wslib.pathcond.lifting import PathLifting, explicit_path_lifting, mlp_path_labels
 from wslib.pathcond.protocols import Run
 from wslib.pathcond.rescaling import am_over_gm, diag_g, pathcond_rescale
@@ -164,7 +164,9 @@ def function_check(
 
     Each model (float32, ``seed``) gets random neuron scales, then PathCond;
     the row gives the relative change of its outputs on ``batch`` random
-    inputs against the original model, the solver's sweeps and seconds.
+    inputs against the original model (both evaluated in float64, so the
+    change is the float32 weights' rounding on any device), the solver's
+    sweeps and seconds.
     """
     rows = []
     for name, config in tqdm(archs.items(), desc="architectures"):
@@ -182,10 +184,10 @@ def function_check(
         seconds = time.perf_counter() - start
         row = {"architecture": name, "sweeps": res.sweeps, "rescale s": seconds}
         for mode in ("train", "eval"):
-            a = copy.deepcopy(model).train(mode == "train")
-            b = copy.deepcopy(rescaled).train(mode == "train")
-            with torch.no_grad():
-                ya, yb = a(x.to(model_device(a))), b(x.to(model_device(b)))
+            ya, yb = (
+                float64_outputs(m, x, train_mode=mode == "train")
+                for m in (model, rescaled)
+            )
             row[f"rel. change ({mode})"] = float((yb - ya).norm() / ya.norm())
         rows.append(row)
     return rows

@@ -369,17 +369,25 @@ class _GroupView:
     """Per-slot 3-D views ``(before, neuron, after)`` of the rescaled ``g`` of one group."""
 
     group: NeuronGroup
-    ins: list[np.ndarray]
-    outs: list[np.ndarray]
+    ins: list[torch.Tensor]
+    outs: list[torch.Tensor]
     n_net: int  # |in entries| - |out entries| per neuron: the column sum of B
+    device: torch.device
 
-    def sums(self) -> tuple[np.ndarray, np.ndarray]:
-        bo = sum(v.sum((0, 2)) for v in self.ins)
-        c = sum(v.sum((0, 2)) for v in self.outs)
-        return np.asarray(bo, dtype=np.float64), np.asarray(c, dtype=np.float64)
+    def sums(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per neuron: the sum of ``g`` over its "in" slots, and over its "out" slots."""
+        bo, c = (
+            torch.zeros(self.group.size, dtype=torch.float64, device=self.device)
+            for _ in range(2)
+        )
+        for v in self.ins:
+            bo += v.sum((0, 2))
+        for v in self.outs:
+            c += v.sum((0, 2))
+        return bo, c
 
-    def scale(self, x: np.ndarray | float, index: int | slice = slice(None)) -> None:
-        x = np.asarray(x)[..., None] if np.ndim(x) else x
+    def scale(self, x: torch.Tensor | float, index: int | slice = slice(None)) -> None:
+        x = x[:, None] if isinstance(x, torch.Tensor) else x
         for v in self.ins:
             v[:, index] *= x
         for v in self.outs:
@@ -387,42 +395,43 @@ class _GroupView:
 
 
 def _group_views(
-    g: dict[str, np.ndarray], structure: NeuronStructure
+    g: dict[str, torch.Tensor], structure: NeuronStructure, device: torch.device
 ) -> list[_GroupView]:
     views = []
     for group in structure.groups:
         if not group.rescalable:
             continue
-        ins: list[np.ndarray] = []
-        outs: list[np.ndarray] = []
+        ins: list[torch.Tensor] = []
+        outs: list[torch.Tensor] = []
         n_net = 0
         for slot in group.slots:
             if slot.role == "free" or slot.name not in g:
                 continue
             arr = g[slot.name]
             before = math.prod(arr.shape[: slot.axis])
-            view = arr.reshape(before, group.size, -1)
-            if not np.shares_memory(view, arr):
-                raise ValueError(f"g[{slot.name!r}] must be a contiguous array")
+            view = arr.view(before, group.size, -1)  # shares g's memory
             (ins if slot.role == "in" else outs).append(view)
-            n_net += (1 if slot.role == "in" else -1) * view[:, 0].size
-        views.append(_GroupView(group, ins, outs, n_net))
+            n_net += (1 if slot.role == "in" else -1) * view[:, 0].numel()
+        views.append(_GroupView(group, ins, outs, n_net, device))
     return views
 
 
-def _positive_root(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+def _positive_root(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """The positive root of ``a x^2 - b x - c = 0`` (a, c > 0), computed stably."""
-    disc = np.sqrt(b * b + 4 * a * c)
-    return np.where(b >= 0, (b + disc) / (2 * a), 2 * c / np.maximum(disc - b, 1e-300))
+    disc = torch.sqrt(b * b + 4 * a * c)
+    return torch.where(
+        b >= 0, (b + disc) / (2 * a), 2 * c / torch.clamp_min(disc - b, 1e-300)
+    )
 
 
-def _block_step(view: _GroupView, total: float, p: int) -> tuple[np.ndarray, float]:
+def _block_step(view: _GroupView, total: float, p: int) -> tuple[torch.Tensor, float]:
     """Exact minimisation of F over all neurons of one group (they touch disjoint entries).
 
     Stationarity gives ``Bo_h x_h - C_h / x_h = n T / p`` for every neuron, with
     ``T`` the new total; so ``Bo_h x_h + C_h / x_h = sqrt((n T / p)^2 + 4 Bo_h C_h)``
     and ``T`` is the root of the convex decreasing
-    ``phi(T) = D + sum_h sqrt((n T / p)^2 + 4 Bo_h C_h) - T``, found by Newton.
+    ``phi(T) = D + sum_h sqrt((n T / p)^2 + 4 Bo_h C_h) - T``, found by Newton
+    (each iteration reads one number back from the device, for its stop test).
     """
     bo, c = view.sums()
     active = (bo > 0) & (c > 0)
@@ -431,16 +440,16 @@ def _block_step(view: _GroupView, total: float, p: int) -> tuple[np.ndarray, flo
     a, four_bc = view.n_net / p, 4 * bo * c
     t = total
     for _ in range(100):
-        root = np.sqrt((a * t) ** 2 + four_bc)
+        root = torch.sqrt((a * t) ** 2 + four_bc)
         phi = rest + root.sum() - t
         dphi = (a * a * t / root).sum() - 1.0
-        t_new = t - phi / dphi
+        t_new = t - float(phi / dphi)
         if abs(t_new - t) <= 1e-15 * abs(t_new):
             t = t_new
             break
         t = t_new
-    x = np.ones(view.group.size)
-    x[active] = _positive_root(bo, np.full_like(bo, a * t), c)
+    x = torch.ones(view.group.size, dtype=torch.float64, device=view.device)
+    x[active] = _positive_root(bo, torch.full_like(bo, a * t), c)
     return x, t
 
 
@@ -453,11 +462,10 @@ def _neuron_step(view: _GroupView, h: int, total: float, p: int) -> tuple[float,
     n = view.n_net
     rest = total - bo - c
     # (p - n) Bo x^2 - n D x - (p + n) C = 0, one positive root since |n| < p
-    x = float(
-        _positive_root(
-            np.array((p - n) * bo), np.array(n * rest), np.array((p + n) * c)
-        )
+    coefficients = torch.tensor(
+        [(p - n) * bo, n * rest, (p + n) * c], dtype=torch.float64
     )
+    x = float(_positive_root(*coefficients))
     return x, rest + bo * x + c / x
 
 
@@ -469,7 +477,12 @@ def optimize_rescaling(
     max_sweeps: int = 1000,
     rtol: float = 1e-12,
 ) -> PathCondResult:
-    """Minimise F(z) by coordinate descent with closed-form steps, in float64.
+    """Minimise F(z) by coordinate descent with closed-form steps, in float64 on g's device.
+
+    The solver runs where ``g`` lies (:func:`diag_g` computes it on the
+    model's device), so the rescaling's cost is timed on the device that
+    trains the model; ``tests/pathcond/reference_solver.py`` keeps a numpy
+    version as the float64 reference the tests compare it with.
 
     Parameters
     ----------
@@ -492,35 +505,41 @@ def optimize_rescaling(
         raise ValueError("max_sweeps and rtol must be non-negative")
     start = time.perf_counter()
     work = {
-        k: torch.as_tensor(v).detach().cpu().numpy().astype(np.float64)
+        k: torch.as_tensor(v).detach().to(torch.float64, copy=True).contiguous()
         for k, v in g.items()
     }
-    if any((v < 0).any() or not np.isfinite(v).all() for v in work.values()):
+    if any(
+        bool((v < 0).any()) or not bool(torch.isfinite(v).all()) for v in work.values()
+    ):
         raise ValueError("g must be finite and non-negative (compute it with diag_g)")
-    p = sum(v.size for v in work.values())
-    views = _group_views(work, structure)
-    z = {v.group.name: np.zeros(v.group.size) for v in views}
+    p = sum(v.numel() for v in work.values())
+    device = next(iter(work.values())).device
+    views = _group_views(work, structure, device)
+    z = {v.group.name: torch.zeros_like(v.sums()[0]) for v in views}
 
     def value(total: float) -> float:
-        return p * math.log(total) - sum(v.n_net * z[v.group.name].sum() for v in views)
+        bz = sum(float(v.n_net * z[v.group.name].sum()) for v in views)
+        return p * math.log(total) - bz
 
-    total = float(sum(v.sum() for v in work.values()))
+    def current_total() -> float:
+        return float(sum(v.sum() for v in work.values()))
+
+    total = current_total()
     history = [value(total)]
     converged = False
-    x: np.ndarray | float  # a group's scales ("block") or one neuron's ("neuron")
     for _ in range(max_sweeps):
         for view in views:
             zg = z[view.group.name]
             if method == "block":
                 x, _ = _block_step(view, total, p)
                 view.scale(x)
-                zg += np.log(x)
+                zg += torch.log(x)
             else:
                 for h in range(view.group.size):
-                    x, total = _neuron_step(view, h, total, p)
-                    view.scale(x, h)
-                    zg[h] += math.log(x)
-            total = float(sum(v.sum() for v in work.values()))
+                    xh, total = _neuron_step(view, h, total, p)
+                    view.scale(xh, h)
+                    zg[h] += math.log(xh)
+            total = current_total()
         history.append(value(total))
         if history[-2] - history[-1] <= rtol * abs(history[-1]):
             converged = True
@@ -532,8 +551,9 @@ def optimize_rescaling(
             UserWarning,
             stacklevel=2,
         )
+    host = {k: v.cpu().numpy() for k, v in z.items()}
     seconds = time.perf_counter() - start
-    return PathCondResult(z, history, seconds, method, converged)
+    return PathCondResult(host, history, seconds, method, converged)
 
 
 def _host_array(v: torch.Tensor | np.ndarray) -> np.ndarray:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from wslib.core.train import devices_used
 from wslib.core.workspace import CHECKOUT, in_checkout, workspace
 
 
@@ -77,6 +78,7 @@ def environment() -> dict[str, Any]:
         {
             "commit": git_commit(),
             "device": "cuda" if torch.cuda.is_available() else "cpu",
+            "devices_used": devices_used(),
             "threads": torch.get_num_threads(),
             "hardware": hardware(),
         }
