@@ -80,10 +80,18 @@ def row_markdown(row: dict[str, Any], link: bool) -> str:
     chapter = f"{{doc}}`{short} <chapters/{claim.chapter}>`" if link else short
     mark = MARKS.get(row["verdict"], "✗")
     return (
-        f"| {claim.text} | {chapter} | {value_text(row)} | "
+        f"| {claim.text} | {chapter} | {value_text(row)}{timed_text(row)} | "
         f"{breakable(claim.rule)} | {margin_text(row)} | "
         f"{mark} {row['verdict']}{needed_text(row)} |"
     )
+
+
+def timed_text(row: dict[str, Any]) -> str:
+    """For a claim on measured times, the devices that timed it (until a GPU has, a CPU)."""
+    if not row["claim"].timed or row["stats"] is None:
+        return ""
+    devices = ", ".join(row.get("devices") or []) or "a device the results do not name"
+    return f"; timed on {devices}"
 
 
 def needed_text(row: dict[str, Any]) -> str:

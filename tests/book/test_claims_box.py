@@ -73,3 +73,27 @@ def test_every_chapter_box_equals_its_ledger_rows(
 def test_without_link_keeps_the_rest_of_the_row() -> None:
     row = "| c | {doc}`ch. 3 <chapters/03_llpf_m2m>` | 1 [0, 2] (n = 3) | r | – | ✓ holds |"
     assert without_link(row) == "| c | ch. 3 | 1 [0, 2] (n = 3) | r | – | ✓ holds |"
+
+
+def test_a_timed_claim_names_the_devices_that_timed_it(tmp_path: Path) -> None:
+    """``pathcond-cost`` divides two times: its row says where they were taken."""
+    import json
+
+    seeds = tmp_path / "seed-1"
+    seeds.mkdir()
+    for folder, seed, devices in ((tmp_path, 0, ["cpu"]), (seeds, 1, ["cuda"])):
+        (folder / "07_pathcond_mlp.json").write_text(
+            json.dumps(
+                {
+                    "params": {"seed": seed},
+                    "metrics": {"const": {"rescale_over_epoch": 0.5 + seed}},
+                    "env": {"devices_used": devices},
+                }
+            )
+        )
+    claims = tuple(c for c in CLAIMS if c.id in ("pathcond-cost", "pathcond-function"))
+    timed, untimed = (
+        book_ledger.row_markdown(row, link=False) for row in ledger(tmp_path, claims)
+    )
+    assert "(n = 2); timed on cpu, cuda |" in timed
+    assert "timed on" not in untimed

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import NOTEBOOKS, load_script
+from tests.conftest import NOTEBOOKS, ROOT, load_script
 from wslib.runs.claims import (
     CENSORED,
     CLAIMS,
@@ -211,3 +211,23 @@ def test_an_undecided_ledger_row_carries_its_power_estimate(tmp_path: Path) -> N
     (row,) = ledger(tmp_path, (BELOW,))
     assert row["verdict"] == UNDECIDED
     assert row["seeds_needed"] == seeds_needed(BELOW, row["stats"]) > 3
+
+
+@pytest.mark.parametrize("profile", ["smoke", "gpu-smoke", "gpu"])
+def test_every_profile_runs_the_architectures_its_claims_read(profile):
+    """A claim that reads ``<arch>/...`` of a chapter's ``models`` in the cpu profile
+    finds that architecture in every profile (else its row would be censored)."""
+    estimate = load_script("notebooks/gpu_estimate.py")
+    params_file = ROOT / "notebooks" / "params" / f"{profile}.yaml"
+    missing = []
+    for claim in CLAIMS:
+        cpu = estimate.chapter_params(claim.chapter, ROOT / "notebooks/params/cpu.yaml")
+        models = cpu.get("models")
+        if not isinstance(models, dict):
+            continue
+        other = estimate.chapter_params(claim.chapter, params_file).get("models", {})
+        for metric in filter(None, (claim.metric, claim.minus, claim.per)):
+            arch = metric.split("/")[0]
+            if arch in models and arch not in other:
+                missing.append(f"{claim.id}: {claim.chapter} has no model {arch!r}")
+    assert not missing, missing

@@ -69,7 +69,11 @@ BOOK_RATIO = "book convention: 5% of the ratio"
 
 @dataclass(frozen=True)
 class Claim:
-    """One claim and the rule that decides it (``margin`` None: a threshold claim)."""
+    """One claim and the rule that decides it (``margin`` None: a threshold claim).
+
+    ``timed``: the quantity divides two measured times, so its value depends on
+    the device; the ledger names the devices the chapter's runs used.
+    """
 
     id: str
     paper: str
@@ -82,6 +86,7 @@ class Claim:
     minus: str | None = None
     margin: float | None = None
     margin_source: str = THRESHOLD
+    timed: bool = False
 
     @property
     def quantity(self) -> str:
@@ -175,7 +180,11 @@ def ledger(results_dir: Path, claims: tuple[Claim, ...]) -> list[dict[str, Any]]
     for claim in claims:
         stats = claim_stats(claim, runs[claim.chapter]["metrics"])
         seeds = runs[claim.chapter]["seeds"]
-        row: dict[str, Any] = {"claim": claim, "stats": stats}
+        row: dict[str, Any] = {
+            "claim": claim,
+            "stats": stats,
+            "devices": runs[claim.chapter]["devices"],
+        }
         if stats is None:
             row |= {
                 "verdict": CENSORED if seeds else NOT_RUN,
@@ -300,7 +309,8 @@ LLPF_CLAIMS: tuple[Claim, ...] = (
             f"llpf-vs-autoneb-{arch}",
             "llpf",
             f"At equal gradient steps LLPF's peak is lower than AutoNEB's ({arch}; "
-            "the simplified AutoNEB of chapter 4).",
+            "the simplified AutoNEB of chapter 4; the cnn is the chapter's conv net, "
+            "ResNet-18 in the gpu profile).",
             "04_llpf_baselines",
             f"{arch}/autoneb_simplified_peak_excess",
             ">",
@@ -406,6 +416,7 @@ PATHCOND_CLAIMS: tuple[Claim, ...] = (
         "const/rescale_over_epoch",
         "<",
         1.03,
+        timed=True,
     ),
     Claim(
         "pathcond-function",

@@ -69,7 +69,8 @@ def summary(values: list[float]) -> dict[str, Any]:
 
 
 def summarise_seeds(results_dir: Path, notebook: str) -> dict[str, Any]:
-    """Per-seed values and their summary for every scalar metric of ``notebook``."""
+    """Per-seed values and their summary for every scalar metric of ``notebook``,
+    and the devices its seeds' training and paths ran on (``devices``)."""
     runs = seed_results(results_dir, notebook)
     values: dict[str, dict[int, float]] = {}
     for seed, results in runs.items():
@@ -80,7 +81,15 @@ def summarise_seeds(results_dir: Path, notebook: str) -> dict[str, Any]:
         | summary(list(by_seed.values()))
         for path, by_seed in values.items()
     }
-    return {"notebook": notebook, "seeds": list(runs), "metrics": metrics}
+    devices = sorted(
+        {d for r in runs.values() for d in r.get("env", {}).get("devices_used", [])}
+    )
+    return {
+        "notebook": notebook,
+        "seeds": list(runs),
+        "metrics": metrics,
+        "devices": devices,
+    }
 
 
 def write_summary(results_dir: Path, notebook: str) -> Path | None:
