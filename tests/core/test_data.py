@@ -313,3 +313,76 @@ def test_synthetic_stand_ins_are_marked_and_loading_them_warns(tmp_path) -> None
     assert ds.x_train.shape[1:] == (3, 32, 32) and ds.n_classes == 10
     with pytest.raises(FileExistsError, match="already holds"):
         writer.write_all(tmp_path)
+
+
+# --- found by mutation testing -----------------------------------------------------------------
+
+
+def test_a_data_key_carries_the_options_and_the_root(tmp_path: Path) -> None:
+    """Two data sets that differ in an option or a folder have different keys."""
+    key = data.DataKey.of(
+        {"name": "mnist1d", "root": str(tmp_path), "num_samples": 300}
+    )
+    assert key.options == (("num_samples", 300),)
+    assert Path(key.root).resolve() == tmp_path.resolve()
+    other = data.DataKey.of({"name": "mnist1d", "root": str(tmp_path / "b")})
+    assert other.root != key.root and other.options == ()
+
+
+def test_a_data_key_given_its_data_set_does_not_read_the_disk(tmp_path: Path) -> None:
+    ds = data.Dataset(
+        "mnist1d",
+        torch.zeros(2, 1),
+        torch.zeros(2, dtype=torch.long),
+        torch.zeros(1, 1),
+        torch.zeros(1, dtype=torch.long),
+        10,
+    )
+    key = data.DataKey.of({"name": "mnist1d", "root": str(tmp_path / "none")}, ds)
+    assert key.load() is ds  # a key made without its data set would generate one
+
+
+def test_the_missing_data_message_names_the_folder(tmp_path: Path) -> None:
+    message = data._missing_message("cifar10", tmp_path / "cifar10")
+    assert (
+        f"torchvision.datasets.CIFAR10({str(tmp_path / 'cifar10')!r}, download=True)"
+        in message
+    )
+
+
+def test_download_fetches_both_splits_into_the_data_set_folder(
+    tmp_path, monkeypatch
+) -> None:
+    import torchvision
+
+    calls = []
+
+    class FakeCIFAR10:
+        def __init__(self, root: str, train: bool, download: bool) -> None:
+            calls.append((root, train, download))
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", FakeCIFAR10)
+    folder = data.download_dataset("cifar10", root=tmp_path)
+    assert folder == tmp_path / "cifar10"
+    assert calls == [(str(folder), True, True), (str(folder), False, True)]
+    with pytest.raises(
+        ValueError, match=r"\(mnist1d and digits are generated or bundled offline\)"
+    ):
+        data.download_dataset("mnist1d", root=tmp_path)
+
+
+def test_split_checks_name_what_is_too_few() -> None:
+    y = np.arange(6) % 3
+    assert [len(p) for p in data.iid_split(y, 1, 0)] == [6]  # one part is allowed
+    assert [len(p) for p in data.iid_split(y, 6, 0)] == [1] * 6  # as many as examples
+    assert len(data.shard_split(y, 3, 0)) == 3  # as many parts as classes
+    with pytest.raises(
+        ValueError, match=r"n_parts=7 exceeds the number of examples \(6\)"
+    ):
+        data.iid_split(y, 7, 0)
+    with pytest.raises(
+        ValueError, match=r"n_parts=4 exceeds the number of classes \(3\)"
+    ):
+        data.shard_split(y, 4, 0)
+    with pytest.raises(ValueError, match="n_parts must be >= 1, got 0"):
+        data.iid_split(y, 0, 0)

@@ -26,6 +26,7 @@ def test_sweep_seeds_share_no_derived_seed() -> None:
 
 def test_derive_seeds_lists_the_indices() -> None:
     assert derive_seeds(4, "run", 3) == [derive_seed(4, "run", i) for i in range(3)]
+    assert derive_seeds(4, "run", 1) == [derive_seed(4, "run")]  # one is enough
     with pytest.raises(ValueError, match="at least one run seed"):
         derive_seeds(4, "run", 0)
 
