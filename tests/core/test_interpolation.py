@@ -7,6 +7,7 @@ import torch
 from tests.kit import SIGNAL, drawn_models, mlp, resnet1d, toy_tensors
 from wslib.core.interpolation import (
     barrier,
+    check_path_ts,
     evaluate_states,
     lerp_state,
     linear_path,
@@ -16,6 +17,7 @@ from wslib.core.norms import reset_bn_stats
 from wslib.core.train import evaluate
 
 RESNET = resnet1d([8, 16], **SIGNAL, blocks_per_stage=1)
+MLP = mlp([8], **SIGNAL)
 
 
 def test_endpoints_are_the_modes() -> None:
@@ -94,3 +96,55 @@ def test_bn_statistics_come_from_the_training_data_only() -> None:
     reset_bn_stats(ref, x)
     assert res["train_loss"][0] == pytest.approx(evaluate(ref, x, y)[0], rel=1e-5)
     assert res["test_loss"][0] == pytest.approx(evaluate(ref, xt, yt)[0], rel=1e-5)
+
+
+# --- a path is a path: its points lie between its ends, from 0 to 1 ---------------------------
+
+
+@pytest.mark.parametrize("t", [-0.5, 1.5, float("nan"), float("inf")])
+def test_a_point_outside_the_segment_is_refused(t: float) -> None:
+    a, b = (m.state_dict() for m in drawn_models(MLP, 2))
+    with pytest.raises(
+        ValueError, match=r"interpolation parameter t = .* is not in \[0, 1\]"
+    ):
+        lerp_state(a, b, t)
+
+
+@pytest.mark.parametrize("t", [0, 0.0, 1, 1.0, 0.25, np.float32(0.5)])
+def test_points_of_the_segment_are_accepted(t) -> None:
+    a, b = (m.state_dict() for m in drawn_models(MLP, 2))
+    lerp_state(a, b, t)
+
+
+@pytest.mark.parametrize(
+    ("ts", "problem"),
+    [
+        ([-0.5, 0.0, 1.0, 2.0], "the first point must be 0 and the last 1"),
+        ([0.0, 0.5], "the first point must be 0 and the last 1"),
+        ([0.2, 1.0], "the first point must be 0 and the last 1"),
+        ([0.0, 0.7, 0.3, 1.0], "the points must increase"),
+        ([0.0, 0.5, 0.5, 1.0], "the points must increase"),
+        ([0.0, float("nan"), 1.0], "the points must be finite"),
+        ([0.0], "at least two points"),
+        ([], "at least two points"),
+        ([[0.0, 1.0]], "at least two points"),
+    ],
+)
+def test_a_path_runs_from_0_to_1_increasing(ts, problem) -> None:
+    with pytest.raises(ValueError, match=problem):
+        check_path_ts(ts)
+    a, b = drawn_models(MLP, 2)
+    x, y = toy_tensors(16, MLP["in_shape"], MLP["n_classes"])
+    with pytest.raises(ValueError, match=problem):
+        linear_path(a, a.state_dict(), b.state_dict(), ts, x, y, progress=False)
+
+
+def test_a_path_s_points_are_returned_as_given() -> None:
+    ts = np.linspace(0, 1, 5)
+    np.testing.assert_array_equal(check_path_ts(list(ts)), ts)
+
+
+@pytest.mark.parametrize("losses", [[], [0.3], np.zeros((2, 2))])
+def test_a_barrier_needs_a_path(losses) -> None:
+    with pytest.raises(ValueError, match="a barrier needs the losses along a path"):
+        barrier(losses)

@@ -72,3 +72,27 @@ def test_misspelt_group_names_are_refused(model) -> None:
         permute_state(state, structure, {"layer_0": torch.arange(6)})
     with pytest.raises(ValueError, match="unknown group.*'Layer1'"):
         rescale_state(state, structure, {"Layer1": torch.ones(4)})
+
+
+@pytest.mark.parametrize(
+    "perm", [[1.7, 0.2, 2.9], [True, False, True], torch.tensor([0.5, 1.0, 2.0])]
+)
+def test_a_permutation_of_fractions_or_booleans_is_refused(perm) -> None:
+    """A cast would cut [1.7, 0.2, 2.9] to the valid [1, 0, 2]: refused instead."""
+    model = build_model(mlp([3], **SIGNAL))
+    structure = model.neuron_structure()
+    (group,) = structure.groups
+    with pytest.raises(ValueError, match="entries that are not integers"):
+        permute_state(model.state_dict(), structure, {group.name: perm})
+
+
+def test_a_permutation_of_whole_floats_is_a_permutation() -> None:
+    model = build_model(mlp([3], **SIGNAL))
+    structure = model.neuron_structure()
+    (group,) = structure.groups
+    as_floats = permute_state(
+        model.state_dict(), structure, {group.name: [2.0, 0.0, 1.0]}
+    )
+    as_ints = permute_state(model.state_dict(), structure, {group.name: [2, 0, 1]})
+    for k, v in as_ints.items():
+        assert torch.equal(as_floats[k], v)

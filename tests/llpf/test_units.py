@@ -112,12 +112,13 @@ def test_gpu_unit_lists_name_each_path_and_setting() -> None:
     assert m2m[-1] == "peak anatomy mlp"
     p4 = parameters("04_llpf_baselines", "gpu")
     four = units.baseline_units(p4)
-    assert "tuning resnet LLPF base settings" in names(four, 1)
-    assert 'tuning resnet Bezier {"lr": 0.005}' in names(four, 2)
+    # the gpu profile's chapter-4 conv net (ResNet-18) is keyed "cnn", as its claim
+    assert "tuning cnn LLPF base settings" in names(four, 1)
+    assert 'tuning cnn Bezier {"lr": 0.005}' in names(four, 2)
     seeds = path_seed_list(0, p4["n_seeds"])
     assert len(seeds) > 1
     assert names(four, 3) == [
-        f"compare {m} seed {s}" for m in ("mlp", "resnet") for s in seeds
+        f"compare {m} seed {s}" for m in ("mlp", "cnn") for s in seeds
     ]
 
 

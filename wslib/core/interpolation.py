@@ -15,13 +15,54 @@ from wslib.core.norms import has_batchnorm, reset_bn_stats
 from wslib.core.train import evaluate
 
 
+def check_fraction(t: float) -> float:
+    """``t`` as a float; refused unless finite and within [0, 1].
+
+    A point between two models is ``(1 - t) a + t b`` with ``0 <= t <= 1``;
+    outside that range the "path" extrapolates past its ends.
+    """
+    value = float(t)
+    if not (0.0 <= value <= 1.0):  # NaN fails too
+        raise ValueError(
+            f"interpolation parameter t = {t!r} is not in [0, 1]; a point between two "
+            "models has 0 <= t <= 1 (0: the first, 1: the second)"
+        )
+    return value
+
+
+def check_path_ts(ts: Sequence[float] | np.ndarray) -> np.ndarray:
+    """The points ``ts`` of a path from ``a`` (0) to ``b`` (1), checked.
+
+    At least two, finite, strictly increasing, the first 0 and the last 1: a
+    barrier is measured against the losses at the two ends, so a path that
+    misses an end, or runs back, would report a barrier against other points.
+    """
+    values = np.asarray(ts, dtype=float)
+    problem = None
+    if values.ndim != 1 or len(values) < 2:
+        problem = "a path needs at least two points (its two ends)"
+    elif not np.isfinite(values).all():
+        problem = "the points must be finite"
+    elif values[0] != 0.0 or values[-1] != 1.0:
+        problem = "the first point must be 0 and the last 1 (the two models)"
+    elif not (np.diff(values) > 0).all():
+        problem = "the points must increase"
+    if problem is not None:
+        raise ValueError(
+            f"ts = {np.asarray(ts).tolist()!r}: {problem}; e.g. np.linspace(0, 1, 11)"
+        )
+    return values
+
+
 def lerp_state(
     a: StateDict, b: StateDict, t: float, names: Iterable[str] | None = None
 ) -> StateDict:
     """``(1 - t) a + t b`` for the floating-point tensors in ``names`` (all if ``None``).
 
-    Other tensors (integer buffers, names not listed) are taken from ``a``.
+    Other tensors (integer buffers, names not listed) are taken from ``a``;
+    ``t`` must lie in [0, 1] (:func:`check_fraction`).
     """
+    t = check_fraction(t)
     if a.keys() != b.keys():
         raise ValueError(
             "the two models have different tensors "
@@ -45,8 +86,16 @@ def lerp_state(
 
 
 def barrier(losses: Sequence[float] | np.ndarray) -> float:
-    """Max loss on the path minus the mean of the two endpoint losses."""
+    """Max loss on the path minus the mean of the two endpoint losses.
+
+    ``losses`` run from one end of the path to the other: at least two.
+    """
     values = np.asarray(losses, dtype=float)
+    if values.ndim != 1 or len(values) < 2:
+        raise ValueError(
+            f"a barrier needs the losses along a path, its two ends included; got "
+            f"{values.size} value(s)"
+        )
     return float(values.max() - 0.5 * (values[0] + values[-1]))
 
 
@@ -104,12 +153,13 @@ def linear_path(
 ) -> dict[str, np.ndarray]:
     """Evaluate the straight path from ``a`` to ``b`` (only ``names`` move, if given).
 
-    Returns ``ts`` and the arrays of :func:`evaluate_states`, plus the
+    ``ts`` run from 0 to 1, increasing (:func:`check_path_ts`). Returns ``ts`` and the arrays of :func:`evaluate_states`, plus the
     training-loss ``barrier``.
     """
+    ts = check_path_ts(ts)
     names = None if names is None else list(names)
     states = [lerp_state(a, b, float(t), names) for t in ts]
     res = evaluate_states(model, states, x_train, y_train, x_test, y_test, progress)
-    res["ts"] = np.asarray(ts, dtype=float)
+    res["ts"] = ts
     res["barrier"] = np.array(barrier(res["train_loss"]))
     return res

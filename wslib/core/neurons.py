@@ -111,6 +111,24 @@ def _check_vector(group: NeuronGroup, v: torch.Tensor, what: str) -> None:
         )
 
 
+def _integer_index(values: Any, group: NeuronGroup) -> torch.Tensor:
+    """``values`` as a long tensor; refused unless every entry is an integer.
+
+    A cast alone would cut ``[1.7, 0.2, 2.9]`` to the valid ``[1, 0, 2]`` and
+    apply a permutation nobody gave.
+    """
+    raw = torch.as_tensor(values)
+    if raw.dtype == torch.bool or raw.is_complex() or (
+        raw.is_floating_point() and not bool((raw == raw.round()).all())
+    ):
+        raise ValueError(
+            f"permutation for group {group.name!r} has entries that are not integers "
+            f"({raw.flatten()[:4].tolist()}...); give neuron indices, e.g. "
+            "torch.randperm(n)"
+        )
+    return raw.to(torch.long)
+
+
 def _check_names(structure: NeuronStructure, given: dict, what: str) -> None:
     """Refuse names in ``given`` that are no group of ``structure`` (a typo would do nothing)."""
     names = [g.name for g in structure.groups]
@@ -135,7 +153,7 @@ def permute_state(
     for group in structure.groups:
         if group.name not in perms:
             continue
-        perm = torch.as_tensor(perms[group.name], dtype=torch.long)
+        perm = _integer_index(perms[group.name], group)
         _check_vector(group, perm, "permutation")
         if not torch.equal(torch.sort(perm).values, torch.arange(group.size)):
             raise ValueError(
