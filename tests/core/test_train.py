@@ -308,3 +308,31 @@ def test_fit_records_the_device_it_ran_on(monkeypatch) -> None:
     x, y = torch.randn(8, 3), torch.randint(0, 2, (8,))
     train_module.fit(model, x, y, Recipe(epochs=1, batch_size=4), progress=False)
     assert train_module.devices_used() == ["cpu"] == environment()["devices_used"]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("epochs", 0, "recipe epochs = 0 trains nothing; give epochs >= 1"),
+        ("epochs", -3, "recipe epochs = -3 trains nothing"),
+        ("epochs", 2.5, "recipe epochs must be an integer"),
+        ("epochs", True, "recipe epochs must be an integer"),
+        ("batch_size", 0, "recipe batch_size = 0 trains nothing"),
+        ("lr", 0.0, r"recipe lr = 0.0 is outside \(0, inf\); an lr of 0 trains nothing"),
+        ("lr", -0.1, r"recipe lr = -0.1 is outside \(0, inf\)"),
+        ("lr", float("nan"), "recipe lr = nan is outside"),
+        ("lr", "0.1", "recipe lr must be a number"),
+        ("momentum", 1.0, r"recipe momentum = 1.0 is outside \[0, 1\)"),
+        ("momentum", -0.5, "recipe momentum = -0.5 is outside"),
+        ("weight_decay", -1e-4, r"recipe weight_decay = -0.0001 is outside \[0, inf\)"),
+        ("augment", "yes", "recipe augment must be true or false"),
+    ],
+)
+def test_a_recipe_that_cannot_train_is_refused(field, value, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        Recipe(**{field: value})
+
+
+def test_edge_recipes_that_train_are_accepted() -> None:
+    Recipe(epochs=1, batch_size=1, lr=1e-9, momentum=0.0, weight_decay=0.0)
+    Recipe(epochs=np.int64(2), lr=np.float32(0.1), momentum=0.999)

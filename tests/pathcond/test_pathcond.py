@@ -586,3 +586,15 @@ def test_rescale_cost_reports_medians_and_rejects_zero_repeats():
     )
     with pytest.raises(ValueError, match="repeats"):
         rescale_cost(config, ds, repeats=0)
+
+
+def test_a_run_whose_model_does_not_fit_the_data_is_refused(tmp_path) -> None:
+    ds = toy_dataset()
+    n_in = list(ds.x_train.shape[1:])
+    wrong = mlp([8], in_shape=n_in, n_classes=ds.n_classes + 2)
+    with pytest.raises(ValueError, match=f"has {ds.n_classes} classes"):
+        train_run(wrong, "baseline", ds, Recipe(epochs=1), cache_dir=tmp_path)
+    shape = mlp([8], in_shape=[n_in[0], n_in[-1] + 1], n_classes=ds.n_classes)
+    with pytest.raises(ValueError, match="has inputs of shape"):
+        train_run(shape, "baseline", ds, Recipe(epochs=1), cache_dir=tmp_path)
+    assert not list(tmp_path.rglob("*.pt"))

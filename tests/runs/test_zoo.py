@@ -165,3 +165,29 @@ def test_same_config_same_model_in_a_fresh_cache(tmp_path, mnist1d_root) -> None
         tmp_path / "b", data_root=mnist1d_root, device="cpu", progress=False
     ).get(CONFIG)
     assert _same(first, second)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"n_classes": 12},
+            "has n_classes 12, but the data set 'mnist1d' has 10 classes",
+        ),
+        (
+            {"n_classes": 6},
+            "has n_classes 6, but the data set 'mnist1d' has 10 classes",
+        ),
+        (
+            {"in_shape": [1, 28]},
+            r"has in_shape \[1, 28\], but the data set 'mnist1d' has inputs of shape \[1, 40\]",
+        ),
+    ],
+)
+def test_a_model_that_does_not_fit_its_data_set_is_refused(
+    zoo: Zoo, change, message
+) -> None:
+    """Before any training: nothing is cached for a model of the wrong shape."""
+    with pytest.raises(ValueError, match=message):
+        zoo.get({**CONFIG, "model": {**CONFIG["model"], **change}})
+    assert not list(zoo.root.rglob("*.pt"))

@@ -74,3 +74,33 @@ def complete_model_configs(value: Any, data: dict[str, Any] | None) -> Any:
         return with_data_shape(value, data)
     data = value.get("data", data)
     return {key: complete_model_configs(item, data) for key, item in value.items()}
+
+
+def check_fits_data(
+    config: dict[str, Any],
+    in_shape: tuple[int, ...],
+    n_classes: int | None,
+    data_name: str,
+) -> None:
+    """Refuse a model config that does not fit the data set it is trained on.
+
+    ``in_shape`` is the data set's shape of one input; ``n_classes`` its number
+    of classes when the model classifies it (None: another task, such as an
+    autoencoder, whose output size is its own). Without this check a wrong
+    ``in_shape`` ends in a matrix-size error deep in torch, too few classes in
+    "Target 6 is out of bounds", and too many trains silently on outputs no
+    label uses.
+    """
+    given = list(config.get("in_shape", []))
+    if given != list(in_shape):
+        raise ValueError(
+            f"model {config.get('name')!r} has in_shape {given}, but the data set "
+            f"{data_name!r} has inputs of shape {list(in_shape)}; give in_shape "
+            f"{list(in_shape)} or leave it out (it follows from the data set)"
+        )
+    if n_classes is not None and config.get("n_classes") != n_classes:
+        raise ValueError(
+            f"model {config.get('name')!r} has n_classes {config.get('n_classes')!r}, "
+            f"but the data set {data_name!r} has {n_classes} classes; give n_classes "
+            f"{n_classes} or leave it out (it follows from the data set)"
+        )

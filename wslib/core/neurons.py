@@ -118,8 +118,10 @@ def _integer_index(values: Any, group: NeuronGroup) -> torch.Tensor:
     apply a permutation nobody gave.
     """
     raw = torch.as_tensor(values)
-    if raw.dtype == torch.bool or raw.is_complex() or (
-        raw.is_floating_point() and not bool((raw == raw.round()).all())
+    if (
+        raw.dtype == torch.bool
+        or raw.is_complex()
+        or (raw.is_floating_point() and not bool((raw == raw.round()).all()))
     ):
         raise ValueError(
             f"permutation for group {group.name!r} has entries that are not integers "

@@ -89,6 +89,40 @@ class Recipe:
     )
 
     def __post_init__(self) -> None:
+        """Refuse a recipe that cannot train what it says, naming the field and its range."""
+        for name, low in (("epochs", 1), ("batch_size", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise ValueError(f"recipe {name} must be an integer, got {value!r}")
+            if value < low:
+                raise ValueError(
+                    f"recipe {name} = {value} trains nothing; give {name} >= {low}"
+                )
+        for name, low, high, closed in (
+            ("lr", 0.0, math.inf, False),
+            ("momentum", 0.0, 1.0, True),
+            ("weight_decay", 0.0, math.inf, True),
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(
+                value, int | float | np.number
+            ):
+                raise ValueError(f"recipe {name} must be a number, got {value!r}")
+            inside = (low <= value if closed else low < value) and value < high
+            if not (math.isfinite(value) and inside):
+                bracket = "[" if closed else "("
+                raise ValueError(
+                    f"recipe {name} = {value!r} is outside {bracket}{low:g}, {high:g}); "
+                    + (
+                        "an lr of 0 trains nothing"
+                        if name == "lr"
+                        else "give a value in that range"
+                    )
+                )
+        if not isinstance(self.augment, bool):
+            raise ValueError(
+                f"recipe augment must be true or false, got {self.augment!r}"
+            )
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(
                 f"unknown optimizer {self.optimizer!r}; valid: {OPTIMIZERS}"

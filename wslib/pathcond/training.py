@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
+from wslib.core.configs import check_fits_data
 from wslib.core.data import DataKey, Dataset
 from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
@@ -175,6 +176,8 @@ def train_run(
         raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
     if isinstance(ds, DataKey):
         ds = ds.load()
+    classes = ds.n_classes if task == "classify" else None
+    check_fits_data(config, tuple(ds.x_train.shape[1:]), classes, ds.name)
     key = run_key(
         config, method, ds, recipe, seed, init_scale, task, stop_at, give_up_after
     )

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from wslib.core import data as wdata
+from wslib.core.configs import check_fits_data
 from wslib.core.files import code_version, tensor_digest
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
@@ -140,6 +141,10 @@ class Zoo:
     def get(self, config: dict[str, Any]) -> nn.Module:
         """The trained model for ``config`` (eval mode, on the zoo's device)."""
         config = normalise_config(config)
+        ds = self.dataset(config["data"])
+        check_fits_data(
+            config["model"], tuple(ds.x_train.shape[1:]), ds.n_classes, ds.name
+        )
         model = build_model(config["model"]).to(self.device)
         trained = []
 
