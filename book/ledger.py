@@ -47,12 +47,18 @@ LEVEL = f"{100 * (1 - LEDGER_ALPHA):.3g}%"
 
 def value_text(row: dict[str, Any]) -> str:
     """``mean [low, high] (n = k)`` of the look that gave the verdict, or the
-    single value for one seed; the seeds whose run gave no value are named."""
+    single value for one seed; the seeds whose run gave no value, and those
+    left out because they ran another setting, are named."""
     stats, d = row["stats"], row["decision"]
     if stats is None or d is None:
         return "–"
     missing = stats.get("missing")
     lacking = f"; no value at seed {', '.join(map(str, missing))}" if missing else ""
+    left = row.get("left_out") or {}
+    if left:
+        lacking += "; left out: " + ", ".join(
+            f"seed {seed} ({why})" for seed, why in left.items()
+        )
     if d.interval is None:
         return f"{d.mean:.3g} (n = 1{lacking})"
     low, high = d.interval

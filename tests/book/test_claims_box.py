@@ -97,3 +97,28 @@ def test_a_timed_claim_names_the_devices_that_timed_it(tmp_path: Path) -> None:
     )
     assert "(n = 2); timed on cpu, cuda |" in timed
     assert "timed on" not in untimed
+
+
+def test_a_row_names_the_seeds_left_out(tmp_path: Path) -> None:
+    import json
+    import warnings
+
+    for seed, code, finished in ((0, "new", 2.0), (1, "old", 1.0)):
+        folder = tmp_path if seed == 0 else tmp_path / f"seed-{seed}"
+        folder.mkdir(exist_ok=True)
+        (folder / "06_pathlifting.json").write_text(
+            json.dumps(
+                {
+                    "params": {"seed": seed},
+                    "code": code,
+                    "finished": finished,
+                    "metrics": {"function_change_max_rel": 1e-7},
+                }
+            )
+        )
+    claims = tuple(c for c in CLAIMS if c.id == "pathcond-function")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        (row,) = ledger(tmp_path, claims)
+    text = book_ledger.row_markdown(row, link=False)
+    assert "(n = 1; left out: seed 1 (other code))" in text

@@ -318,7 +318,11 @@ def test_fit_records_the_device_it_ran_on(monkeypatch) -> None:
         ("epochs", 2.5, "recipe epochs must be an integer"),
         ("epochs", True, "recipe epochs must be an integer"),
         ("batch_size", 0, "recipe batch_size = 0 trains nothing"),
-        ("lr", 0.0, r"recipe lr = 0.0 is outside \(0, inf\); an lr of 0 trains nothing"),
+        (
+            "lr",
+            0.0,
+            r"recipe lr = 0.0 is outside \(0, inf\); an lr of 0 trains nothing",
+        ),
         ("lr", -0.1, r"recipe lr = -0.1 is outside \(0, inf\)"),
         ("lr", float("nan"), "recipe lr = nan is outside"),
         ("lr", "0.1", "recipe lr must be a number"),

@@ -183,8 +183,8 @@ def vary(value: Any) -> Any:
         return not value
     if isinstance(value, int):
         return value + 1
-    if isinstance(value, float):
-        return value * 2 + 0.5
+    if isinstance(value, float):  # a fraction stays one (momentum must be below 1)
+        return value / 2 if 0 < value < 1 else value * 2 + 0.5
     if torch.is_tensor(value):
         if value.is_floating_point():
             return value + 0.5
@@ -460,6 +460,9 @@ TRAIN_RUN = {
     "method": In(to="kaiming"),
     "ds.name": In(via="the data set's name, beside its content"),
     **prefixed("ds", DATASET_BY_CONTENT),
+    # a run refuses a model whose head does not fit the data set's classes, so
+    # the classes change with the model's, which is in the key
+    "ds.n_classes": In(to=4, also={"config.n_classes": 4}, via="config.n_classes"),
     **prefixed("recipe", RECIPE),
     "seed": In(),
     "init_scale": In(),

@@ -6,6 +6,7 @@ import json
 import math
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +65,7 @@ def test_git_commit_outside_a_repository_is_unknown(tmp_path: Path) -> None:
 
 
 def test_write_results_stores_metrics_timings_and_environment(tmp_path: Path) -> None:
-    """Only these three: run.py adds the notebook, profile and parameters."""
+    """Only these four: run.py adds the notebook, profile and parameters."""
     path = tmp_path / "deep" / "nb.json"
     metrics = {
         "acc": np.float32(0.5),
@@ -75,7 +76,8 @@ def test_write_results_stores_metrics_timings_and_environment(tmp_path: Path) ->
     written = write_results(path, metrics, {"train": 1.5})
     stored = json.loads(path.read_text())
     assert stored == written
-    assert set(stored) == {"metrics", "timings_s", "env"}
+    assert set(stored) == {"metrics", "timings_s", "env", "finished"}
+    assert abs(stored["finished"] - time.time()) < 60
     assert stored["metrics"] == {
         "acc": 0.5,
         "curve": [1.0, 2.0],

@@ -91,8 +91,15 @@ def write(path: Path, content: object) -> None:
     path.write_text(json.dumps(content))
 
 
-def test_results_without_params_or_metrics_are_read(tmp_path: Path) -> None:
-    write(tmp_path / "nb.json", {"metrics": {"a": 1.0}})  # no seed: left out
+def test_a_results_file_without_a_seed_is_named(tmp_path: Path) -> None:
+    write(tmp_path / "nb.json", {"metrics": {"a": 1.0}})
+    with pytest.raises(
+        ValueError, match="nb.json: its params.seed is None, not an integer"
+    ):
+        seed_results(tmp_path, "nb")
+
+
+def test_results_without_metrics_are_read(tmp_path: Path) -> None:
     write(tmp_path / "seed-1" / "nb.json", {"params": {"seed": 1}})  # no metrics
     write(tmp_path / "seed-2" / "nb.json", {"params": {"seed": 2}, "metrics": {"a": 2}})
     assert list(seed_results(tmp_path, "nb")) == [1, 2]
@@ -182,3 +189,80 @@ def test_a_claim_not_run_keeps_its_row(tmp_path: Path) -> None:
     assert row["claim"] == claim() and row["stats"] is None
     assert row["verdict"] == NOT_RUN
     assert row["decision"] is None and row["decided_at"] is None
+
+
+# --- the ledger never mixes or drops runs silently --------------------------------------------
+
+
+def _run(folder: Path, seed: int, value: float, finished: float, **params) -> None:
+    name = "nb.json"
+    code = params.pop("code", "c1")
+    write(
+        folder / name,
+        {
+            "params": {"seed": seed, "results_path": str(folder / name), **params},
+            "code": code,
+            "metrics": {"a": value},
+            "finished": finished,
+        },
+    )
+
+
+@pytest.mark.parametrize("seed", ["1", 1.0, True, None])
+def test_a_seed_that_is_no_integer_is_named_not_dropped(tmp_path: Path, seed) -> None:
+    write(
+        tmp_path / "seed-1" / "nb.json", {"params": {"seed": seed}, "metrics": {"a": 1}}
+    )
+    with pytest.raises(ValueError, match=r"its params.seed is .*, not an integer"):
+        summarise_seeds(tmp_path, "nb")
+
+
+def test_a_file_in_another_seed_s_folder_is_named(tmp_path: Path) -> None:
+    _run(tmp_path / "seed-2", 3, 0.1, 1.0)
+    with pytest.raises(ValueError, match="it records seed 3, not 2"):
+        seed_results(tmp_path, "nb")
+
+
+@pytest.mark.parametrize("default_newer", [True, False])
+def test_of_two_runs_of_one_seed_the_newer_counts(
+    tmp_path: Path, default_newer
+) -> None:
+    """A fresh ``make notebook`` run of seed 0 after a sweep is not hidden by the
+    sweep's older ``seed-0`` file (nor the other way round)."""
+    _run(tmp_path, 0, 0.301, 20.0 if default_newer else 10.0)
+    _run(tmp_path / "seed-0", 0, 0.254, 10.0 if default_newer else 20.0)
+    value = summarise_seeds(tmp_path, "nb")["metrics"]["a"]["values"]["0"]
+    assert value == (0.301 if default_newer else 0.254)
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [({"lr": 0.1}, "other parameters"), ({"code": "c2"}, "other code")],
+)
+def test_runs_of_another_setting_are_left_out_and_named(
+    tmp_path: Path, change, why
+) -> None:
+    """After a change, the newest run's setting counts; the others are named."""
+    _run(tmp_path / "seed-0", 0, 0.25, 10.0, lr=0.05)
+    _run(tmp_path / "seed-1", 1, 0.26, 11.0, lr=0.05)
+    newer = {"lr": 0.05, **change}
+    _run(tmp_path, 0, 0.30, 30.0, **newer)  # seed 0 again, with the change
+    with pytest.warns(UserWarning, match=rf"seeds \[1\] are left out.*{why}"):
+        summary = summarise_seeds(tmp_path, "nb")
+    assert summary["metrics"]["a"]["values"] == {"0": 0.30}
+    assert summary["left_out"] == {"1": why}
+    assert summary["seeds"] == [0]
+
+
+def test_files_without_a_finish_time_are_ordered_by_their_file_time(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    write(tmp_path / "nb.json", {"params": {"seed": 0}, "metrics": {"a": 1.0}})
+    write(
+        tmp_path / "seed-0" / "nb.json", {"params": {"seed": 0}, "metrics": {"a": 2.0}}
+    )
+    os.utime(tmp_path / "nb.json", (100, 100))
+    os.utime(tmp_path / "seed-0" / "nb.json", (50, 50))
+    assert summarise_seeds(tmp_path, "nb")["metrics"]["a"]["values"] == {"0": 1.0}

@@ -10,6 +10,7 @@ names only what differs between models.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from wslib.core.models import MODEL_NAMES
@@ -86,13 +87,18 @@ def check_fits_data(
 
     ``in_shape`` is the data set's shape of one input; ``n_classes`` its number
     of classes when the model classifies it (None: another task, such as an
-    autoencoder, whose output size is its own). Without this check a wrong
+    autoencoder, whose output size is its own). An MLP flattens its input, so
+    for it the number of features must agree. Without this check a wrong
     ``in_shape`` ends in a matrix-size error deep in torch, too few classes in
     "Target 6 is out of bounds", and too many trains silently on outputs no
     label uses.
     """
     given = list(config.get("in_shape", []))
-    if given != list(in_shape):
+    flattens = config.get("name") == "mlp"  # an MLP reads the flattened input
+    same = (
+        math.prod(given) == math.prod(in_shape) if flattens else given == list(in_shape)
+    )
+    if not same:
         raise ValueError(
             f"model {config.get('name')!r} has in_shape {given}, but the data set "
             f"{data_name!r} has inputs of shape {list(in_shape)}; give in_shape "

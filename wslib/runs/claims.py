@@ -184,6 +184,7 @@ def ledger(results_dir: Path, claims: tuple[Claim, ...]) -> list[dict[str, Any]]
             "claim": claim,
             "stats": stats,
             "devices": runs[claim.chapter]["devices"],
+            "left_out": runs[claim.chapter]["left_out"],
         }
         if stats is None:
             row |= {

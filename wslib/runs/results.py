@@ -126,7 +126,12 @@ def write_results(
     (:mod:`wslib.core.workspace`).
     """
     record = to_jsonable(
-        {"metrics": metrics, "timings_s": timings_s, "env": environment()}
+        {
+            "metrics": metrics,
+            "timings_s": timings_s,
+            "env": environment(),
+            "finished": time.time(),  # which of two runs of one seed is current
+        }
     )
     path = workspace().path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
