@@ -67,6 +67,7 @@ from papermill.exceptions import PapermillExecutionError
 
 from wslib.core.configs import complete_model_configs
 from wslib.core.files import atomic_write, code_version, entry_lock, stable_hash
+from wslib.core.seeds import check_seed
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -125,8 +126,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    if args.seed is not None and args.seed < 0:
-        parser.error(f"--seed must be at least 0, got {args.seed}")
+    if args.seed is not None:
+        try:
+            check_seed(args.seed, "--seed")
+        except ValueError as error:
+            parser.error(str(error))
     if args.profile not in available_profiles():
         fail_usage("profile", args.profile, available_profiles())
     for nb in args.notebooks:

@@ -63,6 +63,7 @@ import part
 import run as runner
 import yaml
 
+from wslib.core.seeds import check_seed
 from wslib.runs.stages import STAGES, stage_notebooks
 from wslib.runs.sweeps import write_summary
 
@@ -147,8 +148,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.seeds = [int(s) for s in args.seeds]
     if args.jobs < 1:
         parser.error(f"--jobs must be at least 1, got {args.jobs}")
-    if min(args.seeds) < 0:
-        parser.error(f"seeds must be at least 0, got {min(args.seeds)}")
+    for seed in args.seeds:
+        try:
+            check_seed(seed, "each of --seeds")
+        except ValueError as error:
+            parser.error(str(error))
     runner.refuse_repeats(parser, "seed", args.seeds)
     runner.refuse_repeats(parser, "notebook", args.notebooks)
     if args.profile not in runner.available_profiles():

@@ -15,9 +15,27 @@ from tests.conftest import load_script
             ["01_symmetries", "01_symmetries"],
             "notebook 01_symmetries given twice",
         ),
-        ("run", ["--seed", "-1"], "--seed must be at least 0, got -1"),
+        (
+            "run",
+            ["--seed", "-1"],
+            "--seed must be a whole number from 0 to 9223372036854775807 (2**63 - 1), got -1",
+        ),
+        (
+            "run",
+            ["--seed", "99999999999999999999"],
+            "--seed must be a whole number from 0 to",
+        ),
         ("sweep", ["--seeds", "1", "1", "2"], "seed 1 given twice"),
-        ("sweep", ["--seeds", "0", "-3"], "seeds must be at least 0, got -3"),
+        (
+            "sweep",
+            ["--seeds", "0", "-3"],
+            "each of --seeds must be a whole number from 0 to 9223372036854775807 (2**63 - 1), got -3",
+        ),
+        (
+            "sweep",
+            ["--seeds", "99999999999999999999"],
+            "each of --seeds must be a whole number from 0",
+        ),
         (
             "sweep",
             ["02_layerwise", "02_layerwise", "--seeds", "0"],

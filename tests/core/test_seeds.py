@@ -35,8 +35,13 @@ def test_derive_seeds_lists_the_indices() -> None:
     ("args", "error", "match"),
     [
         ((0, "modes"), ValueError, "unknown seed role 'modes'; valid: mode, model"),
-        ((-1, "mode"), ValueError, "seed must be at least 0"),
-        ((0, "mode", -2), ValueError, "index must be at least 0"),
+        ((-1, "mode"), ValueError, "seed must be a whole number from 0 to"),
+        (
+            (2**63, "mode"),
+            ValueError,
+            r"seed must be a whole number from 0 to 9223372036854775807 \(2\*\*63 - 1\), got 9223372036854775808",
+        ),
+        ((0, "mode", -2), ValueError, "index must be a whole number from 0 to"),
         ((1.5, "mode"), TypeError, "seed must be an integer"),
         ((True, "mode"), TypeError, "seed must be an integer"),
     ],

@@ -83,3 +83,22 @@ def test_jobs_carry_a_data_key_and_each_worker_loads_the_data_set_once() -> None
     two = run_jobs(train_run, [args, {**args, "seed": 1}], workers=2)
     one = [train_run(**args), train_run(**{**args, "seed": 1})]
     assert [r["loss"] for r in two] == [r["loss"] for r in one]
+
+
+@pytest.mark.parametrize("name", ["WSLIB_WORKERS", "WSLIB_CPU_WORKERS"])
+@pytest.mark.parametrize("value", ["abc", "0", "-2", "1.5"])
+def test_a_bad_worker_count_names_the_variable(monkeypatch, name, value) -> None:
+    from wslib.runs import workers
+
+    monkeypatch.delenv("WSLIB_WORKERS", raising=False)
+    monkeypatch.setenv(name, value)
+    monkeypatch.setattr(workers.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match=rf"{name}='{value}': give a whole number"):
+        workers.default_workers()
+
+
+def test_a_worker_count_is_read(monkeypatch) -> None:
+    from wslib.runs import workers
+
+    monkeypatch.setenv("WSLIB_WORKERS", " 3 ")
+    assert workers.default_workers() == 3

@@ -191,3 +191,11 @@ def test_a_model_that_does_not_fit_its_data_set_is_refused(
     with pytest.raises(ValueError, match=message):
         zoo.get({**CONFIG, "model": {**CONFIG["model"], **change}})
     assert not list(zoo.root.rglob("*.pt"))
+
+
+def test_path_names_the_file_get_writes(zoo: Zoo) -> None:
+    """``path`` of a config without its defaults (split, recipe) is ``get``'s file."""
+    bare = {k: v for k, v in CONFIG.items() if k != "recipe"}
+    zoo.get(bare)
+    assert zoo.path(bare).is_file()
+    assert zoo.path(bare) == zoo.path(normalise_config(bare))

@@ -22,7 +22,7 @@ which no other chapter or seed reuses.
 from __future__ import annotations
 
 import hashlib
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
 
@@ -43,6 +43,26 @@ Role = Literal[
 ROLES: tuple[str, ...] = get_args(Role)
 
 
+MAX_SEED = 2**63 - 1
+"""The largest seed: torch keeps a seed in a signed 64-bit integer."""
+
+
+def check_seed(seed: Any, what: str = "seed") -> int:
+    """``seed`` as an int; refused unless a whole number from 0 to :data:`MAX_SEED`.
+
+    Every entry point (``run.py --seed``, ``sweep.py --seeds``, the library's
+    seed functions) checks seeds here, so they accept and refuse the same
+    values with the same words.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise TypeError(f"{what} must be an integer, got {seed!r}")
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(
+            f"{what} must be a whole number from 0 to {MAX_SEED} (2**63 - 1), got {seed}"
+        )
+    return int(seed)
+
+
 def derive_seed(seed: int, role: Role, index: int = 0) -> int:
     """The seed of the ``index``-th random choice of kind ``role`` of a chapter run with ``seed``.
 
@@ -51,11 +71,8 @@ def derive_seed(seed: int, role: Role, index: int = 0) -> int:
     """
     if role not in ROLES:
         raise ValueError(f"unknown seed role {role!r}; valid: {', '.join(ROLES)}")
-    for name, value in (("seed", seed), ("index", index)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise TypeError(f"{name} must be an integer, got {value!r}")
-        if value < 0:
-            raise ValueError(f"{name} must be at least 0, got {value}")
+    check_seed(seed)
+    check_seed(index, "index")
     code = int.from_bytes(hashlib.sha256(role.encode()).digest()[:4], "little")
     state = np.random.SeedSequence([int(seed), code, int(index)]).generate_state(1)
     return int(state[0])

@@ -16,6 +16,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from wslib.core.seeds import check_seed
+
 # The choices of a :class:`Recipe` (the tuples below list them at run time).
 OptimizerName = Literal["sgd", "adam"]
 ScheduleName = Literal["constant", "cosine"]
@@ -35,6 +37,7 @@ def seed_everything(seed: int) -> None:
     (``torch.use_deterministic_algorithms``) would cost the gpu profile much of
     its speed for no change in any verdict.
     """
+    seed = check_seed(seed)
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)

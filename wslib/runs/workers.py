@@ -34,6 +34,17 @@ from tqdm.auto import tqdm
 T = TypeVar("T")
 
 
+def workers_from_env(name: str) -> int:
+    """The positive whole number of workers environment variable ``name`` sets."""
+    text = os.environ[name].strip()
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(
+            f"{name}={os.environ[name]!r}: give a whole number of worker processes, "
+            f"at least 1 (e.g. {name}=2), or unset it"
+        )
+    return int(text)
+
+
 def default_workers() -> int:
     """The number of worker processes when a caller names none.
 
@@ -44,11 +55,11 @@ def default_workers() -> int:
     per CPU core.
     """
     if os.environ.get("WSLIB_WORKERS"):
-        return int(os.environ["WSLIB_WORKERS"])
+        return workers_from_env("WSLIB_WORKERS")
     if torch.cuda.is_available():
         return 1
     if os.environ.get("WSLIB_CPU_WORKERS"):
-        return int(os.environ["WSLIB_CPU_WORKERS"])
+        return workers_from_env("WSLIB_CPU_WORKERS")
     if hasattr(os, "sched_getaffinity"):
         return len(os.sched_getaffinity(0))
     return os.cpu_count() or 1

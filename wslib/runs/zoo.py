@@ -135,8 +135,8 @@ class Zoo:
         return keyed(self.root, key, "model")
 
     def path(self, config: dict[str, Any]) -> Path:
-        """Checkpoint file of ``config`` (see :meth:`entry`)."""
-        return self.entry(config).path
+        """Checkpoint file of ``config`` (see :meth:`entry`): the file :meth:`get` writes."""
+        return self.entry(normalise_config(config)).path
 
     def get(self, config: dict[str, Any]) -> nn.Module:
         """The trained model for ``config`` (eval mode, on the zoo's device)."""
