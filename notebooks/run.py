@@ -46,6 +46,7 @@ parameter (one line on stderr naming it and the valid ones).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -56,11 +57,12 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from pathlib import Path
 from pprint import pformat
-from typing import Any
+from typing import Any, NoReturn
 
 import chapters
 import nbformat
 import papermill
+import psutil
 import torch
 import yaml
 from papermill.exceptions import PapermillExecutionError
@@ -520,8 +522,43 @@ def longest_first(notebooks: list[str], profile: str) -> list[str]:
     return sorted(notebooks, key=lambda nb: -expected.get(nb, float("inf")))
 
 
+def stop_children(grace: float = 3.0) -> None:
+    """Stop every process this one started (kernels, jobs): SIGTERM, then SIGKILL after ``grace`` s.
+
+    A chapter's kernel runs in a process group of its own, so the terminal's
+    Ctrl-C does not reach it; left alone it would compute to its end.
+    """
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace)
+    for child in alive:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
+
+
+def exit_interrupted(stopped: list[str], resume: str) -> NoReturn:
+    """One line saying what stopped and what will resume; exit status 130 (SIGINT's).
+
+    ``os._exit``: the worker threads still wait on the stopped processes, and a
+    normal exit would wait for them.
+    """
+    print(  # on a line of its own: a progress bar may hold the current one
+        f"\ninterrupted: stopped {', '.join(stopped) or 'nothing that was running'}; {resume}",
+        file=sys.stderr,
+        flush=True,
+    )
+    sys.stdout.flush()
+    os._exit(130)
+
+
 def run_all(args: argparse.Namespace) -> list[str]:
-    """Run the notebooks ``args.jobs`` at a time, longest first; the names of those that failed."""
+    """Run the notebooks ``args.jobs`` at a time, longest first; the names of those that failed.
+
+    Ctrl-C stops the running chapters' kernels, deletes their results files
+    (none of them is complete) and exits with status 130.
+    """
     jobs = args.jobs  # at most the number of notebooks (main)
     one_thread_kernels(jobs)
     failed: list[str] = []
@@ -532,23 +569,45 @@ def run_all(args: argparse.Namespace) -> list[str]:
             if jobs > 1
             else list(args.notebooks)
         )
-        while queue or running:
-            while queue and len(running) < jobs:
-                nb = queue.pop(0)
-                print(f"== {nb} (profile {args.profile})", flush=True)
-                running[pool.submit(run_one, nb, args, jobs == 1)] = nb
-            done, _ = wait(running, return_when=FIRST_COMPLETED)
-            for future in done:
-                nb = running.pop(future)
-                failed += [] if future.result() else [nb]
-            if jobs > 1:
-                total, left = len(args.notebooks), len(queue) + len(running)
-                print(
-                    f"   {total - left}/{total} done; running: "
-                    f"{', '.join(running.values()) or 'none'}",
-                    flush=True,
-                )
+        try:
+            _run_queue(args, pool, queue, running, failed)
+        except KeyboardInterrupt:
+            stop_children()
+            for nb in running.values():
+                params = notebook_parameters(nb, args.profile, args.seed)
+                (ROOT / params["results_path"]).unlink(missing_ok=True)
+            exit_interrupted(
+                sorted(running.values()),
+                "finished chapters keep their results; the same command runs the others again",
+            )
     return failed
+
+
+def _run_queue(
+    args: argparse.Namespace,
+    pool: ThreadPoolExecutor,
+    queue: list[str],
+    running: dict[Future, str],
+    failed: list[str],
+) -> None:
+    """Submit ``queue`` to ``pool``, ``args.jobs`` at a time, until every notebook ended."""
+    jobs = args.jobs
+    while queue or running:
+        while queue and len(running) < jobs:
+            nb = queue.pop(0)
+            print(f"== {nb} (profile {args.profile})", flush=True)
+            running[pool.submit(run_one, nb, args, jobs == 1)] = nb
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            nb = running.pop(future)
+            failed += [] if future.result() else [nb]
+        if jobs > 1:
+            total, left = len(args.notebooks), len(queue) + len(running)
+            print(
+                f"   {total - left}/{total} done; running: "
+                f"{', '.join(running.values()) or 'none'}",
+                flush=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import part
+import psutil
 import run as runner
 import yaml
 
@@ -68,6 +69,7 @@ from wslib.runs.stages import STAGES, stage_notebooks
 from wslib.runs.sweeps import write_summary
 
 POLL_S = 2.0  # seconds between looks at the running jobs
+GRACE_S = 5.0  # seconds the jobs' run.py get to stop their kernels after Ctrl-C
 SLURM_KEYS = {
     "cluster": str,
     "partition": str,
@@ -306,9 +308,35 @@ def progress(done: int, running: int, failed: int, total: int) -> None:
 
 
 def sweep(jobs: list[Job], submit: Callable[[Job], Handle], width: int) -> list[Job]:
-    """Run ``jobs``, at most ``width`` at once; return those that failed."""
-    queue, failed, finished = list(jobs), [], 0
+    """Run ``jobs``, at most ``width`` at once; return those that failed.
+
+    Ctrl-C reaches the running jobs' ``run.py`` too (one process group), which
+    stop their kernels and delete their unfinished results; the sweep gives
+    them :data:`GRACE_S` seconds, stops what is left, says what will resume,
+    and exits with status 130. Finished jobs keep their results: the same
+    command runs only what is missing.
+    """
     running: dict[Job, Handle] = {}
+    try:
+        return _sweep(jobs, submit, width, running)
+    except KeyboardInterrupt:
+        children = psutil.Process().children()
+        psutil.wait_procs(children, timeout=GRACE_S)
+        runner.stop_children()
+        runner.exit_interrupted(
+            sorted(job.name for job in running),
+            "the jobs that finished keep their results; the same command runs only "
+            "what is missing",
+        )
+
+
+def _sweep(
+    jobs: list[Job],
+    submit: Callable[[Job], Handle],
+    width: int,
+    running: dict[Job, Handle],
+) -> list[Job]:
+    queue, failed, finished = list(jobs), [], 0
     while queue or running:
         while queue and len(running) < width:
             job = queue.pop(0)
