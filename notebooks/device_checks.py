@@ -20,6 +20,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -35,9 +36,24 @@ from wslib.core.neurons import (
 )
 from wslib.core.train import Recipe, devices_used, fit, float64_outputs, model_device
 
-CONV = {"name": "resnet18", "in_shape": [3, 16, 16], "n_classes": 10, "width": 0.125}
-MLP = {"name": "mlp", "in_shape": [1, 12], "n_classes": 4, "widths": [6, 5]}
-TINY_MLP = {"name": "mlp", "in_shape": [1, 3], "n_classes": 2, "widths": [3, 2]}
+CONV: dict[str, Any] = {
+    "name": "resnet18",
+    "in_shape": [3, 16, 16],
+    "n_classes": 10,
+    "width": 0.125,
+}
+MLP: dict[str, Any] = {
+    "name": "mlp",
+    "in_shape": [1, 12],
+    "n_classes": 4,
+    "widths": [6, 5],
+}
+TINY_MLP: dict[str, Any] = {
+    "name": "mlp",
+    "in_shape": [1, 3],
+    "n_classes": 2,
+    "widths": [3, 2],
+}
 ROUNDING = 1e-9
 """Relative bound of a symmetry's output change: float64 arithmetic on float32
 weights that the symmetry moves exactly (a permutation) or scales in float64
@@ -171,16 +187,38 @@ def resume_check(device: torch.device) -> Check:
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(128, *MLP["in_shape"], generator=gen)
     y = torch.randint(0, MLP["n_classes"], (128,), generator=gen)
-    options = {"ticks": 4, "refine": Refine(0.05, 32, 2, 4, 0.0), "record_every": 1}
+    refine = Refine(0.05, 32, 2, 4, 0.0)
     with warnings.catch_warnings(), tempfile.TemporaryDirectory() as tmp:
         warnings.simplefilter("ignore", UserWarning)  # every tick stops at r_max
-        whole = m2m(model, a, b, x, y, **options, persist=Persist(progress=False))
+        whole = m2m(
+            model,
+            a,
+            b,
+            x,
+            y,
+            ticks=4,
+            refine=refine,
+            record_every=1,
+            persist=Persist(progress=False),
+        )
         persist = Persist(Path(tmp) / "path", checkpoint_every=1, progress=False)
         try:
-            m2m(model, a, b, x, y, **options, persist=replace(persist, on_tick=kill))
+            m2m(
+                model,
+                a,
+                b,
+                x,
+                y,
+                ticks=4,
+                refine=refine,
+                record_every=1,
+                persist=replace(persist, on_tick=kill),
+            )
         except Stop:
             pass
-        resumed = m2m(model, a, b, x, y, **options, persist=persist)
+        resumed = m2m(
+            model, a, b, x, y, ticks=4, refine=refine, record_every=1, persist=persist
+        )
     differ = sum(
         not torch.equal(s[k], t[k])
         for s, t in zip(whole.states, resumed.states, strict=True)

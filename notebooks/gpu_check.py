@@ -105,7 +105,7 @@ class Context:
     params: Path | None
     notebooks: list[str]
     deadline: float  # time.perf_counter() at which the budget ends
-    rates: dict[str, float] = field(default_factory=dict)  # measured Rates fields
+    rates: dict[str, Any] = field(default_factory=dict)  # measured Rates fields
 
     def left(self) -> float:
         return self.deadline - time.perf_counter()

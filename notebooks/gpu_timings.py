@@ -336,7 +336,7 @@ def time_pathcond(device: torch.device, quick: bool) -> float:
     """
     from wslib.pathcond.rescaling import pathcond_rescale
 
-    config = {
+    config: dict[str, Any] = {
         "name": "cifar_nv",
         "in_shape": [3, 32, 32],
         "n_classes": 10,

@@ -7,6 +7,9 @@ weights alone. Training keeps its own precision.
 
 from __future__ import annotations
 
+import copy
+
+import pytest
 import torch
 from torch import nn
 
@@ -40,7 +43,11 @@ def test_float64_outputs_run_a_float64_copy_and_leave_the_model_alone() -> None:
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k])  # BatchNorm's running statistics too
     # train mode: one batch (BatchNorm's statistics are all of x's)
-    torch.testing.assert_close(out.mean(0), torch.zeros(2, dtype=torch.float64))
+    whole = DtypeSpy()
+    whole.load_state_dict(before)
+    with torch.no_grad():
+        expected = whole.double().train()(x.double())
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
     evaluated = float64_outputs(model, x, batch_size=1000)  # eval mode: in batches
     wide = model.double().eval()
     with torch.no_grad():
@@ -81,3 +88,20 @@ def test_self_fusion_compares_float64_outputs(monkeypatch) -> None:
         spy, torch.randn(4, 3), None, torch.randn(5, 3), methods=["x"]
     )
     assert out == {"x": 0.0} and seen == [torch.float64, torch.float64]
+
+    def shifted_fuse(method, pair, x, y, ridge):  # noqa: ANN001
+        other = copy.deepcopy(pair[1])
+        with torch.no_grad():
+            other.lin.bias += 0.25
+        return other
+
+    monkeypatch.setattr(ch10_regimes, "fuse_by", shifted_fuse)
+    x_test = torch.randn(5, 3)
+    out = ch10_regimes.self_fusion(spy, torch.randn(4, 3), None, x_test, methods=["x"])
+    shifted = copy.deepcopy(spy)
+    with torch.no_grad():
+        shifted.lin.bias += 0.25
+    expected = (
+        (float64_outputs(shifted, x_test) - float64_outputs(spy, x_test)).abs().max()
+    )
+    assert out["x"] == pytest.approx(float(expected), rel=1e-12) and out["x"] > 0

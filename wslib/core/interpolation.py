@@ -156,10 +156,10 @@ def linear_path(
     ``ts`` run from 0 to 1, increasing (:func:`check_path_ts`). Returns ``ts`` and the arrays of :func:`evaluate_states`, plus the
     training-loss ``barrier``.
     """
-    ts = check_path_ts(ts)
+    points = check_path_ts(ts)
     names = None if names is None else list(names)
-    states = [lerp_state(a, b, float(t), names) for t in ts]
+    states = [lerp_state(a, b, float(t), names) for t in points]
     res = evaluate_states(model, states, x_train, y_train, x_test, y_test, progress)
-    res["ts"] = ts
+    res["ts"] = points
     res["barrier"] = np.array(barrier(res["train_loss"]))
     return res

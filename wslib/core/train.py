@@ -101,7 +101,7 @@ class Recipe:
                 raise ValueError(
                     f"recipe {name} = {value} trains nothing; give {name} >= {low}"
                 )
-        for name, low, high, closed in (
+        for name, lowest, highest, closed in (
             ("lr", 0.0, math.inf, False),
             ("momentum", 0.0, 1.0, True),
             ("weight_decay", 0.0, math.inf, True),
@@ -111,11 +111,11 @@ class Recipe:
                 value, int | float | np.number
             ):
                 raise ValueError(f"recipe {name} must be a number, got {value!r}")
-            inside = (low <= value if closed else low < value) and value < high
+            inside = (lowest <= value if closed else lowest < value) and value < highest
             if not (math.isfinite(value) and inside):
                 bracket = "[" if closed else "("
                 raise ValueError(
-                    f"recipe {name} = {value!r} is outside {bracket}{low:g}, {high:g}); "
+                    f"recipe {name} = {value!r} is outside {bracket}{lowest:g}, {highest:g}); "
                     + (
                         "an lr of 0 trains nothing"
                         if name == "lr"
