@@ -492,6 +492,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:  # the parameter file is read as run.py reads a profile, first
+        estimate.chapter_work(args.params)
+    except runner.UnknownParameter as error:
+        print(f"gpu check: {error}", file=sys.stderr)
+        return 2
     if args.assumed:
         print(f"assumed rates: {estimate.ASSUMED}")
         print(estimate.estimate_table(estimate.ASSUMED, args.params))

@@ -20,11 +20,9 @@ from typing import Any, Literal
 
 import run as runner
 import torch
-import yaml
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from wslib.core.configs import complete_model_configs
 from wslib.core.models import build_model
 from wslib.core.train import PrecisionName, Recipe
 from wslib.synthesis.alignment import STEPS as ALIGNMENT_STEPS
@@ -500,12 +498,20 @@ def chapter_work(params_file: str | Path | None = None) -> dict[str, list[Work]]
 
 
 def chapter_params(nb: str, params_file: str | Path | None = None) -> dict[str, Any]:
-    """The parameters of ``nb``: its defaults overridden by ``params_file``'s section (default: gpu)."""
+    """The parameters of ``nb``: its defaults overridden by ``params_file``'s section (default: gpu).
+
+    Read and checked as ``run.py`` reads a profile (:func:`run.section_parameters`):
+    a misspelt section or parameter is refused with the same words.
+    """
     path = Path(params_file or runner.PARAMS / "gpu.yaml")
-    params = yaml.safe_load(path.read_text()) or {}
-    defaults = runner.default_parameters(nb)
-    section = complete_model_configs(params.get(nb) or {}, defaults.get("data"))
-    return {**defaults, **section}
+    sections = runner.load_profile(path.stem, path)
+    where = (
+        f"notebooks/params/{path.name}" if path.parent == runner.PARAMS else str(path)
+    )
+    return {
+        **runner.default_parameters(nb),
+        **runner.section_parameters(nb, sections, where),
+    }
 
 
 _INFO: dict[str, tuple[float, int, int]] = {}

@@ -247,15 +247,16 @@ def default_parameters(nb: str) -> dict[str, Any]:
     return {k: v for k, v in namespace.items() if not k.startswith("__")}
 
 
-def load_profile(profile: str) -> dict[str, Any]:
-    """``notebooks/params/<profile>.yaml``: one section per notebook.
+def load_profile(profile: str, file: Path | None = None) -> dict[str, Any]:
+    """``notebooks/params/<profile>.yaml`` (or ``file``): one section per notebook.
 
     Raises :class:`UnknownParameter` naming the file for a YAML error, a file
     that is empty or not a mapping, and a section that names no notebook.
     """
-    path = f"notebooks/params/{profile}.yaml"
+    file = file or PARAMS / f"{profile}.yaml"
+    path = f"notebooks/params/{profile}.yaml" if file.parent == PARAMS else str(file)
     try:
-        sections = yaml.safe_load((PARAMS / f"{profile}.yaml").read_text())
+        sections = yaml.safe_load(file.read_text())
     except yaml.YAMLError as error:
         where = getattr(error, "problem_mark", None)
         line = f" at line {where.line + 1}" if where else ""
@@ -292,41 +293,55 @@ def same_kind(value: Any, default: Any) -> bool:
     return True
 
 
-def notebook_parameters(nb: str, profile: str, seed: int | None) -> dict[str, Any]:
-    """The profile's parameters for ``nb`` plus those set by this script.
+def section_parameters(nb: str, sections: dict[str, Any], where: str) -> dict[str, Any]:
+    """The parameters a profile's ``sections`` set for ``nb``, checked against the notebook.
 
-    Every model config of the profile without ``in_shape`` or ``n_classes``
-    gets them from its data set (the profile's ``data``, else the notebook's).
-    Raises :class:`UnknownParameter` when the profile names a parameter the
-    notebook does not define (papermill would only warn and ignore it) or a
-    model config that cannot be completed.
+    Every model config without ``in_shape`` or ``n_classes`` gets them from
+    its data set (the profile's ``data``, else the notebook's). Raises
+    :class:`UnknownParameter` (naming ``where``, the profile's file) when the
+    profile names a parameter the notebook does not define (papermill would
+    only warn and ignore it), gives one a value of another kind, or holds a
+    model config that cannot be completed. ``run.py``, ``sweep.py``,
+    ``part.py`` and ``gpu_check.py --params`` all read profiles through here.
     """
-    section = load_profile(profile).get(nb) or {}
+    section = sections.get(nb) or {}
     valid = default_parameters(nb)
     try:
         params = complete_model_configs(section, valid.get("data"))
     except ValueError as error:
-        raise UnknownParameter(
-            f"notebooks/params/{profile}.yaml, section {nb}: {error}"
-        ) from None
+        raise UnknownParameter(f"{where}, section {nb}: {error}") from None
     unknown = sorted(set(params) - set(valid))
     if unknown:
         raise UnknownParameter(
-            f"notebooks/params/{profile}.yaml sets {', '.join(unknown)} for {nb}, "
+            f"{where} sets {', '.join(unknown)} for {nb}, "
             f"which has no such parameter; valid: {' '.join(valid)}"
         )
     for name, value in params.items():
         if not same_kind(value, valid[name]):
             raise UnknownParameter(
-                f"notebooks/params/{profile}.yaml sets {name} of {nb} to {value!r} "
+                f"{where} sets {name} of {nb} to {value!r} "
                 f"({type(value).__name__}); the notebook's default is "
                 f"{valid[name]!r} ({type(valid[name]).__name__}): give a value of that kind"
             )
+    return params
+
+
+def notebook_parameters(nb: str, profile: str, seed: int | None) -> dict[str, Any]:
+    """The profile's parameters for ``nb`` (:func:`section_parameters`) plus those
+    set by this script: the profile, the results path and the seed."""
+    where = f"notebooks/params/{profile}.yaml"
+    params = section_parameters(nb, load_profile(profile), where)
     params["profile"] = profile
     params["results_path"] = str(run_dir("results", profile, seed) / f"{nb}.json")
     if seed is not None:
         params["seed"] = seed
     return params
+
+
+def missing_sections(profile: str, notebooks: list[str]) -> list[str]:
+    """The notebooks the profile has no section for (they run with their defaults)."""
+    sections = load_profile(profile)
+    return [nb for nb in notebooks if nb not in sections]
 
 
 def describe_seeds(params: dict[str, Any]) -> str:
@@ -619,6 +634,14 @@ def main(argv: list[str] | None = None) -> int:
         except UnknownParameter as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
+    default = missing_sections(args.profile, args.notebooks)
+    if default and args.profile != "cpu":  # the cpu profile is the defaults
+        print(
+            f"note: notebooks/params/{args.profile}.yaml has no section for "
+            f"{', '.join(default)}: they run with the notebook's defaults, the cpu "
+            "profile's sizes (add a section, '{}' included, to say so)",
+            flush=True,
+        )
     args.jobs = min(args.jobs, len(args.notebooks))
     problem = missing_cuda(args.profile, args.allow_cpu)
     if problem:

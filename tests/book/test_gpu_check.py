@@ -416,3 +416,25 @@ def test_pathcond_on_conv_nets_counts_at_the_device_rate(est):
     assert est.seconds([one], rates) == pytest.approx(
         rates.pathcond_s * est.PATHCOND_SWEEPS / 100
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            "03_llpf_m2m:\n  tickz: 5\n",
+            "sets tickz for 03_llpf_m2m, which has no such parameter",
+        ),
+        ("03_llpf_mm: {}\n", "has a section for 03_llpf_mm, which is no notebook"),
+        ("03_llpf_m2m:\n  r_min: fast\n", "sets r_min of 03_llpf_m2m to 'fast'"),
+    ],
+)
+def test_a_parameter_file_is_checked_as_run_py_checks_a_profile(
+    tmp_path, text, message
+):
+    """The same words as run.py, not an estimate of 0.0 h for a misspelt section."""
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    out = _run("--assumed", "--params", str(path))
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr

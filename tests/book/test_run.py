@@ -348,3 +348,17 @@ def test_the_run_line_names_the_cpu_speed(
     line = capsys.readouterr().out.strip().splitlines()[-1]
     speed = float(line.split("this CPU: ")[1].split(" GFLOPS")[0])
     assert line.startswith("1 notebook(s) in ") and speed > 0
+
+
+def test_a_profile_without_a_section_says_the_defaults_run(
+    run: ModuleType, capsys: pytest.CaptureFixture
+) -> None:
+    (run.PARAMS / "smoke.yaml").write_text("{}")
+    assert run.main(["--profile", "smoke"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"notebooks/params/smoke.yaml has no section for {TINY}: they run with" in out
+    )
+    (run.PARAMS / "smoke.yaml").write_text(f"{TINY}: {{}}")
+    assert run.main(["--profile", "smoke"]) == 0
+    assert "has no section" not in capsys.readouterr().out
