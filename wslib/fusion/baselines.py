@@ -38,6 +38,7 @@ from wslib.fusion.levels import (
     GroupingName,
     RetrofitName,
     chain_levels,
+    check_fusion_inputs,
     check_same_architecture,
     check_scores,
     layer_io,
@@ -466,6 +467,7 @@ def fuse_by(
     """
     if method not in METHODS:
         raise ValueError(f"unknown fusion method {method!r}; valid: {METHODS}")
+    check_fusion_inputs(models[0], x, y)
     if method in HF_KF:
         grouping, retrofit = method.split("_")
         return fuse(

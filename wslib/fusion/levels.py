@@ -17,7 +17,7 @@ from torch import nn
 from wslib.core.models import ResNet, Transformer
 from wslib.core.neurons import neuron_structure
 from wslib.core.norms import is_batchnorm
-from wslib.core.train import batches
+from wslib.core.train import batches, model_device
 from wslib.fusion.importance import ImportanceName
 
 # The groupings and retrofits of HF / KF (the tuples below list them at run time).
@@ -159,6 +159,36 @@ def check_fusion_set(y: torch.Tensor, n_classes: int) -> None:
             f"the fusion set has no examples of classes {missing}; draw a class-balanced "
             "fusion set (wslib.core.data.balanced_subset) from the union of the training data"
         )
+
+
+def check_fusion_inputs(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    """Refuse a fusion set the models cannot read: one label per input, inputs of their shape.
+
+    One example goes through ``model`` (eval mode, no gradient, its mode
+    restored); a shape the model does not take is named with the fix instead
+    of surfacing as a matrix-size error deep in a fusion.
+    """
+    if len(x) != len(y):
+        raise ValueError(
+            f"the fusion set has {len(x)} inputs but {len(y)} labels; give one label per input"
+        )
+    if not len(x):
+        raise ValueError(
+            "the fusion set is empty; draw one with wslib.core.data.balanced_subset"
+        )
+    training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            model(x[:1].to(model_device(model)))
+    except RuntimeError as error:
+        raise ValueError(
+            f"the models cannot read the fusion set's inputs of shape "
+            f"{tuple(x.shape[1:])} per example ({str(error).splitlines()[0]}); draw the "
+            "fusion set from the data set the models were trained on"
+        ) from None
+    finally:
+        model.train(training)
 
 
 def check_same_classes(
