@@ -22,7 +22,6 @@ FUSION_CODE = (
     *TRAINING_CODE,
     "wslib.core.matching",
     "wslib.core.norms",
-    "wslib.core.seeds",
     "wslib.fusion",
 )
 """The modules whose source determines a cached fusion result: the code that

@@ -73,6 +73,7 @@ CODE = (
     "wslib.core.pooling",
     "wslib.core.neurons",
     "wslib.core.norms",
+    "wslib.core.seeds",
     "wslib.core.train",
     "wslib.llpf.autoneb",
     "wslib.llpf.curves",

@@ -37,9 +37,11 @@ from wslib.runs.workers import run_jobs
 # The modules whose source determines a run's result (its run-cache key).
 #: The modules whose source keys a cached training run.
 CODE = (
+    "wslib.core.configs",
     "wslib.core.models",
     "wslib.core.pooling",
     "wslib.core.neurons",
+    "wslib.core.seeds",
     "wslib.core.stacked",
     "wslib.core.train",
     "wslib.pathcond.enorm",

@@ -47,10 +47,12 @@ SPLITS = {  # split kind -> required keys
 CONFIG_KEYS = ("data", "split", "model", "recipe", "seed")
 #: The modules whose source keys a trained model.
 TRAINING_CODE = (
+    "wslib.core.configs",
     "wslib.core.data",
     "wslib.core.models",
     "wslib.core.pooling",
     "wslib.core.neurons",
+    "wslib.core.seeds",
     "wslib.core.train",
     "wslib.runs.zoo",
 )
