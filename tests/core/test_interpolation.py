@@ -148,3 +148,10 @@ def test_a_path_s_points_are_returned_as_given() -> None:
 def test_a_barrier_needs_a_path(losses) -> None:
     with pytest.raises(ValueError, match="a barrier needs the losses along a path"):
         barrier(losses)
+
+
+@pytest.mark.parametrize("t", ["0.5", True, None])
+def test_a_point_that_is_no_number_is_refused(t) -> None:
+    a, b = (m.state_dict() for m in drawn_models(MLP, 2))
+    with pytest.raises(ValueError, match="is not a number in"):
+        lerp_state(a, b, t)

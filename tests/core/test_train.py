@@ -340,3 +340,14 @@ def test_a_recipe_that_cannot_train_is_refused(field, value, message) -> None:
 def test_edge_recipes_that_train_are_accepted() -> None:
     Recipe(epochs=1, batch_size=1, lr=1e-9, momentum=0.0, weight_decay=0.0)
     Recipe(epochs=np.int64(2), lr=np.float32(0.1), momentum=0.999)
+
+
+@pytest.mark.parametrize("labels", [[0, 1, 7], [-1, 0, 1]])
+def test_labels_the_model_cannot_score_are_named(labels) -> None:
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3, 4))
+    x, y = torch.randn(3, 3), torch.tensor(labels)
+    with pytest.raises(
+        ValueError, match="but the model has 4 outputs; give it n_classes"
+    ):
+        fit(model, x, y, Recipe(epochs=1, batch_size=3), progress=False)
+    assert model.training  # the probe restored its mode

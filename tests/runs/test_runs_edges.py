@@ -94,7 +94,7 @@ def write(path: Path, content: object) -> None:
 def test_a_results_file_without_a_seed_is_named(tmp_path: Path) -> None:
     write(tmp_path / "nb.json", {"metrics": {"a": 1.0}})
     with pytest.raises(
-        ValueError, match="nb.json: its params.seed is None, not an integer"
+        ValueError, match=r"nb.json: its params.seed is None \(seed must be an integer"
     ):
         seed_results(tmp_path, "nb")
 
@@ -213,7 +213,9 @@ def test_a_seed_that_is_no_integer_is_named_not_dropped(tmp_path: Path, seed) ->
     write(
         tmp_path / "seed-1" / "nb.json", {"params": {"seed": seed}, "metrics": {"a": 1}}
     )
-    with pytest.raises(ValueError, match=r"its params.seed is .*, not an integer"):
+    with pytest.raises(
+        ValueError, match=r"its params.seed is .* \(seed must be an integer"
+    ):
         summarise_seeds(tmp_path, "nb")
 
 
@@ -266,3 +268,11 @@ def test_files_without_a_finish_time_are_ordered_by_their_file_time(
     os.utime(tmp_path / "nb.json", (100, 100))
     os.utime(tmp_path / "seed-0" / "nb.json", (50, 50))
     assert summarise_seeds(tmp_path, "nb")["metrics"]["a"]["values"] == {"0": 1.0}
+
+
+def test_a_negative_seed_is_named(tmp_path: Path) -> None:
+    write(tmp_path / "nb.json", {"params": {"seed": -1}, "metrics": {"a": 1}})
+    with pytest.raises(
+        ValueError, match=r"its params.seed is -1 \(seed must be a whole number"
+    ):
+        summarise_seeds(tmp_path, "nb")

@@ -21,6 +21,8 @@ def check_fraction(t: float) -> float:
     A point between two models is ``(1 - t) a + t b`` with ``0 <= t <= 1``;
     outside that range the "path" extrapolates past its ends.
     """
+    if isinstance(t, bool | str) or not isinstance(t, int | float | np.number):
+        raise ValueError(f"interpolation parameter t = {t!r} is not a number in [0, 1]")
     value = float(t)
     if not (0.0 <= value <= 1.0):  # NaN fails too
         raise ValueError(

@@ -249,6 +249,19 @@ def augment_images(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return padded[batch, chans, rows, cols]
 
 
+def check_labels(outputs: int, labels: tuple[int, int]) -> None:
+    """Refuse labels (their lowest and highest) that ``outputs`` logits cannot score.
+
+    Without the check cross-entropy ends in torch's "Target 7 is out of bounds".
+    """
+    low, high = labels
+    if low < 0 or high >= outputs:
+        raise ValueError(
+            f"labels run from {low} to {high}, but the model has {outputs} outputs; "
+            f"give it n_classes = the data set's number of classes (at least {high + 1})"
+        )
+
+
 _DEVICES_USED: set[str] = set()
 
 
@@ -318,6 +331,8 @@ def fit(
         else None
     )
     zero_grad, step = optimizer_step(opt, dev)
+    # read once (one sync); checked against the first batch's outputs
+    labels = (int(y.min()), int(y.max())) if loss_fn is None and len(y) else None
     history: dict[str, list[float]] = {"loss": [], "acc": []}
     bar = tqdm(range(recipe.epochs), desc="train", disable=not progress, leave=False)
     for epoch in bar:
@@ -338,6 +353,9 @@ def fit(
                 xb = augment_images(xb, gen)
             with autocast:
                 out = model(xb)
+                if labels is not None:
+                    check_labels(out.shape[-1], labels)
+                    labels = None
                 loss = (
                     nn.functional.cross_entropy(out, yb)
                     if loss_fn is None

@@ -22,6 +22,7 @@ from typing import Any
 from scipy import stats
 
 from wslib.core.files import atomic_write
+from wslib.core.seeds import check_seed
 
 
 def scalar_metrics(metrics: Any, *, prefix: str = "") -> Iterator[tuple[str, float]]:
@@ -46,11 +47,13 @@ def _read(path: Path) -> dict[str, Any]:
             f"{path} is not a results file (a JSON {type(results).__name__}); {fix}"
         )
     seed = results.get("params", {}).get("seed")
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    try:
+        check_seed(seed)
+    except (TypeError, ValueError) as error:
         raise ValueError(
-            f"{path}: its params.seed is {seed!r}, not an integer, so no seed can "
-            f"hold its numbers; {fix}"
-        )
+            f"{path}: its params.seed is {seed!r} ({error}), so no seed can hold its "
+            f"numbers; {fix}"
+        ) from None
     folder = path.parent.name
     if folder.startswith("seed-") and folder != f"seed-{seed}":
         raise ValueError(f"{path}: it records seed {seed}, not {folder[5:]}; {fix}")
