@@ -21,6 +21,7 @@ import yaml
 
 from tests.conftest import ROOT, chapters, load_script
 from tests.kit import mlp
+from wslib.core.configs import complete_model_configs
 
 SCRIPT = ROOT / "notebooks" / "gpu_check.py"
 
@@ -257,7 +258,7 @@ def test_a_model_in_the_zoo_is_trained_once(tmp_path, est):
         path = tmp_path / "gpu.yaml"
         path.write_text(yaml.safe_dump(params))
         items = est.chapter_work(path)["11_fusion_beyond"]
-        model = est.complete_model_configs(resnet["model"], {"name": "cifar10"})
+        model = complete_model_configs(resnet["model"], {"name": "cifar10"})
         counted[width] = [
             w
             for w in items
