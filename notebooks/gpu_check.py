@@ -390,7 +390,11 @@ def chapter_status(
 
 
 def run_chapters(
-    checkout: Path, notebooks: list[str], device: torch.device, limit: float
+    checkout: Path,
+    notebooks: list[str],
+    device: torch.device,
+    limit: float,
+    jobs: int = CHAPTER_JOBS,
 ) -> list[ChapterStatus]:
     """Run ``notebooks`` in the gpu-smoke profile in ``checkout`` for at most ``limit`` seconds.
 
@@ -403,7 +407,7 @@ def run_chapters(
         "--profile",
         SMOKE,
         "--jobs",
-        str(CHAPTER_JOBS),
+        str(jobs),
     ]
     proc = subprocess.Popen(
         command + notebooks,

@@ -76,11 +76,11 @@ def test_every_data_set_is_written_by_the_synthetic_writer() -> None:
 
 @pytest.fixture(scope="module")
 def gpu_smoke_run(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
-    """Every chapter in the gpu-smoke profile, in a fresh checkout (gpu_check's
-    four at a time), each passing only if its work ran on the CPU it was sent to."""
+    """Every chapter in the gpu-smoke profile, in a fresh checkout, two at a time,
+    each passing only if its work ran on the CPU it was sent to."""
     check = load_script("notebooks/gpu_check.py")
     checkout = check.make_checkout(Path(tmp_path_factory.mktemp("gpu-smoke")))
-    return check.run_chapters(checkout, NOTEBOOKS, torch.device("cpu"), 1800)
+    return check.run_chapters(checkout, NOTEBOOKS, torch.device("cpu"), 1800, jobs=2)
 
 
 @pytest.mark.slow
