@@ -21,7 +21,7 @@ its budget, or killed, still tells what it measured:
    PathCond's solver on the device, and peak memory;
 4. ``chapters``: every chapter in the gpu-smoke profile in a fresh checkout;
    a chapter passes when it ends and its results file says that all its
-   training and paths ran on the device (``env["devices_used"]``);
+   training, evaluation and paths ran on the device (``env["devices_used"]``);
 5. ``host``: the CPU-side hot spots, on one thread;
 6. ``estimate``: the gpu profile's hours per chapter, low / central / high.
 

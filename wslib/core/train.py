@@ -266,12 +266,13 @@ _DEVICES_USED: set[str] = set()
 
 
 def note_device(device: torch.device) -> None:
-    """Record that a training run or a path's refinement of this process ran on ``device``."""
+    """Record that a training run, an evaluation or a path's refinement ran on ``device``."""
     _DEVICES_USED.add(device.type)
 
 
 def devices_used() -> list[str]:
-    """The device types every :func:`fit` and path refinement of this process ran on.
+    """The device types every :func:`fit`, evaluation (:func:`predict`) and path
+    refinement of this process ran on.
 
     Stored with each results file (``env["devices_used"]``), so that a check
     reads where the work really ran, not only which devices were there: a
@@ -441,6 +442,7 @@ def predict(
 ) -> torch.Tensor:
     """Model outputs for ``x`` in eval mode (on the model's device), returned on the CPU."""
     dev = model_device(model)
+    note_device(dev)
     model.eval()
     return torch.cat([model(xb).cpu() for xb in device_slices(x, batch_size, dev)])
 
