@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from wslib.core.neurons import StateDict
-from wslib.core.train import evaluate
+from wslib.core.train import float64_outputs
 from wslib.pathcond.rescaling import am_over_gm, diag_g, pathcond_rescale
 from wslib.synthesis.alignment import with_state
 
@@ -35,6 +35,16 @@ def log_spread(g: dict[str, torch.Tensor]) -> float:
     return float(flat[flat > 0].log().std())
 
 
+def float64_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    """Cross-entropy of ``model`` on ``(x, y)`` in eval mode, its outputs computed in float64.
+
+    The gauge's loss change is a symmetry check: in float64 it is the float32
+    weights' rounding alone, on any device (no TF32 or kernel choice).
+    """
+    outputs = float64_outputs(model, x)
+    return float(nn.functional.cross_entropy(outputs, y.cpu().long()))
+
+
 def path_conditioning(
     model: nn.Module,
     states: Sequence[StateDict],
@@ -42,7 +52,8 @@ def path_conditioning(
     x: torch.Tensor,
     y: torch.Tensor,
 ) -> dict[str, list[float]]:
-    """Per point: F, AM/GM and spread of diag G as given and in the PathCond gauge; losses."""
+    """Per point: F, AM/GM and spread of diag G as given and in the PathCond gauge;
+    losses (:func:`float64_loss`) as given and in the gauge."""
     if len(states) == 0:
         raise ValueError("path_conditioning needs at least one state on the path")
     out: dict[str, list[float]] = {k: [] for k in KEYS}
@@ -59,6 +70,6 @@ def path_conditioning(
         out["amgm"].append(am_over_gm(g))
         out["amgm_gauge"].append(am_over_gm(diag_g(wide, in_shape)))
         out["log_g_std"].append(log_spread(g))
-        out["loss"].append(evaluate(point, x, y)[0])
-        out["loss_gauge"].append(evaluate(gauged, x, y)[0])
+        out["loss"].append(float64_loss(point, x, y))
+        out["loss_gauge"].append(float64_loss(gauged, x, y))
     return {k: [float(v) for v in np.asarray(vals)] for k, vals in out.items()}
