@@ -62,6 +62,10 @@ def _interrupt(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        # as from a terminal: a parent that ignores SIGINT (a background job of
+        # a script) hands the ignoring on, and Python then never raises
+        # KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     pid_file = root / "kernel.pid"
     deadline = time.monotonic() + 120

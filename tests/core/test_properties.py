@@ -285,7 +285,14 @@ def path_case(draw: st.DrawFn) -> tuple:
         mlp_model(f, widths, c, draw(SEED), output_bias=bias) for _ in "mab"
     )
     a, b = ({k: v.clone() for k, v in m.state_dict().items()} for m in (ma, mb))
-    ts = sorted(draw(st.lists(st.floats(0.0, 1.0), min_size=2, max_size=6)))
+    inner = draw(
+        st.lists(
+            st.floats(0.0, 1.0, exclude_min=True, exclude_max=True),
+            max_size=4,
+            unique=True,
+        )
+    )
+    ts = [0.0, *sorted(inner), 1.0]  # a path: from a (0) to b (1), increasing
     gen = torch.Generator().manual_seed(draw(SEED))
     n = draw(st.integers(1, 8))
     x = torch.randn(2, n, 1, f, generator=gen, dtype=torch.float64)
