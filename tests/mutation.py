@@ -131,9 +131,17 @@ def scratch_copy(dest: Path, package: str, modules: list[str]) -> None:
         f.write(toml)
 
 
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+"""mutmut stops a mutant's tests at a limit of CPU time (its timeout). On
+several threads OpenMP's waiting threads spin, so under load a test's CPU time
+grows far past its wall time and healthy mutants are stopped as "timed out"
+(seen: most of core.train's and core.interpolation's mutants on 2 busy cores).
+On one thread CPU time is the test's own work."""
+
+
 def mutmut(copy: Path, *args: str) -> str:
-    """Run mutmut in ``copy``; its standard output."""
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    """Run mutmut in ``copy`` (one thread per process); its standard output."""
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", **ONE_THREAD)
     done = subprocess.run(
         [str(Path(sys.executable).parent / "mutmut"), *args],
         cwd=copy,

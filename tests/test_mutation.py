@@ -6,9 +6,12 @@ mutmut itself is not run here (a package takes many minutes); its output is.
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
 
+from tests import mutation
 from tests.mutation import (
     LINE,
     MODULES,
@@ -69,3 +72,16 @@ def test_the_score_leaves_out_equivalents_and_counts_the_untested() -> None:
     text = table([row, Row("core/seeds", {"a": "killed"})])
     assert "9 of 11 non-equivalent mutants detected (81.8%)" in text
     assert text.count("\n| wslib/") == 2
+
+
+def test_mutmut_runs_on_one_thread(monkeypatch) -> None:
+    """A CPU-time timeout means a hung mutant only when the tests run on one thread."""
+    seen = {}
+
+    def fake_run(args, cwd, env, **kwargs):  # noqa: ANN001
+        seen.update(env)
+        return subprocess.CompletedProcess(args, 0, "out", "")
+
+    monkeypatch.setattr(mutation.subprocess, "run", fake_run)
+    assert mutation.mutmut(Path("."), "results") == "out"
+    assert seen["OMP_NUM_THREADS"] == "1" and seen["MKL_NUM_THREADS"] == "1"
