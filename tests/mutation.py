@@ -152,7 +152,8 @@ def mutmut(copy: Path, *args: str) -> str:
     )
     if done.returncode != 0:
         raise SystemExit(
-            f"error: mutmut {' '.join(args)} failed:\n{done.stderr[-2000:]}"
+            f"error: mutmut {' '.join(args)} failed:\n"
+            f"{(done.stdout + done.stderr)[-2000:]}"
         )
     return done.stdout
 

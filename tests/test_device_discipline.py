@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 
-import numpy as np
 import pytest
 import torch
 
@@ -186,43 +185,3 @@ def test_distillation_students_train_on_the_teachers_device(
         fx.compression(on_dev, narrow, x, y, ds, quick, 1, importances=("uniform",))
         fx.depth_compression(on_dev, {**MLP, "widths": [4]}, ds, [2], quick, 1)
     assert devices == [DEVICE, DEVICE]
-
-
-class CountingUploads(DeviceDiscipline):
-    """The discipline, counting the elements of every host-to-device copy."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.uploads: list[int] = []
-
-    def move(self, func, args, kwargs, device):  # noqa: ANN001
-        if device and not self.on_device(args[0]):
-            self.uploads.append(args[0].numel())
-        return super().move(func, args, kwargs, device)
-
-
-def test_a_path_s_data_go_to_the_device_once() -> None:
-    """Evaluating many states of a BatchNorm net copies the training set once
-    (not once for the BatchNorm reset and once for the loss, at every state)."""
-    from wslib.core.interpolation import evaluate_states
-    from wslib.core.models import build_model
-
-    config = {
-        "name": "cnn1d",
-        "in_shape": IN,
-        "n_classes": 3,
-        "channels": [4],
-        "bn": True,
-    }
-    torch.manual_seed(0)
-    model = build_model(config)
-    ds = stand_in_data()
-    states = [model.state_dict()] * 5
-    host = evaluate_states(model, states, ds.x_train, ds.y_train, progress=False)
-    with CountingUploads() as mode:
-        dev = evaluate_states(
-            to_device(model), states, ds.x_train, ds.y_train, progress=False
-        )
-    assert mode.uploads.count(ds.x_train.numel()) == 1
-    for key, values in host.items():
-        np.testing.assert_array_equal(dev[key], values)

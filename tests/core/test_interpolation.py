@@ -1,5 +1,7 @@
 """Straight paths: endpoints are the modes, barrier arithmetic, BatchNorm statistics."""
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -46,6 +48,14 @@ def test_mismatched_models_get_a_clear_error() -> None:
     big = build_model(mlp([16], **SIGNAL))
     with pytest.raises(ValueError, match="shape"):
         lerp_state(small.state_dict(), big.state_dict(), 0.5)
+    a = {f"only_a{i}": torch.zeros(1) for i in range(5)} | {"both": torch.zeros(1)}
+    b = {"both": torch.zeros(1), "only_b": torch.zeros(1)}
+    message = (
+        "the two models have different tensors (only in a: ['only_a0', 'only_a1', "
+        "'only_a2'], only in b: ['only_b']); interpolate models of the same architecture"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        lerp_state(a, b, 0.5)
 
 
 def test_barrier() -> None:
@@ -104,9 +114,11 @@ def test_bn_statistics_come_from_the_training_data_only() -> None:
 @pytest.mark.parametrize("t", [-0.5, 1.5, float("nan"), float("inf")])
 def test_a_point_outside_the_segment_is_refused(t: float) -> None:
     a, b = (m.state_dict() for m in drawn_models(MLP, 2))
-    with pytest.raises(
-        ValueError, match=r"interpolation parameter t = .* is not in \[0, 1\]"
-    ):
+    message = (
+        rf"^interpolation parameter t = {re.escape(repr(t))} is not in \[0, 1\]; a "
+        r"point between two models has 0 <= t <= 1 \(0: the first, 1: the second\)$"
+    )
+    with pytest.raises(ValueError, match=message):
         lerp_state(a, b, t)
 
 
@@ -125,13 +137,14 @@ def test_points_of_the_segment_are_accepted(t) -> None:
         ([0.0, 0.7, 0.3, 1.0], "the points must increase"),
         ([0.0, 0.5, 0.5, 1.0], "the points must increase"),
         ([0.0, float("nan"), 1.0], "the points must be finite"),
-        ([0.0], "at least two points"),
-        ([], "at least two points"),
-        ([[0.0, 1.0]], "at least two points"),
+        ([0.0], "a path needs at least two points"),
+        ([], "a path needs at least two points"),
+        ([[0.0, 1.0]], "a path needs at least two points"),
     ],
 )
 def test_a_path_runs_from_0_to_1_increasing(ts, problem) -> None:
-    with pytest.raises(ValueError, match=problem):
+    full = rf"^ts = {re.escape(repr(np.asarray(ts).tolist()))}: {problem}.*; e\.g\. np\.linspace\(0, 1, 11\)$"
+    with pytest.raises(ValueError, match=full):
         check_path_ts(ts)
     a, b = drawn_models(MLP, 2)
     x, y = toy_tensors(16, MLP["in_shape"], MLP["n_classes"])
@@ -142,6 +155,77 @@ def test_a_path_runs_from_0_to_1_increasing(ts, problem) -> None:
 def test_a_path_s_points_are_returned_as_given() -> None:
     ts = np.linspace(0, 1, 5)
     np.testing.assert_array_equal(check_path_ts(list(ts)), ts)
+    assert check_path_ts([0, 1]).dtype == np.float64  # whole numbers too
+
+
+def test_linear_path_moves_only_the_named_tensors() -> None:
+    ma, mb = build_model(RESNET), build_model(RESNET)
+    a, b = ma.state_dict(), mb.state_dict()
+    first = [f"stem.{name}" for name, _ in ma.stem.named_parameters()]
+    x, y = toy_tensors(16, [1, 40], 10)
+    res = linear_path(
+        ma, a, b, [0.0, 0.5, 1.0], x, y, names=iter(first), progress=False
+    )
+    states = [lerp_state(a, b, t, first) for t in (0.0, 0.5, 1.0)]
+    expected = evaluate_states(ma, states, x, y, progress=False)
+    np.testing.assert_array_equal(res["train_loss"], expected["train_loss"])
+    whole = linear_path(ma, a, b, [0.0, 0.5, 1.0], x, y, progress=False)
+    assert not np.array_equal(res["train_loss"], whole["train_loss"])
+
+
+def test_a_test_set_needs_its_labels() -> None:
+    model = build_model(MLP)
+    x, y = toy_tensors(8, MLP["in_shape"], MLP["n_classes"])
+    message = "^x_test is given without y_test; give both or neither$"
+    with pytest.raises(ValueError, match=message):
+        evaluate_states(model, [model.state_dict()], x, y, x, None, progress=False)
+
+
+def test_a_path_s_data_go_to_the_device_once() -> None:
+    """Evaluating many states of a BatchNorm net copies each data tensor to the
+    device once (not once for the BatchNorm reset and once for the loss, at every
+    state); the numbers are the host's."""
+    from tests.devicecheck import DeviceDiscipline, to_device
+
+    class CountingUploads(DeviceDiscipline):
+        def __init__(self) -> None:
+            super().__init__()
+            self.uploads: list[int] = []
+
+        def move(self, func, args, kwargs, device):  # noqa: ANN001
+            if device and not self.on_device(args[0]):
+                self.uploads.append(id(args[0]))
+            return super().move(func, args, kwargs, device)
+
+    config = {
+        "name": "cnn1d",
+        "in_shape": [1, 12],
+        "n_classes": 3,
+        "channels": [4],
+        "bn": True,
+    }
+    torch.manual_seed(0)
+    model = build_model(config)
+    x, y = toy_tensors(24, [1, 12], 3)
+    xt, yt = toy_tensors(12, [1, 12], 3, seed=1)
+    states = [model.state_dict()] * 4
+    host = evaluate_states(model, states, x, y, xt, yt, progress=False)
+    with CountingUploads() as mode:
+        dev = evaluate_states(to_device(model), states, x, y, xt, yt, progress=False)
+    for tensor in (x, y, xt, yt):
+        assert mode.uploads.count(id(tensor)) == 1
+    for key, values in host.items():
+        np.testing.assert_array_equal(dev[key], values)
+
+
+def test_a_point_between_a_device_model_and_a_host_model_lies_on_the_device() -> None:
+    from tests.devicecheck import DEVICE, DeviceDiscipline
+
+    a, b = (m.state_dict() for m in drawn_models(MLP, 2))
+    with DeviceDiscipline():
+        on_device = {k: v.to(DEVICE) for k, v in a.items()}
+        mid = lerp_state(on_device, b, 0.5)
+        assert all(v.device == DEVICE for v in mid.values())
 
 
 @pytest.mark.parametrize("losses", [[], [0.3], np.zeros((2, 2))])

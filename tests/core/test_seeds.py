@@ -49,3 +49,11 @@ def test_derive_seeds_lists_the_indices() -> None:
 def test_bad_arguments_are_named(args: tuple, error: type, match: str) -> None:
     with pytest.raises(error, match=match):
         derive_seed(*args)
+
+
+def test_the_largest_seed_is_accepted() -> None:
+    """2**63 - 1 is the last seed torch can hold; it is a valid seed."""
+    from wslib.core.seeds import MAX_SEED, check_seed
+
+    assert check_seed(MAX_SEED) == MAX_SEED == 2**63 - 1
+    derive_seed(MAX_SEED, "mode")
