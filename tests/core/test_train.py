@@ -351,3 +351,38 @@ def test_labels_the_model_cannot_score_are_named(labels) -> None:
     ):
         fit(model, x, y, Recipe(epochs=1, batch_size=3), progress=False)
     assert model.training  # the probe restored its mode
+
+
+def _reference_augment(x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Image by image: the same draws (flips, then the two shifts), a flip of the
+    width axis, a zero border of 4 pixels, an h x w window at the shift."""
+    n, c, h, w = x.shape
+    flips = torch.rand(n, generator=generator) < 0.5
+    shifts = torch.randint(0, 9, (2, n), generator=generator)
+    out = torch.empty_like(x)
+    for i in range(n):
+        image = x[i].flip(2) if flips[i] else x[i]
+        padded = torch.zeros(c, h + 8, w + 8, dtype=x.dtype)
+        padded[:, 4 : 4 + h, 4 : 4 + w] = image
+        dy, dx = int(shifts[0, i]), int(shifts[1, i])
+        out[i] = padded[:, dy : dy + h, dx : dx + w]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_augmentation_is_a_flip_and_a_crop_of_each_image(seed: int) -> None:
+    """Against a loop over the images with the same random draws."""
+    from wslib.core.train import augment_images
+
+    x = torch.randn(7, 2, 5, 6, generator=torch.Generator().manual_seed(100 + seed))
+    got = augment_images(x, torch.Generator().manual_seed(seed))
+    expected = _reference_augment(x, torch.Generator().manual_seed(seed))
+    assert torch.equal(got, expected)
+
+
+def test_augmentation_needs_images() -> None:
+    from wslib.core.train import augment_images
+
+    message = "^augment=True needs images of shape \\(N, C, H, W\\); turn it off for 1-D data$"
+    with pytest.raises(ValueError, match=message):
+        augment_images(torch.zeros(4, 1, 40), torch.Generator())
