@@ -386,3 +386,116 @@ def test_augmentation_needs_images() -> None:
     message = "^augment=True needs images of shape \\(N, C, H, W\\); turn it off for 1-D data$"
     with pytest.raises(ValueError, match=message):
         augment_images(torch.zeros(4, 1, 40), torch.Generator())
+
+
+# --- found by mutation testing (make mutation MODULE=core/train) -------------------------------
+
+
+def test_a_label_equal_to_the_number_of_outputs_is_refused_with_the_count_needed() -> (
+    None
+):
+    model = nn.Sequential(nn.Flatten(), nn.Linear(3, 4))
+    x, y = torch.randn(3, 3), torch.tensor([0, 2, 4])
+    message = (
+        "^labels run from 0 to 4, but the model has 4 outputs; give it n_classes = "
+        r"the data set's number of classes \(at least 5\)$"
+    )
+    with pytest.raises(ValueError, match=message):
+        fit(model, x, y, Recipe(epochs=1, batch_size=3), progress=False)
+
+
+def test_give_up_after_one_epoch_is_allowed_and_the_messages_are_whole() -> None:
+    from wslib.core.train import check_give_up
+
+    check_give_up(0.5, 1)
+    check_give_up(None, None)
+    with pytest.raises(
+        ValueError, match="^give_up_after must be an epoch >= 1, got 0$"
+    ):
+        check_give_up(0.5, 0)
+    message = (
+        "^give_up_after needs stop_at: a run gives up on reaching stop_at; "
+        "pass stop_at, or leave give_up_after None$"
+    )
+    with pytest.raises(ValueError, match=message):
+        check_give_up(None, 3)
+
+
+def test_the_callbacks_receive_the_epoch_and_the_model() -> None:
+    model = build_model(MLP)
+    x, y = _data()
+    epochs: list[tuple[int, nn.Module]] = []
+    steps: list[nn.Module] = []
+    fit(
+        model,
+        x,
+        y,
+        Recipe(epochs=3, batch_size=64),
+        progress=False,
+        on_epoch=lambda epoch, m: epochs.append((epoch, m)),
+        on_step=steps.append,
+    )
+    assert [e for e, _ in epochs] == [0, 1, 2]
+    assert (
+        all(m is model for _, m in epochs) and steps and all(m is model for m in steps)
+    )
+
+
+def test_a_loss_function_gets_the_outputs_and_targets_and_accuracy_is_nan() -> None:
+    model = nn.Sequential(nn.Flatten(), nn.Linear(4, 2))
+    x = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+    target = torch.randn(16, 2, generator=torch.Generator().manual_seed(1))
+    seen = []
+
+    def mse(out: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        seen.append((out.shape, t.shape))
+        return ((out - t) ** 2).mean()
+
+    history = fit(
+        model, x, target, Recipe(epochs=2, batch_size=8), progress=False, loss_fn=mse
+    )
+    assert seen[0] == (torch.Size([8, 2]), torch.Size([8, 2]))
+    assert all(math.isnan(a) for a in history["acc"])
+    assert all(math.isfinite(v) for v in history["loss"])
+
+
+def test_seed_everything_seeds_numpy_with_the_seed_modulo_2_to_the_32() -> None:
+    big = 2**40 + 12345
+    seed_everything(big)
+    drawn = np.random.rand(3)
+    np.random.seed(big % 2**32)
+    np.testing.assert_array_equal(drawn, np.random.rand(3))
+    assert torch.backends.cudnn.benchmark and not torch.backends.cudnn.deterministic
+
+
+def test_unshuffled_batches_run_in_order_on_the_cpu() -> None:
+    from wslib.core.train import batches
+
+    got = list(batches(7, 3))
+    assert [b.tolist() for b in got] == [[0, 1, 2], [3, 4, 5], [6]]
+    assert all(b.device.type == "cpu" for b in got)
+    shuffled = torch.cat(
+        list(batches(7, 3, generator=torch.Generator().manual_seed(0)))
+    )
+    assert sorted(shuffled.tolist()) == list(range(7))
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "momentum",
+            1.5,
+            r"^recipe momentum = 1.5 is outside \[0, 1\); give a value in that range$",
+        ),
+        (
+            "lr",
+            0.0,
+            r"^recipe lr = 0.0 is outside \(0, inf\); an lr of 0 trains nothing$",
+        ),
+        ("schedule", "step", r"^unknown schedule 'step'; valid: "),
+    ],
+)
+def test_recipe_messages_are_whole(field, value, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        Recipe(**{field: value})
