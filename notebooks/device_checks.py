@@ -89,21 +89,27 @@ def _model(config: dict, device: torch.device, seed: int = 0) -> nn.Module:
     return build_model(config).to(device)
 
 
-def permutation_check(device: torch.device) -> Check:
-    """A ResNet's neurons permuted at random: outputs (train and eval mode) unchanged."""
-    model = _model(CONV, device)
-    structure = neuron_structure(model)
-    perms = random_permutations(structure, generator=torch.Generator().manual_seed(1))
+def _symmetry_change(model: nn.Module, state: dict[str, torch.Tensor]) -> float:
+    """Largest relative output change (train and eval mode, float64) of ``model``
+    loaded with ``state``, on 16 random inputs."""
     other = copy.deepcopy(model)
-    other.load_state_dict(permute_state(model.state_dict(), structure, perms))
+    other.load_state_dict(state)
     x = torch.randn(16, *CONV["in_shape"], generator=torch.Generator().manual_seed(2))
-    value = max(
+    return max(
         _relative(
             float64_outputs(other, x, train_mode=t),
             float64_outputs(model, x, train_mode=t),
         )
         for t in (False, True)
     )
+
+
+def permutation_check(device: torch.device) -> Check:
+    """A ResNet's neurons permuted at random: outputs (train and eval mode) unchanged."""
+    model = _model(CONV, device)
+    structure = neuron_structure(model)
+    perms = random_permutations(structure, generator=torch.Generator().manual_seed(1))
+    value = _symmetry_change(model, permute_state(model.state_dict(), structure, perms))
     return Check(
         "permutation invariance", value, ROUNDING, "ResNet-18/8, float64 outputs"
     )
@@ -114,15 +120,8 @@ def rescaling_check(device: torch.device) -> Check:
     model = _model(CONV, device).double()
     structure = neuron_structure(model)
     scales = random_scales(structure, generator=torch.Generator().manual_seed(1))
-    other = copy.deepcopy(model)
-    other.load_state_dict(rescale_state(model.state_dict(), structure, scales))
-    x = torch.randn(16, *CONV["in_shape"], generator=torch.Generator().manual_seed(2))
-    value = max(
-        _relative(
-            float64_outputs(other, x, train_mode=t),
-            float64_outputs(model, x, train_mode=t),
-        )
-        for t in (False, True)
+    value = _symmetry_change(
+        model, rescale_state(model.state_dict(), structure, scales)
     )
     return Check("rescaling invariance", value, ROUNDING, "ResNet-18/8, float64")
 
