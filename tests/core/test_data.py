@@ -386,3 +386,47 @@ def test_split_checks_name_what_is_too_few() -> None:
         data.shard_split(y, 4, 0)
     with pytest.raises(ValueError, match="n_parts must be >= 1, got 0"):
         data.iid_split(y, 0, 0)
+
+
+def test_the_test_set_is_standardised_with_the_training_statistics() -> None:
+    gen = torch.Generator().manual_seed(0)
+    x_train = 3.0 + 2.0 * torch.randn(50, 2, 4, generator=gen)
+    x_test = 3.0 + 2.0 * torch.randn(10, 2, 4, generator=gen)
+    train, test = data._standardise(x_train, x_test)
+    for c in range(2):
+        mean, std = x_train[:, c].mean(), x_train[:, c].std()
+        torch.testing.assert_close(test[:, c], (x_test[:, c] - mean) / std)
+        torch.testing.assert_close(train[:, c], (x_train[:, c] - mean) / std)
+
+
+def test_a_data_key_loads_its_data_set_once(tmp_path: Path) -> None:
+    key = data.DataKey.of(
+        {"name": "mnist1d", "root": str(tmp_path), "num_samples": 200}
+    )
+    first = key.load()
+    assert first is key.load()  # read once per process
+    direct = data.load_dataset("mnist1d", root=tmp_path, num_samples=200)
+    assert first.name == "mnist1d" and torch.equal(first.x_train, direct.x_train)
+    assert len(first.y_train) + len(first.y_test) == 200
+
+
+def test_labels_are_int64_and_a_subset_keeps_the_name_and_test_set(
+    tmp_path: Path,
+) -> None:
+    ds = data.load_dataset("mnist1d", root=tmp_path, num_samples=200)
+    assert ds.y_train.dtype == ds.y_test.dtype == torch.int64
+    part = data.subset(ds, np.array([3, 1, 2]))
+    assert part.name == ds.name and part.y_test is ds.y_test
+    assert torch.equal(part.y_train, ds.y_train[[3, 1, 2]])
+
+
+def test_a_balanced_subset_of_one_per_class_and_of_every_example() -> None:
+    y = np.array([0, 0, 1, 1, 2, 2])
+    one = data.balanced_subset(y, 1, seed=0)
+    assert sorted(y[one].tolist()) == [0, 1, 2]
+    every = data.balanced_subset(
+        y, 2, seed=0
+    )  # a class with exactly per_class examples
+    assert sorted(every.tolist()) == list(range(6))
+    counts = data.class_counts(torch.tensor(y), [0, 2, 3], 3)
+    assert counts.tolist() == [1, 2, 0]
