@@ -499,3 +499,18 @@ def test_unshuffled_batches_run_in_order_on_the_cpu() -> None:
 def test_recipe_messages_are_whole(field, value, message) -> None:
     with pytest.raises(ValueError, match=message):
         Recipe(**{field: value})
+
+
+def test_augmentation_on_a_device_uses_the_device_and_equals_the_host() -> None:
+    """On the stand-in device (tests.devicecheck) every index lives where the
+    images do; a host tensor mixed in is refused, as CUDA refuses it."""
+    from tests.devicecheck import DEVICE, DeviceDiscipline
+    from wslib.core.train import augment_images
+
+    x = torch.randn(5, 2, 4, 4, generator=torch.Generator().manual_seed(3))
+    host = augment_images(x, torch.Generator().manual_seed(7))
+    with DeviceDiscipline():
+        on_device = augment_images(x.to(DEVICE), torch.Generator().manual_seed(7))
+        assert on_device.device == DEVICE
+        got = on_device.cpu()
+    assert torch.equal(got, host)
