@@ -8,7 +8,9 @@ changed constant, a dropped argument, ...) that the hand-written lists of
 a scratch copy of the checkout, against the fast tests of that package
 (``tests/<package>``, not marked slow), and each module's counts are printed as one row of a table, which is also
 written to ``build/mutation/table.md`` with each surviving mutant's diff beside
-it (``build/mutation/<module>.md``).
+it (``build/mutation/<module>.md``). The table keeps the rows of modules
+mutated by earlier runs (``build/mutation/<module>.json``), so that mutating a
+package at a time still gives the table of every module.
 
 A survivor is either killed by a new test or written down as equivalent (it
 changes no behaviour) in ``tests/<package>/equivalent_mutants.yaml``: mutmut's
@@ -199,6 +201,23 @@ def table(rows: list[Row]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def save(row: Row) -> None:
+    """``row``'s counts in ``OUT/<module>.json``, for the tables of later runs."""
+    keep = {"module": row.module, "status": row.status}
+    keep |= {"equivalent": row.equivalent, "stale": row.stale}
+    (OUT / f"{row.module.replace('/', '.')}.json").write_text(json.dumps(keep))
+
+
+def saved() -> list[Row]:
+    """The rows written by :func:`save`, in the order of :data:`MODULES`."""
+    rows = {}
+    for path in OUT.glob("*.json"):
+        row = Row(**json.loads(path.read_text()))
+        rows[row.module] = row
+    order = {m: i for i, m in enumerate(MODULES)}
+    return sorted(rows.values(), key=lambda r: order.get(r.module, len(order)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help="default: every module of MODULES")
@@ -212,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         for row, diffs in mutate(package, mine, args.jobs):
             rows.append(row)
             name = row.module.replace("/", ".")
+            save(row)
             (OUT / f"{name}.md").write_text(
                 f"# Survivors of wslib/{row.module}.py\n\n{diffs}"
             )
@@ -220,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"  stale entry in tests/{package}/equivalent_mutants.yaml: {entry}"
                 )
-    text = table(rows)
+    text = table(saved())
     (OUT / "table.md").write_text(text)
     print(text, end="")
     return 0 if all(r.score >= GOAL for r in rows) else 1

@@ -85,3 +85,15 @@ def test_mutmut_runs_on_one_thread(monkeypatch) -> None:
     monkeypatch.setattr(mutation.subprocess, "run", fake_run)
     assert mutation.mutmut(Path("."), "results") == "out"
     assert seen["OMP_NUM_THREADS"] == "1" and seen["MKL_NUM_THREADS"] == "1"
+
+
+def test_the_table_keeps_the_rows_of_earlier_runs(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(mutation, "OUT", tmp_path)
+    first = Row("runs/verdicts", {"a": "killed", "b": "survived"}, {"b": "same"})
+    mutation.save(first)
+    mutation.save(Row("core/seeds", {"c": "survived"}))
+    mutation.save(Row("runs/verdicts", {"a": "killed"}))  # mutated again: replaces
+    rows = mutation.saved()
+    assert [r.module for r in rows] == ["core/seeds", "runs/verdicts"]  # MODULES' order
+    assert rows[1].status == {"a": "killed"} and rows[1].equivalent == {}
+    assert rows[0].survivors == ["c"]
