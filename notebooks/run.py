@@ -62,6 +62,7 @@ from typing import Any, NoReturn
 import chapters
 import nbformat
 import papermill
+import profile_values
 import psutil
 import torch
 import yaml
@@ -301,7 +302,9 @@ def section_parameters(nb: str, sections: dict[str, Any], where: str) -> dict[st
     :class:`UnknownParameter` (naming ``where``, the profile's file) when the
     profile names a parameter the notebook does not define (papermill would
     only warn and ignore it), gives one a value of another kind, or holds a
-    model config that cannot be completed. ``run.py``, ``sweep.py``,
+    model config that cannot be completed, or a value out of its range
+    (:mod:`profile_values`: a recipe that trains nothing, a count of zero, a
+    negative rate). ``run.py``, ``sweep.py``,
     ``part.py`` and ``gpu_check.py --params`` all read profiles through here.
     """
     section = sections.get(nb) or {}
@@ -323,6 +326,10 @@ def section_parameters(nb: str, sections: dict[str, Any], where: str) -> dict[st
                 f"({type(value).__name__}); the notebook's default is "
                 f"{valid[name]!r} ({type(valid[name]).__name__}): give a value of that kind"
             )
+    try:
+        profile_values.check_values(nb, params, valid)
+    except ValueError as error:
+        raise UnknownParameter(f"{where}, section {nb}: {error}") from None
     return params
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
-from wslib.core.models import MODEL_NAMES, build_model
+from wslib.core.models import MODEL_NAMES, build_model, check_sizes
 from wslib.core.neurons import (
     NeuronGroup,
     permute_state,
@@ -225,3 +226,27 @@ def test_cnn1d_flatten_head_uses_blocks():
 def test_build_model_errors(config, message):
     with pytest.raises(ValueError, match=message):
         build_model(config)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"widths": [8, 0]}, r"has widths \[8, 0\]; give positive integers"),
+        ({"widths": [8.5]}, r"has widths \[8.5\]; give positive integers"),
+        ({"widths": [True]}, "give positive integers"),
+        ({"n_classes": 0}, "has n_classes 0"),
+        ({"in_shape": [1, -40]}, "has in_shape"),
+    ],
+)
+def test_a_model_of_no_or_negative_size_is_refused(options, message) -> None:
+    config = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, **options}
+    with pytest.raises(ValueError, match=message):
+        build_model(config)
+
+
+def test_sizes_of_numpy_integers_and_a_float_width_multiplier_build() -> None:
+    config = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10}
+    assert build_model({**config, "widths": [np.int64(4)]})
+    with pytest.raises(ValueError, match="has width 0; give a positive number"):
+        check_sizes({"name": "resnet18", "width": 0})
+    check_sizes({"name": "resnet18", "width": 0.5})

@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+import numbers
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, cast
@@ -677,6 +678,31 @@ def config_keys(name: ModelName) -> tuple[list[str], dict[str, Any]]:
     return required, {p.name: p.default for p in params if p.default is not p.empty}
 
 
+SIZES = (
+    "in_shape", "n_classes", "widths", "channels", "kernel_size", "blocks_per_stage",
+    "patch_size", "embed_dim", "depth", "heads", "mlp_dim", "width",
+)  # fmt: skip
+"""Options that size a model: positive numbers (``width`` a float multiplier,
+the rest integers), one each or a list of them."""
+
+
+def check_sizes(config: dict[str, Any]) -> None:
+    """Refuse a model config with a size that is not a positive number (a layer
+    of 0 units builds and computes nothing; a negative one ends in torch)."""
+    for key in SIZES:
+        if key not in config:
+            continue
+        value = config[key]
+        items = value if isinstance(value, list | tuple) else [value]
+        kind = numbers.Real if key == "width" else numbers.Integral
+        bad = [v for v in items if isinstance(v, bool) or not isinstance(v, kind)]
+        if bad or any(v <= 0 for v in items):
+            raise ValueError(
+                f"model {config.get('name')!r} has {key} {value!r}; give "
+                + ("a positive number" if key == "width" else "positive integers")
+            )
+
+
 def build_model(config: dict[str, Any]) -> nn.Module:
     """Build a model from ``{"name": ..., "in_shape": ..., "n_classes": ..., **options}``."""
     name = config.get("name")
@@ -693,4 +719,5 @@ def build_model(config: dict[str, Any]) -> nn.Module:
             f"bad config for model {name!r} (missing: {missing}, unknown: {unknown}); "
             f"required keys: name, {', '.join(required)}; optional keys: {optional}"
         )
+    check_sizes(config)
     return _FACTORIES[name](**options)
