@@ -82,3 +82,31 @@ def test_shared_defaults_are_chapter_1s(nb: str) -> None:
         else:  # chapter 1's entries that the chapter has (chapter 3 adds one)
             shared = {k: v for k, v in mine[name].items() if k in first[source]}
             assert shared == {k: first[source][k] for k in shared}, name
+
+
+SEED_MENTION = re.compile(r"derive_seeds?\(seed, \"(?P<role>[\w-]+)\"")
+SEED_ARITHMETIC = re.compile(r"\$\d+\s*s\b|\bseed\s*[+*]\s*\d|\$s\s*\+\s*\d")
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS)
+def test_prose_on_seeds_names_the_roles_the_code_uses(nb: str) -> None:
+    """A sentence that says how a seed is derived names a role of
+    ``derive_seed`` that the chapter's code or its library package does use,
+    and no chapter describes seeds as arithmetic on ``seed`` (the scheme
+    ``derive_seed`` replaced: seeds s and s + 1 share models)."""
+    from wslib.core.seeds import ROLES
+
+    notebook = chapter(nb)
+    prose = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+    package = {m.group(1) for m in re.finditer(r"from wslib\.(\w+)\.", code)}
+    library = "\n".join(
+        p.read_text()
+        for name in package - {"core", "runs", "plotting"}
+        for p in (ROOT / "wslib" / name).glob("*.py")
+    )
+    for mention in SEED_MENTION.finditer(prose):
+        role = mention["role"]
+        assert role in ROLES, f"{nb} names the seed role {role!r}, not one of {ROLES}"
+        assert f'"{role}"' in code + library, f"{nb}'s prose names {role!r}, unused"
+    assert not SEED_ARITHMETIC.search(prose), SEED_ARITHMETIC.search(prose)
