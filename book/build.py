@@ -61,7 +61,10 @@ def install_source() -> str:
     config = yaml.safe_load((BOOK / "_config.yml").read_text())
     url = (config.get("repository") or {}).get("url")
     if not url:
-        raise SystemExit("error: book/_config.yml has no repository: url: (see README)")
+        raise SystemExit(
+            "error: book/_config.yml has no repository: url: "
+            "(see book/running/publishing.md)"
+        )
     git = ["git", "-C", str(ROOT)]
     head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode != 0:

@@ -251,7 +251,7 @@ def read_cluster_config(path: Path) -> dict[str, Any]:
     if not path.exists():
         raise SystemExit(
             f"error: no cluster config {path}; write one with the keys "
-            f"{', '.join(SLURM_KEYS)} (see the README, 'Sweeps')"
+            f"{', '.join(SLURM_KEYS)} (see book/running/sweeps.md)"
         )
     try:
         config = yaml.safe_load(path.read_text()) or {}

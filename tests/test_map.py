@@ -1,4 +1,5 @@
-"""The library's map names every module: in ``wslib/__init__.py`` and in the README.
+"""The library's map names every module: in ``wslib/__init__.py`` and in
+``docs/layout.md``.
 
 Both maps are prose written for readers; this test is the one place that
 keeps them true to the package tree (a module added, renamed or removed
@@ -44,6 +45,6 @@ def test_the_package_docstring_names_every_module(package: str) -> None:
 
 
 @pytest.mark.parametrize("package", PACKAGES)
-def test_the_readme_map_names_every_module(package: str) -> None:
-    readme = (ROOT / "README.md").read_text()
-    assert missing(package, entry(readme, f"wslib/{package}/", "wslib/")) == []
+def test_the_layout_map_names_every_module(package: str) -> None:
+    layout = (ROOT / "docs" / "layout.md").read_text()
+    assert missing(package, entry(layout, f"wslib/{package}/", "wslib/")) == []

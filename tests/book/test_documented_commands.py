@@ -1,4 +1,5 @@
-"""Every command in the README's and CONTRIBUTING's code blocks, as written there.
+"""Every command in the code blocks of the README, CONTRIBUTING and the book's
+"Running the book" pages (``book/running/``), as written there.
 
 Each ``make`` command is expanded (``A|B`` alternatives, ``[optional]`` parts
 taken), run as ``make -n`` (the Makefile accepts its variables; nothing
@@ -20,7 +21,14 @@ import pytest
 
 from tests.conftest import ROOT, load_script
 
-DOCS = ("README.md", "CONTRIBUTING.md")
+DOCS = (
+    "README.md",
+    "CONTRIBUTING.md",
+    "book/running/profiles.md",
+    "book/running/sweeps.md",
+    "book/running/gpu.md",
+    "book/running/publishing.md",
+)
 SCRIPTS = {  # scripts with a parse_args of their own
     "notebooks/run.py",
     "notebooks/sweep.py",

@@ -370,22 +370,23 @@ def test_llpf_ticks_are_counted_by_the_pilot_rates(est):
     assert est.seconds([written], rates) == pytest.approx(bf16)
 
 
-def test_the_readme_table_is_the_estimate(est):
-    """The README's hours are what ``gpu_check.py --assumed`` prints today."""
+def test_the_gpu_page_table_is_the_estimate(est):
+    """The hours of the book's gpu page (``book/running/gpu.md``) are what
+    ``gpu_check.py --assumed`` prints today."""
     printed = {}
     for line in est.estimate_table(est.ASSUMED).splitlines()[2:]:
         if not line.startswith("| "):
             continue
         name, *hours = (c.strip(" *") for c in line.strip("|").split("|"))
         printed[name[:2].lstrip("0") if name[0].isdigit() else name] = hours
-    readme = {}
-    for line in (ROOT / "README.md").read_text().splitlines():
+    page = {}
+    for line in (ROOT / "book" / "running" / "gpu.md").read_text().splitlines():
         cells = [c.strip(" *") for c in line.strip("|").split("|")]
         if len(cells) == 7 and (
             cells[0].split(" ")[0].isdigit() or cells[0] == "total"
         ):
-            readme[cells[0].split(" ")[0]] = cells[3:]
-    assert readme == printed
+            page[cells[0].split(" ")[0]] = cells[3:]
+    assert page == printed
 
 
 def test_the_estimate_has_a_range_from_the_steps_per_tick(est):

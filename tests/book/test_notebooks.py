@@ -200,11 +200,22 @@ def test_smoke_run_is_fast(smoke_book: Path, nb: str) -> None:
     assert run_times[nb] < 60
 
 
+def test_every_page_of_the_toc_has_a_source() -> None:
+    """Every page that is not a chapter is a Markdown file of ``book/`` (or one
+    that ``book/build.py`` writes: the claims ledger and the course guide)."""
+    written = {"ledger", "guide"}
+    pages = {f for f in toc_files() if not f.startswith("chapters/")} - written
+    assert {"running/sweeps", "running/gpu"} <= pages
+    assert [p for p in sorted(pages) if not (ROOT / "book" / f"{p}.md").exists()] == []
+
+
 @pytest.mark.slow
 def test_book_was_built(smoke_book: Path) -> None:
     assert (smoke_book / "index.html").exists()
     for nb in NOTEBOOKS:
         assert (smoke_book / "chapters" / f"{nb}.html").exists()
+    for page in toc_files() - {f"chapters/{nb}" for nb in NOTEBOOKS}:
+        assert (smoke_book / f"{page}.html").exists(), page
 
 
 @pytest.mark.slow
