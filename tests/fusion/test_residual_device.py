@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -152,6 +153,13 @@ def test_no_tensor_is_created_off_the_models_device(name):
         assert torch.equal(a, b), key
 
 
+def function_name(code_name: str) -> str:
+    """A function's own name, also where mutation testing has renamed it
+    (``x_to_host__mutmut_orig``, ``xǁClassǁmethod__mutmut_3``)."""
+    renamed = re.match(r"^x[_ǁ](?:.*ǁ)?(.+?)__mutmut_\w+$", code_name)
+    return renamed[1] if renamed else code_name
+
+
 def test_only_the_grouping_and_the_costs_leave_the_device(monkeypatch):
     """``.cpu()`` / ``.numpy()`` happen only in the host copies for numpy (grouping, costs, scores)."""
     callers: list[str] = []
@@ -160,7 +168,9 @@ def test_only_the_grouping_and_the_costs_leave_the_device(monkeypatch):
         original = getattr(torch.Tensor, method)
 
         def wrapper(self, *a, **k):
-            callers.append(f"{method} in {sys._getframe(1).f_code.co_name}")
+            callers.append(
+                f"{method} in {function_name(sys._getframe(1).f_code.co_name)}"
+            )
             return original(self, *a, **k)
 
         return wrapper
