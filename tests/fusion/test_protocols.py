@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import grimp
 import numpy as np
 import pandas as pd
@@ -257,7 +259,8 @@ def test_editing_the_fusion_package_recomputes_a_cached_setting(tmp_path, monkey
 
 
 def test_code_version_changes_with_a_module_source(tmp_path, monkeypatch) -> None:
-    package = tmp_path / "probe_fusion_pkg"
+    name = f"probe_fusion_{uuid.uuid4().hex[:8]}"  # a fresh module in this process
+    package = tmp_path / name
     package.mkdir()
     (package / "__init__.py").write_text("")
     (package / "algo.py").write_text("SCALE = 1\n")
@@ -265,14 +268,14 @@ def test_code_version_changes_with_a_module_source(tmp_path, monkeypatch) -> Non
     code_version.cache_clear()
     calls = []
     compute = lambda: calls.append(1) or {"value": 1}  # noqa: E731
-    before = code_version("probe_fusion_pkg")
-    cached_run(tmp_path / "runs", {"k": 1}, compute, code=("probe_fusion_pkg",))
-    cached_run(tmp_path / "runs", {"k": 1}, compute, code=("probe_fusion_pkg",))
+    before = code_version(name)
+    cached_run(tmp_path / "runs", {"k": 1}, compute, code=(name,))
+    cached_run(tmp_path / "runs", {"k": 1}, compute, code=(name,))
     assert len(calls) == 1
     (package / "algo.py").write_text("SCALE = 2\n")
     code_version.cache_clear()
-    assert code_version("probe_fusion_pkg") != before
-    cached_run(tmp_path / "runs", {"k": 1}, compute, code=("probe_fusion_pkg",))
+    assert code_version(name) != before
+    cached_run(tmp_path / "runs", {"k": 1}, compute, code=(name,))
     assert len(calls) == 2
     code_version.cache_clear()
 
