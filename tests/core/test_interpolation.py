@@ -239,3 +239,14 @@ def test_a_point_that_is_no_number_is_refused(t) -> None:
     a, b = (m.state_dict() for m in drawn_models(MLP, 2))
     with pytest.raises(ValueError, match="is not a number in"):
         lerp_state(a, b, t)
+
+
+def test_the_names_only_in_b_are_listed_three_at_most() -> None:
+    a = {"both": torch.zeros(1)}
+    b = {f"only_b{i}": torch.zeros(1) for i in range(5)} | {"both": torch.zeros(1)}
+    message = (
+        "the two models have different tensors (only in a: [], only in b: "
+        "['only_b0', 'only_b1', 'only_b2']); interpolate models of the same architecture"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        lerp_state(a, b, 0.5)
