@@ -29,11 +29,11 @@ def tiny_notebook(path: Path, body: str = BODY) -> None:
 
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
-    """A repository root with run.py, part.py, sweep.py, one tiny notebook and a cpu profile."""
+    """A repository root with the scripts (run.py, part.py, sweep.py, ...), one tiny notebook and a cpu profile."""
     notebooks = tmp_path / "notebooks"
     (notebooks / "params").mkdir(parents=True)
-    for script in ("chapters.py", "run.py", "part.py", "sweep.py"):
-        shutil.copy(ROOT / "notebooks" / script, notebooks / script)
+    for script in (ROOT / "notebooks").glob("*.py"):  # the scripts import siblings
+        shutil.copy(script, notebooks / script.name)
     (notebooks / "params" / "cpu.yaml").write_text("{}\n")
     tiny_notebook(notebooks / "00_tiny.md")
     return tmp_path
