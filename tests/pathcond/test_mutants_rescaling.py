@@ -15,12 +15,15 @@ import re
 import sys
 import time
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.overrides import TorchFunctionMode
 
 from tests.kit import cnn1d, cnn2d, mlp, seeded_model
 from tests.pathcond.tiny import perturbed
@@ -457,6 +460,34 @@ def test_one_block_sweep_minimises_a_single_group_exactly():
     two = optimize_rescaling(g, structure, max_sweeps=2, rtol=0.0)
     assert np.abs(one.z["layer0"]).max() > 0.5
     np.testing.assert_allclose(two.z["layer0"], one.z["layer0"], rtol=0, atol=1e-12)
+
+
+class _HostReads(TorchFunctionMode):
+    """Count the numbers read back from tensors (``float(t)``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: tuple[type, ...],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        self.count += func is torch.Tensor.__float__
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_block_step_stops_newton_once_the_total_is_converged():
+    """Newton's iteration for a group's new total stops when a step is below
+    1e-15 of it (a handful of iterations), not at its cap of 100: each
+    iteration reads one number back from g's device."""
+    g, structure, _ = _mlp_g([4, 3], [1, 3])
+    with _HostReads() as reads:
+        optimize_rescaling(g, structure, max_sweeps=1, rtol=0.0)
+    assert 2 * 2 < reads.count <= 2 * 10 + 10  # two groups; F and totals: < 10
 
 
 def test_the_scales_do_not_depend_on_the_scale_of_g():
