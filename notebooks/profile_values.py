@@ -4,15 +4,17 @@
 ``part.py`` and ``gpu_check.py --params``) already refuses unknown names and
 values of the wrong kind. This module refuses values of the right kind that
 cannot do what they say: a recipe that trains nothing, a count of zero, a
-negative learning rate, NaN. Recipes are checked by the library's own
-:class:`wslib.core.train.Recipe` and model configs by
-:func:`wslib.core.models.check_sizes` (one rule for library calls and
-profiles); whether a model fits its data set is checked where it is trained
-(:func:`wslib.core.configs.check_fits_data`), since a config may keep an
-output size of its own (an autoencoder's);
-the other values by the rules below, named for the keys they apply to, at any
-depth of a section (``llpf: {mlp: {ticks: 0}}`` is refused as
-``llpf.mlp.ticks``).
+negative learning rate, NaN.
+
+- Recipes are checked by the library's own :class:`wslib.core.train.Recipe`
+  and model configs by :func:`wslib.core.models.check_sizes`: one rule for
+  library calls and profiles.
+- Whether a model fits its data set is checked where it is trained
+  (:func:`wslib.core.configs.check_fits_data`), since a config may keep an
+  output size of its own (an autoencoder's).
+- The other values follow the rules below, named for the keys they apply to,
+  at any depth of a section (``llpf: {mlp: {ticks: 0}}`` is refused as
+  ``llpf.mlp.ticks``).
 """
 
 from __future__ import annotations
@@ -90,9 +92,9 @@ def problem(key: str, value: Any, default: Any) -> str | None:
     return None
 
 
-def check_values(nb: str, params: dict[str, Any], defaults: dict[str, Any]) -> None:
-    """Raise ValueError naming the first of ``params`` (a profile's section for
-    ``nb``) whose value is out of range, with the range."""
+def check_values(params: dict[str, Any], defaults: dict[str, Any]) -> None:
+    """Raise ValueError naming the first of ``params`` (a profile's section)
+    whose value is out of range, with the range; ``defaults``: the notebook's."""
     for name, value in params.items():
         for field, recipe in recipe_entries(name, value):
             if isinstance(recipe, dict):

@@ -327,7 +327,7 @@ def section_parameters(nb: str, sections: dict[str, Any], where: str) -> dict[st
                 f"{valid[name]!r} ({type(valid[name]).__name__}): give a value of that kind"
             )
     try:
-        profile_values.check_values(nb, params, valid)
+        profile_values.check_values(params, valid)
     except ValueError as error:
         raise UnknownParameter(f"{where}, section {nb}: {error}") from None
     return params
