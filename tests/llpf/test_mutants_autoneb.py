@@ -16,11 +16,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from tests.devicecheck import DeviceDiscipline, to_device
-from tests.kit import QUIET, cnn1d, mlp, seeded_model
-from wslib.core.files import code_version, stable_hash, tensor_digest
+from tests.kit import QUIET, cnn1d, mlp
+from tests.llpf.resumable_kit import (
+    Kill,
+    Stop,
+    data,
+    endpoints,
+    reference_key,
+    same_states,
+)
+from wslib.core.files import code_version
 from wslib.llpf.autoneb import autoneb
 from wslib.runs.resumable import Persist
 
@@ -37,52 +44,6 @@ SMALL = {
     "check_examples": 16,
     "insert_tol": math.inf,
 }
-
-
-class Stop(Exception):
-    """Ends a run once its key is known."""
-
-
-class Kill(Exception):
-    """Stands for a killed job."""
-
-
-def endpoints(config: dict = MLP) -> tuple[nn.Module, dict, dict]:
-    """Model A (seed 0, eval mode) and the states of A and B (seed 1)."""
-    a, b = seeded_model(config, 0), seeded_model(config, 1)
-    return a, a.state_dict(), b.state_dict()
-
-
-def data(n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(5)
-    return torch.randn(n, 1, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
-
-
-def same_states(p, q) -> None:
-    assert len(p.states) == len(q.states)
-    for s, r in zip(p.states, q.states):
-        assert s.keys() == r.keys()
-        for k in s:
-            assert torch.equal(s[k], r[k]), k
-
-
-def reference_key(model: nn.Module, a, b, x, y, **config) -> str:
-    """The key written out: digests of the endpoints, data and model, and the config."""
-    signature = {
-        "structure": repr(model),
-        "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
-        "buffers": tensor_digest(dict(model.named_buffers())),
-    }
-    return stable_hash(
-        {
-            "a": tensor_digest(a),
-            "b": tensor_digest(b),
-            "data": tensor_digest(x, y),
-            "model": signature,
-            **config,
-        },
-        length=16,
-    )
 
 
 def key_of_run(monkeypatch: pytest.MonkeyPatch, *args, **kwargs) -> str:

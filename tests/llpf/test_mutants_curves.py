@@ -15,11 +15,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 from tests.devicecheck import DeviceDiscipline, to_device
-from tests.kit import QUIET, cnn1d, mlp, seeded_model
-from wslib.core.files import code_version, stable_hash, tensor_digest
+from tests.kit import QUIET, cnn1d, mlp
+from tests.llpf.resumable_kit import (
+    Kill,
+    Stop,
+    data,
+    endpoints,
+    reference_key,
+    same_states,
+)
+from wslib.core.files import code_version
 from wslib.llpf.curves import (
     checkpoint_key,
     curve_point,
@@ -32,48 +39,6 @@ curves = importlib.import_module("wslib.llpf.curves")
 MLP = mlp([5], in_shape=[1, 6])
 BN = cnn1d([2], in_shape=[1, 6], bn=True)  # a model with buffers
 SMALL = {"steps": 4, "batch_size": 8, "n_eval": 3}
-
-
-class Stop(Exception):
-    """Ends a run once its key is known."""
-
-
-def endpoints(config: dict = MLP) -> tuple[nn.Module, dict, dict]:
-    """Model A (seed 0, eval mode) and the states of A and B (seed 1)."""
-    a, b = seeded_model(config, 0), seeded_model(config, 1)
-    return a, a.state_dict(), b.state_dict()
-
-
-def data(n: int = 40) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(5)
-    return torch.randn(n, 1, 6, generator=g), torch.randint(0, 3, (n,), generator=g)
-
-
-def same_states(p, q) -> None:
-    assert len(p.states) == len(q.states)
-    for s, r in zip(p.states, q.states):
-        assert s.keys() == r.keys()
-        for k in s:
-            assert torch.equal(s[k], r[k]), k
-
-
-def reference_key(model: nn.Module, a, b, x, y, **config) -> str:
-    """The key written out: digests of the endpoints, data and model, and the config."""
-    signature = {
-        "structure": repr(model),
-        "params": [[n, list(p.shape)] for n, p in model.named_parameters()],
-        "buffers": tensor_digest(dict(model.named_buffers())),
-    }
-    return stable_hash(
-        {
-            "a": tensor_digest(a),
-            "b": tensor_digest(b),
-            "data": tensor_digest(x, y),
-            "model": signature,
-            **config,
-        },
-        length=16,
-    )
 
 
 def key_of_run(monkeypatch: pytest.MonkeyPatch, *args, **kwargs) -> str:
@@ -274,10 +239,6 @@ def test_a_curve_saves_only_at_its_end_by_default(tmp_path: Path) -> None:
     )
     fit_curve(model, a, b, x, y, steps=12, batch_size=4, n_eval=2, persist=persist)
     assert exists == [False] * 11 + [True]
-
-
-class Kill(Exception):
-    """Stands for a killed job."""
 
 
 def test_a_curve_of_a_model_with_buffers_resumes_from_its_checkpoint(
