@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
@@ -48,6 +51,40 @@ def load_script(path: str) -> ModuleType:
 
 
 chapters = load_script("notebooks/chapters.py")
+
+
+@dataclass
+class Ran:
+    """How a script's ``main`` ended: its exit status and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_main(script: ModuleType, *args: str) -> Ran:
+    """``python <script> <args>`` in the repository root, in this process.
+
+    For the tests of a script's argument and file checks: no interpreter, torch
+    and library to start (about 3 s a call); the working folder and torch's
+    threads are restored after it. ``SystemExit`` ends the call as it
+    ends the process (a message is printed, status 1); any other exception is
+    raised, failing the test, as the process would have printed a traceback.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    threads = torch.get_num_threads()  # part.py computes on one, as a kernel does
+    with contextlib.chdir(ROOT), contextlib.redirect_stdout(out):
+        with contextlib.redirect_stderr(err):
+            try:
+                code = script.main(list(args))
+            except SystemExit as stop:
+                code = stop.code
+            finally:
+                torch.set_num_threads(threads)
+    if isinstance(code, str):
+        err.write(code + "\n")
+        code = 1
+    return Ran(code or 0, out.getvalue(), err.getvalue())
 
 
 def chapter(nb: str) -> nbformat.NotebookNode:

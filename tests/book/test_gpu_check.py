@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import ROOT, chapters, load_script
+from tests.conftest import ROOT, chapters, load_script, run_main
 from tests.kit import mlp
 from wslib.core.configs import complete_model_configs
 
@@ -55,8 +55,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
-def test_refuses_without_cuda():
-    out = _run("--quick")
+def test_refuses_without_cuda(check):
+    out = run_main(check, "--quick")
     assert out.returncode == 2
     assert "needs a CUDA device" in out.stderr
     assert "built for CUDA" in out.stderr or "CPU-only build" in out.stderr
@@ -64,8 +64,8 @@ def test_refuses_without_cuda():
     assert "ResNet-18 step" not in out.stdout  # nothing was timed
 
 
-def test_a_missing_parameter_file_is_named():
-    out = _run("--assumed", "--params", "notebooks/params/gpu.yml")
+def test_a_missing_parameter_file_is_named(check):
+    out = run_main(check, "--assumed", "--params", "notebooks/params/gpu.yml")
     assert out.returncode == 2
     assert "--params notebooks/params/gpu.yml: no such file" in out.stderr
     assert "Traceback" not in out.stderr
@@ -432,11 +432,11 @@ def test_pathcond_on_conv_nets_counts_at_the_device_rate(est):
     ],
 )
 def test_a_parameter_file_is_checked_as_run_py_checks_a_profile(
-    tmp_path, text, message
+    check, tmp_path, text, message
 ):
     """The same words as run.py, not an estimate of 0.0 h for a misspelt section."""
     path = tmp_path / "mine.yaml"
     path.write_text(text)
-    out = _run("--assumed", "--params", str(path))
+    out = run_main(check, "--assumed", "--params", str(path))
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr

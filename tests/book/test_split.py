@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import ROOT, SMOKE, WORK, load_script
+from tests.conftest import ROOT, SMOKE, WORK, load_script, run_main
 
-SPLIT = sorted(load_script("notebooks/part.py").SPLIT)
+PART = load_script("notebooks/part.py")
+SPLIT = sorted(PART.SPLIT)
 TIMING = re.compile(r"seconds|time|wall|_s$|over_epoch")  # wall-clock metric keys
 
 
@@ -117,26 +118,14 @@ def test_a_missing_unit_is_named(checkout: Path) -> None:
     ],
 )
 def test_bad_part_arguments_are_named(args: list[str], message: str) -> None:
-    done = subprocess.run(
-        [sys.executable, "notebooks/part.py", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_main(PART, *args)
     assert done.returncode == 2
     assert message in done.stderr
 
 
 def test_list_names_each_unit_with_its_stage() -> None:
-    done = subprocess.run(
-        [sys.executable, "notebooks/part.py", "--profile", "gpu", "05_llpf_spheres"]
-        + ["--list"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    done = run_main(PART, "--profile", "gpu", "05_llpf_spheres", "--list")
+    assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "stage 1: hybrid" in lines
     assert lines == sorted(lines, key=lambda line: int(line.split(":")[0][6:]))
