@@ -17,6 +17,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "wslib"
 
 
+def contracts(kind: str) -> list[dict]:
+    """The import-linter contracts of type ``kind`` in pyproject.toml."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return [c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == kind]
+
+
 def test_import_contracts_hold() -> None:
     """import-linter checks the layers contract of pyproject.toml."""
     done = subprocess.run(
@@ -121,9 +127,26 @@ def test_package_map_names_every_module() -> None:
 
 def test_contributing_draws_the_contract_s_layers() -> None:
     """CONTRIBUTING's layer diagram is the contract of pyproject.toml, top to bottom."""
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    (contract,) = config["tool"]["importlinter"]["contracts"]
+    (contract,) = contracts("layers")
     text = (ROOT / "CONTRIBUTING.md").read_text()
     block = text.split("## The layering rule", 1)[1].split("```")[1]
     drawn = [re.split(r"\s{2,}", line)[0] for line in block.strip().splitlines()]
     assert drawn == contract["layers"]
+
+
+PAPER_PACKAGES = ("llpf", "pathcond", "fusion", "synthesis")
+
+
+def test_every_paper_module_is_an_algorithm_or_a_chapter_s() -> None:
+    """The forbidden contract sorts every module of the paper packages: a new
+    module must be declared an algorithm (reusable) or a chapter's protocol."""
+    (contract,) = contracts("forbidden")
+    algorithms, protocols = contract["source_modules"], contract["forbidden_modules"]
+    assert not set(algorithms) & set(protocols)
+    modules = {
+        f"wslib.{package}.{path.stem}"
+        for package in PAPER_PACKAGES
+        for path in (PACKAGE / package).glob("*.py")
+        if path.stem != "__init__"
+    }
+    assert modules == set(algorithms) | set(protocols)
