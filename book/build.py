@@ -48,7 +48,7 @@ def copy_chapters(executed: Path) -> list[Path]:
     return notebooks
 
 
-# The default install source of a chapter's setup cell (see any notebook).
+# The default install source of a chapter's setup cell (notebooks/chapters.py).
 INSTALL_SOURCE = re.compile(r"git\+https://github\.com/[\w.-]+/[\w.-]+@[\w.-]+")
 
 

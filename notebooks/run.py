@@ -464,7 +464,9 @@ def run_notebook(
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="wslib-chapter-") as folder:
         source = Path(folder) / f"{nb}.ipynb"
-        nbformat.write(chapters.read(chapter_path(nb)), source)
+        nbformat.write(
+            chapters.with_setup_cell(chapters.read(chapter_path(nb))), source
+        )
         papermill.execute_notebook(
             source,
             executed,

@@ -83,7 +83,8 @@ def test_downloaded_chapter_installs_wslib_and_runs(
     folder = tmp_path / "downloaded"
     folder.mkdir()
     source = chapters.read(workspace / "notebooks" / f"{CHAPTER}.md")
-    nbformat.write(source, folder / f"{CHAPTER}.ipynb")  # as the book offers it
+    runnable = chapters.with_setup_cell(source)  # as run.py runs it, the book offers it
+    nbformat.write(runnable, folder / f"{CHAPTER}.ipynb")
     run = load_script("notebooks/run.py")
     params = run.notebook_parameters(CHAPTER, SMOKE, None)
     (folder / "params.json").write_text(json.dumps(params))

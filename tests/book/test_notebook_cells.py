@@ -37,18 +37,9 @@ def lines(cell: nbformat.NotebookNode) -> int:
     return sum(1 for line in cell.source.splitlines() if line.strip())
 
 
-INSTALL = (
-    'find_spec("wslib") is None'  # the cell that installs wslib outside a checkout
-)
-
-
 def steps(nb: str) -> list[nbformat.NotebookNode]:
-    """Code cells other than the parameters cell and the install cell."""
-    return [
-        cell
-        for cell in code_cells(nb)
-        if "parameters" not in tags(cell) and INSTALL not in cell.source
-    ]
+    """Code cells other than the parameters cell."""
+    return [cell for cell in code_cells(nb) if "parameters" not in tags(cell)]
 
 
 def tree(cell: nbformat.NotebookNode) -> ast.Module:

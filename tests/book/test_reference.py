@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import wslib
-from tests.conftest import NOTEBOOKS, ROOT, WORK, chapter, load_script
+from tests.conftest import NOTEBOOKS, ROOT, WORK, chapter, chapters, load_script
 
 slow = pytest.mark.slow  # the tests that read the smoke book
 
@@ -129,17 +129,34 @@ def test_names_link_to_the_module_that_defines_them(apilinks) -> None:
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS)
-def test_every_chapter_has_the_setup_cell_before_any_import(nb: str) -> None:
-    code = [c for c in chapter(nb).cells if c.cell_type == "code"]
+def test_every_chapter_runs_with_the_setup_cell_before_any_import(nb: str) -> None:
+    """The setup cell is written once (``chapters.SETUP_CELL``), not in a chapter,
+    and the runner puts it right after the parameters cell."""
+    assert "WSLIB_SOURCE" not in (ROOT / "notebooks" / f"{nb}.md").read_text()
+    code = [
+        c for c in chapters.with_setup_cell(chapter(nb)).cells if c.cell_type == "code"
+    ]
     assert "parameters" in code[0].metadata["tags"]
-    setup = code[1].source
-    assert 'find_spec("wslib") is None' in setup and "WSLIB_SOURCE" in setup
+    assert code[1].source == chapters.SETUP_CELL
+    assert "hide-input" in code[1].metadata["tags"]
+    assert not [
+        c for c in code[:2] if "import wslib" in c.source or "from wslib" in c.source
+    ]
+
+
+def test_a_chapter_without_a_parameters_cell_first_is_refused() -> None:
+    notebook = chapter(NOTEBOOKS[0])
+    notebook.cells = [
+        c for c in notebook.cells if "parameters" not in c.metadata.get("tags", [])
+    ]
+    with pytest.raises(ValueError, match="first code cell must be its parameters cell"):
+        chapters.with_setup_cell(notebook)
 
 
 def test_pin_install_points_the_setup_cell_at_a_commit(tmp_path: Path) -> None:
     build = load_script("book/build.py")
     executed = tmp_path / "ch.ipynb"
-    nbformat.write(chapter(NOTEBOOKS[0]), executed)
+    nbformat.write(chapters.with_setup_cell(chapter(NOTEBOOKS[0])), executed)
     build.pin_install(executed, "git+https://github.com/a/b@0123abc")
     text = executed.read_text()
     assert "git+https://github.com/a/b@0123abc" in text
