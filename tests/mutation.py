@@ -40,15 +40,21 @@ OUT = ROOT / "build" / "mutation"
 GOAL = 0.90
 """The score each module must reach: killed / mutants that are not equivalent."""
 
+CORE = ("matching", "interpolation", "train", "data", "seeds", "neurons", "stacked")
+CORE += ("connectivity", "files", "norms", "pooling", "configs")
+RUNS = ("claims", "verdicts", "sweeps", "stats", "store", "resumable", "cache", "zoo")
+RUNS += ("results", "units", "stages")
 MODULES = [
-    *(f"core/{m}" for m in ("matching", "interpolation", "train", "data", "seeds")),
-    *(f"runs/{m}" for m in ("claims", "verdicts", "sweeps", "stats", "store")),
+    *(f"core/{m}" for m in CORE),
+    *(f"runs/{m}" for m in RUNS),
     *(f"llpf/{m}" for m in ("layerwise", "autoneb", "curves", "evaluation")),
     *(f"pathcond/{m}" for m in ("rescaling", "lifting", "enorm", "training")),
     *(f"fusion/{m}" for m in ("levels", "hfkf", "baselines", "residual")),
     "synthesis/alignment",
 ]
-"""The modules mutated by default, as ``package/module`` under ``wslib``."""
+"""The modules mutated by default, as ``package/module`` under ``wslib``: the
+algorithms, the statistics, and what computes a cache key (``files``,
+``zoo``, ``cache``, ``resumable``)."""
 
 DETECTED = {"killed", "timeout", "segfault", "caught by type check"}
 SURVIVED = {"survived", "no tests", "skipped", "suspicious"}
