@@ -568,13 +568,16 @@ def ridge_solve(
     *,
     chunk: int = 256,
 ) -> torch.Tensor:
-    """Ridge least squares ``A @ sol ~ targets.T`` for ``A = rows(all n examples)``, float64.
+    """Ridge least squares ``A @ sol ~ targets.T`` for ``A = rows(all n examples)``.
 
     ``rows(slice)`` gives the design rows of those examples (each example has
     ``targets.shape[1] // n`` consecutive rows); the Gram matrix is
     accumulated over ``chunk`` examples at a time, on the device and in the
-    dtype of the rows, and ``ridge`` is relative to its mean diagonal.
+    dtype of the rows (float64 where the device has it, see
+    :func:`solve_dtype`), and ``ridge`` is relative to its mean diagonal.
     """
+    if n < 1:
+        raise ValueError(f"no examples to fit (n={n})")
     per_example = targets.shape[1] // n
     gram: torch.Tensor | None = None
     rhs: torch.Tensor | None = None
@@ -585,8 +588,7 @@ def ridge_solve(
         total_rows += len(a)
         gram = a.T @ a if gram is None else gram + a.T @ a
         rhs = a.T @ t.T if rhs is None else rhs + a.T @ t.T
-    if gram is None or rhs is None:
-        raise ValueError(f"no examples to fit (n={n})")
+    assert gram is not None and rhs is not None  # n >= 1: one chunk at least
     if total_rows < len(gram):
         warnings.warn(
             f"least squares with {total_rows} samples for {len(gram)} unknowns per neuron "
