@@ -182,29 +182,45 @@ def test_resnet_plan_lists_every_step_in_data_flow_order() -> None:
 
 
 def test_transformer_plan_lists_every_step() -> None:
+    """The plan of a two-block transformer, written out step by step."""
     expected = [
-        Step("stream", "embed", (Fit("embed", "x"), Fit("pos", "tokens")), bias=False)
+        Step("stream", "embed", (Fit("embed", "x"), Fit("pos", "tokens")), bias=False),
+        Step(None, "blocks.0.qkv", (Fit("blocks.0.attn.qkv", "blocks.0.norm1"),)),
+        Step(
+            "stream",
+            "blocks.0.attn_sum",
+            (Fit("blocks.0.attn.proj", "blocks.0.mix"),),
+            residual="blocks.0.in",
+        ),
+        Step(
+            "block0.mlp", "blocks.0.fc1", (Fit("blocks.0.mlp.fc1", "blocks.0.norm2"),)
+        ),
+        Step(
+            "stream",
+            "blocks.0.mlp_sum",
+            (Fit("blocks.0.mlp.fc2", "blocks.0.h"),),
+            residual="blocks.0.attn_sum",
+            block="blocks.0",
+        ),
+        Step(None, "blocks.1.qkv", (Fit("blocks.1.attn.qkv", "blocks.1.norm1"),)),
+        Step(
+            "stream",
+            "blocks.1.attn_sum",
+            (Fit("blocks.1.attn.proj", "blocks.1.mix"),),
+            residual="blocks.1.in",
+        ),
+        Step(
+            "block1.mlp", "blocks.1.fc1", (Fit("blocks.1.mlp.fc1", "blocks.1.norm2"),)
+        ),
+        Step(
+            "stream",
+            "blocks.1.mlp_sum",
+            (Fit("blocks.1.mlp.fc2", "blocks.1.h"),),
+            residual="blocks.1.attn_sum",
+            block="blocks.1",
+        ),
+        Step(None, "head", (Fit("head", "pooled"),)),
     ]
-    for i in range(2):
-        p = f"blocks.{i}"
-        expected += [
-            Step(None, f"{p}.qkv", (Fit(f"{p}.attn.qkv", f"{p}.norm1"),)),
-            Step(
-                "stream",
-                f"{p}.attn_sum",
-                (Fit(f"{p}.attn.proj", f"{p}.mix"),),
-                residual=f"{p}.in",
-            ),
-            Step(f"block{i}.mlp", f"{p}.fc1", (Fit(f"{p}.mlp.fc1", f"{p}.norm2"),)),
-            Step(
-                "stream",
-                f"{p}.mlp_sum",
-                (Fit(f"{p}.mlp.fc2", f"{p}.h"),),
-                residual=f"{p}.attn_sum",
-                block=p,
-            ),
-        ]
-    expected.append(Step(None, "head", (Fit("head", "pooled"),)))
     got = transformer_plan(seeded_model(TRANSFORMER, 0))
     assert got == expected
     assert got[0].bias is False and all(s.bias is True for s in got[1:])
