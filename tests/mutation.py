@@ -40,10 +40,10 @@ OUT = ROOT / "build" / "mutation"
 GOAL = 0.90
 """The score each module must reach: killed / mutants that are not equivalent."""
 
-CORE = ("matching", "interpolation", "train", "data", "seeds", "neurons", "stacked")
-CORE += ("connectivity", "files", "norms", "pooling", "configs")
-RUNS = ("claims", "verdicts", "sweeps", "stats", "store", "resumable", "cache", "zoo")
-RUNS += ("results", "units", "stages")
+CORE = ["matching", "interpolation", "train", "data", "seeds", "neurons", "stacked"]
+CORE += ["connectivity", "files", "norms", "pooling", "configs"]
+RUNS = ["claims", "verdicts", "sweeps", "stats", "store", "resumable", "cache", "zoo"]
+RUNS += ["results", "units", "stages"]
 MODULES = [
     *(f"core/{m}" for m in CORE),
     *(f"runs/{m}" for m in RUNS),
