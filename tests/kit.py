@@ -25,9 +25,12 @@ so a test states them where they matter and the random draws stay the same:
 
 from __future__ import annotations
 
+import sys
+import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
 
@@ -268,3 +271,26 @@ class FakeZoo:
         model = seeded_model(config["model"], config["seed"], self.train)
         model.config = config  # which config made it
         return model
+
+
+def warning_sites(monkeypatch: pytest.MonkeyPatch) -> list[tuple[type, str, str]]:
+    """Record each ``warnings.warn`` as (category, message, the file of the frame its
+    ``stacklevel`` names). mutmut's trampolines (frames of its own modules) are
+    skipped, so the frame is the one a plain run names."""
+    sites: list[tuple[type, str, str]] = []
+
+    def warn(
+        message: Warning | str,
+        category: type[Warning] | None = None,
+        stacklevel: int = 1,
+        source: object = None,
+    ) -> None:
+        frame = sys._getframe(1)
+        for _ in range(stacklevel - 1):
+            frame = frame.f_back  # type: ignore[assignment]
+            while frame.f_globals.get("__name__", "").startswith("mutmut"):
+                frame = frame.f_back  # type: ignore[assignment]
+        sites.append((category or UserWarning, str(message), frame.f_code.co_filename))
+
+    monkeypatch.setattr(warnings, "warn", warn)
+    return sites

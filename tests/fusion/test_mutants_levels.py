@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import itertools
 import re
-import sys
 import warnings
 from typing import Any
 
@@ -38,7 +37,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from tests.devicecheck import DEVICE, DeviceDiscipline, DeviceMixError, to_device
-from tests.kit import cnn1d, cnn2d, mlp, seeded_model, transformer1d
+from tests.kit import cnn1d, cnn2d, mlp, seeded_model, transformer1d, warning_sites
 from wslib.core.neurons import NeuronGroup, NeuronStructure, Slot
 from wslib.fusion import levels
 from wslib.fusion.importance import Scores
@@ -981,29 +980,6 @@ def test_ridge_solve_works_in_the_rows_dtype_and_takes_every_chunk() -> None:
     np.testing.assert_allclose(got.numpy().ravel(), [1.0, -2.0, 0.5], rtol=1e-10)
     single = ridge_solve(lambda sl: a[sl].float(), t, n, 0.0)
     assert single.dtype == torch.float32
-
-
-def warning_sites(monkeypatch: pytest.MonkeyPatch) -> list[tuple[type, str, str]]:
-    """Record each ``warnings.warn`` as (category, message, the file of the frame its
-    ``stacklevel`` names). mutmut's trampolines (frames of its own modules) are
-    skipped, so the frame is the one a plain run names."""
-    sites: list[tuple[type, str, str]] = []
-
-    def warn(
-        message: Warning | str,
-        category: type[Warning] | None = None,
-        stacklevel: int = 1,
-        source: object = None,
-    ) -> None:
-        frame = sys._getframe(1)
-        for _ in range(stacklevel - 1):
-            frame = frame.f_back  # type: ignore[assignment]
-            while frame.f_globals.get("__name__", "").startswith("mutmut"):
-                frame = frame.f_back  # type: ignore[assignment]
-        sites.append((category or UserWarning, str(message), frame.f_code.co_filename))
-
-    monkeypatch.setattr(warnings, "warn", warn)
-    return sites
 
 
 def test_an_underdetermined_fit_warns_at_the_caller(

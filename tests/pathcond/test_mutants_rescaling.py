@@ -12,9 +12,7 @@ from __future__ import annotations
 import copy
 import math
 import re
-import sys
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -25,7 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from tests.kit import cnn1d, cnn2d, mlp, seeded_model
+from tests.kit import cnn1d, cnn2d, mlp, seeded_model, warning_sites
 from tests.pathcond.tiny import perturbed
 from wslib.core.models import build_model
 from wslib.core.neurons import NeuronGroup, NeuronStructure, Slot, rescale_state
@@ -151,37 +149,13 @@ def _in_mlp(name: str) -> str:
     return f"linears.{0 if layer == 'fc' else 1}.{rest}"
 
 
-def _warning_sites(monkeypatch: pytest.MonkeyPatch) -> list[tuple[type, str, str]]:
-    """Record each ``warnings.warn`` as (category, message, the file of the frame
-    its ``stacklevel`` names) instead of warning. mutmut's trampolines (frames
-    of its own modules between a function and its caller) are not counted, so
-    the frame is the one a plain run names."""
-    sites: list[tuple[type, str, str]] = []
-
-    def warn(
-        message: Warning | str,
-        category: type[Warning] | None = None,
-        stacklevel: int = 1,
-        source: object = None,
-    ) -> None:
-        frame = sys._getframe(1)
-        for _ in range(stacklevel - 1):
-            frame = frame.f_back
-            while frame.f_globals.get("__name__", "").startswith("mutmut"):
-                frame = frame.f_back
-        sites.append((category or UserWarning, str(message), frame.f_code.co_filename))
-
-    monkeypatch.setattr(warnings, "warn", warn)
-    return sites
-
-
 # --- check_architecture ----------------------------------------------------------------------
 
 
 def test_check_architecture_answers_false_for_relu_and_true_for_gelu(monkeypatch):
     """False (not merely falsy) without a warning for a ReLU net; True for a GELU
     net, whose warning (through ``diag_g``) names the line that called diag_g."""
-    sites = _warning_sites(monkeypatch)
+    sites = warning_sites(monkeypatch)
     assert check_architecture(build_model(mlp([3], in_shape=[1, 4]))) is False
     assert sites == []
     gelu = build_model(mlp([3], in_shape=[1, 4], activation="gelu"))
@@ -557,7 +531,7 @@ def test_the_result_records_its_method_time_and_unfinished_state(monkeypatch):
     converged False (not merely falsy) at max_sweeps, and the warning naming
     the caller's line."""
     g, structure, _ = _mlp_g([3, 3], [1, 3])
-    sites = _warning_sites(monkeypatch)
+    sites = warning_sites(monkeypatch)
     start = time.perf_counter()
     result = optimize_rescaling(g, structure, method="neuron", max_sweeps=1)
     elapsed = time.perf_counter() - start
