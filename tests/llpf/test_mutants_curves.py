@@ -72,6 +72,42 @@ def test_curve_points_against_bernstein_and_linear_interpolation() -> None:
         torch.testing.assert_close(curve_point(a, bend, b, t, "polychain")["w"], want)
 
 
+def per_tensor_point(a, bend, b, t: float, kind: str) -> dict[str, torch.Tensor]:
+    """The curve's point written tensor by tensor (the arithmetic before the
+    fused ``torch._foreach`` form)."""
+    if kind == "bezier":
+        return {
+            n: (1 - t) ** 2 * a[n] + 2 * t * (1 - t) * bend[n] + t**2 * b[n] for n in a
+        }
+    if t < 0.5:
+        return {n: a[n] + 2 * t * (bend[n] - a[n]) for n in a}
+    return {n: bend[n] + (2 * t - 1) * (b[n] - bend[n]) for n in a}
+
+
+@pytest.mark.parametrize("kind", ["bezier", "polychain"])
+def test_the_fused_point_and_its_gradient_are_bit_identical_to_the_per_tensor_form(
+    kind: str,
+) -> None:
+    g = torch.Generator().manual_seed(2)
+    shapes = {"conv": (4, 3, 3, 3), "bias": (4,), "fc": (5, 4)}
+    a, b = ({n: torch.randn(s, generator=g) for n, s in shapes.items()} for _ in "ab")
+    bend = {n: torch.randn(s, generator=g).requires_grad_() for n, s in shapes.items()}
+    for t in [0.0, 0.123, 1 / 3, 0.5, 0.61, 0.9, 1.0]:
+        got, want = (
+            curve_point(a, bend, b, t, kind),
+            per_tensor_point(a, bend, b, t, kind),
+        )
+        assert list(got) == list(shapes)
+        assert all(torch.equal(got[n], want[n]) for n in shapes)
+        grads = [
+            torch.autograd.grad(
+                sum((p**3).sum() for p in point.values()), list(bend.values())
+            )
+            for point in (got, want)
+        ]
+        assert all(torch.equal(x, y) for x, y in zip(*grads, strict=True))
+
+
 def test_a_polychain_passes_exactly_through_its_bend_at_one_half() -> None:
     g = torch.Generator().manual_seed(1)
     a, bend, b = ({"w": torch.randn(50, generator=g)} for _ in range(3))
