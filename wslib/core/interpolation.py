@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from wslib.core.neurons import StateDict
 from wslib.core.norms import has_batchnorm, reset_bn_stats
-from wslib.core.train import evaluate, model_device
+from wslib.core.train import evaluate, model_device, on_device
 
 
 def check_fraction(t: float) -> float:
@@ -118,12 +118,12 @@ def evaluate_states(
     """
     probe = copy.deepcopy(model)
     dev = model_device(probe)  # the data go to the device once, not once a state
-    x_train, y_train = x_train.to(dev), y_train.to(dev)
+    x_train, y_train = on_device(x_train, dev), y_train.to(dev)
     test: tuple[torch.Tensor, torch.Tensor] | None = None
     if x_test is not None:
         if y_test is None:
             raise ValueError("x_test is given without y_test; give both or neither")
-        test = (x_test.to(dev), y_test.to(dev))
+        test = (on_device(x_test, dev), y_test.to(dev))
     bn = has_batchnorm(probe)
     keys = ["train_loss", "train_acc"] + (
         ["test_loss", "test_acc"] if test is not None else []

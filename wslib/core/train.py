@@ -318,8 +318,7 @@ def fit(
     check_give_up(stop_at, give_up_after)
     dev = pick_device(device)
     note_device(dev)
-    images = dev.type == "cuda" and x.dim() == 4  # channels_last suits cuDNN convs
-    layout = torch.channels_last if images else torch.contiguous_format
+    layout = data_layout(x, dev)
     model.to(dev, memory_format=layout)  # type: ignore[call-overload]  # torch's stubs lack this overload
     x, y = x.to(dev, memory_format=layout), y.to(dev)
     autocast = precision_autocast(dev, recipe.precision)
@@ -422,6 +421,19 @@ def check_give_up(stop_at: float | None, give_up_after: int | None) -> None:
         raise ValueError(f"give_up_after must be an epoch >= 1, got {give_up_after}")
 
 
+def data_layout(x: torch.Tensor, device: torch.device) -> torch.memory_format:
+    """channels_last for a batch of images (4-d) on CUDA, the layout cuDNN's
+    fastest convolutions read; the standard layout anywhere else (so a CPU
+    run computes exactly as before)."""
+    images = device.type == "cuda" and x.dim() == 4
+    return torch.channels_last if images else torch.contiguous_format
+
+
+def on_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``x`` on ``device`` in :func:`data_layout` (a no-op when it is there already)."""
+    return x.to(device, memory_format=data_layout(x, device))
+
+
 def device_slices(
     x: torch.Tensor, batch_size: int, device: torch.device
 ) -> Iterator[torch.Tensor]:
@@ -431,7 +443,7 @@ def device_slices(
     tensor goes to the device once (a no-op when it is there) instead of a
     gather and a copy per batch.
     """
-    x = x.to(device)
+    x = on_device(x, device)
     for start in range(0, len(x), batch_size):
         yield x[start : start + batch_size]
 

@@ -52,6 +52,7 @@ from wslib.core.train import (
     check_precision,
     model_device,
     note_device,
+    on_device,
     precision_autocast,
 )
 from wslib.llpf.curves import checkpoint_key, missing_fields
@@ -181,7 +182,7 @@ def autoneb(
     chain = [torch.lerp(va, vb, k / (n_init + 1)) for k in range(n_init + 2)]
     check = torch.randperm(len(x), generator=run.gen)[:check_examples]
     saved = run.resume(lambda s: missing_fields(s, FIELDS))
-    x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
+    x, y = on_device(x, dev), y.to(dev)  # placed once: no batch copied per step
     xc, yc = x[check.to(dev)], y[check.to(dev)]
     steps = 0
     if saved is not None:

@@ -49,6 +49,7 @@ from wslib.core.train import (
     check_precision,
     model_device,
     note_device,
+    on_device,
     optimizer_step,
     precision_autocast,
 )
@@ -217,7 +218,7 @@ def fit_curve(
     what = f"{NAMES[kind]} curve"
     run = Resumable(persist, what, key, seed, steps, every=CHECKPOINT_EVERY)
     saved = run.resume(lambda s: missing_fields(s, ("bend", "optimizer", "buffers")))
-    x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
+    x, y = on_device(x, dev), y.to(dev)  # placed once: no batch copied per step
     names = [n for n, _ in probe.named_parameters()]
     pa = {n: a[n].to(dev) for n in names}
     pb = {n: b[n].to(dev) for n in names}

@@ -80,6 +80,7 @@ from wslib.core.train import (
     check_precision,
     model_device,
     note_device,
+    on_device,
     optimizer_step,
     precision_autocast,
 )
@@ -276,7 +277,7 @@ def refine_point(
     """
     model.train()
     dev = model_device(model)
-    x, y = x.to(dev), y.to(dev)
+    x, y = on_device(x, dev), y.to(dev)
     window: list[torch.Tensor] = []
     steps = 0
     autocast = precision_autocast(dev, refine.precision)
@@ -425,7 +426,7 @@ def _run_loop(
     work = copy.deepcopy(model)
     dev = model_device(work)
     note_device(dev)
-    x, y = x.to(dev), y.to(dev)  # placed once: no batch copied per step
+    x, y = on_device(x, dev), y.to(dev)  # placed once: no batch copied per step
     run = Resumable(
         persist, "LLPF path", key, seed, ticks, folder=True, every=CHECKPOINT_EVERY
     )

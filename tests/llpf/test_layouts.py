@@ -1,0 +1,105 @@
+"""The memory layout of the data the path methods feed a convolutional net.
+
+On CUDA, image batches go to the device once in channels_last, the layout
+cuDNN's fastest convolutions read (as ``fit`` places them); on any other
+device, and for data that are not images, in the standard layout, so a CPU
+run computes exactly as before. Checked on the stand-in CUDA device of
+:mod:`tests.core.test_mutants_train`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+from tests.core.test_mutants_train import (
+    CNN,
+    StandIn,
+    StrictDevice,
+    images,
+    input_layouts,
+    seeded,
+    stand_in,  # noqa: F401  (a fixture: the generators and devices kept apart)
+)
+from tests.kit import QUIET
+from wslib.core.interpolation import evaluate_states
+from wslib.core.train import data_layout, on_device
+from wslib.llpf.autoneb import autoneb
+from wslib.llpf.curves import fit_curve
+from wslib.llpf.layerwise import Refine, refine_point
+
+CUDA, CPU = torch.device("cuda"), torch.device("cpu")
+
+
+@pytest.mark.parametrize(
+    ("shape", "device", "layout"),
+    [
+        ((2, 3, 4, 4), CUDA, torch.channels_last),
+        ((2, 1, 8), CUDA, torch.contiguous_format),
+        ((2, 3, 4, 4), CPU, torch.contiguous_format),
+        ((2, 3, 4, 4), torch.device("mps"), torch.contiguous_format),
+    ],
+)
+def test_channels_last_is_for_images_on_cuda_only(shape, device, layout) -> None:
+    assert data_layout(torch.zeros(shape), device) == layout
+
+
+def test_on_the_cpu_data_keep_their_values_and_take_the_standard_layout() -> None:
+    x = torch.randn(2, 3, 4, 4).to(memory_format=torch.channels_last)
+    placed = on_device(x, CPU)
+    assert placed.is_contiguous() and torch.equal(placed, x)
+
+
+def path_methods(model: torch.nn.Module, x, y) -> dict[str, Callable[[], object]]:
+    """Refinement, a Bezier curve, AutoNEB and a path's evaluation on ``model``."""
+    a = {k: v.clone() for k, v in model.state_dict().items()}
+    b = {k: v + 0.01 for k, v in a.items()}
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    refine = Refine(batch_size=4, r_min=1, r_max=2, threshold=0.0)
+    small = {"batch_size": 4, "persist": QUIET}
+    return {
+        "refine": lambda: refine_point(
+            model, opt, x, y, refine, torch.Generator().manual_seed(0)
+        ),
+        "curve": lambda: fit_curve(model, a, b, x, y, steps=2, n_eval=2, **small),
+        "autoneb": lambda: autoneb(
+            model,
+            a,
+            b,
+            x,
+            y,
+            n_init=1,
+            cycles=1,
+            steps_per_cycle=1,
+            lrs=(0.01,),
+            check_examples=4,
+            **small,
+        ),  # fmt: skip
+        "evaluation": lambda: evaluate_states(
+            model, [a, b], x, y, x, y, progress=False
+        ),
+    }
+
+
+@pytest.mark.usefixtures("stand_in")
+@pytest.mark.parametrize("method", ["refine", "curve", "autoneb", "evaluation"])
+def test_on_cuda_every_path_method_feeds_images_in_channels_last(method: str) -> None:
+    """The copies the curve, AutoNEB and evaluation make keep the hook."""
+    x, y = images(8)
+    model = seeded(CNN)
+    layouts = input_layouts(model)
+    with StrictDevice(), StandIn("cuda"):
+        model.to("cuda")
+        path_methods(model, x, y)[method]()
+    assert layouts and all(layouts)
+
+
+def test_on_the_cpu_every_path_method_feeds_the_standard_layout() -> None:
+    x, y = images(8)
+    for method in ("refine", "curve", "autoneb", "evaluation"):
+        model = seeded(CNN)
+        layouts = input_layouts(model)
+        path_methods(model, x.to(memory_format=torch.channels_last), y)[method]()
+        assert layouts and not any(layouts), method
