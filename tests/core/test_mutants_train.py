@@ -99,7 +99,7 @@ class StandIn(TorchFunctionMode):
     """Device ``kind`` (``"cuda"``) played by :data:`DEVICE`; enter it inside a
     :class:`StrictDevice`. Device arguments naming ``kind`` go to :data:`DEVICE`,
     device tensors answer ``kind``, and, as on CUDA, a random draw must be made
-    on its generator's device."""
+    on its generator's device. Pinning host memory is a no-op."""
 
     def __init__(self, kind: str = "cuda") -> None:
         super().__init__()
@@ -116,6 +116,8 @@ class StandIn(TorchFunctionMode):
         kwargs = kwargs or {}
         if func is torch.device:
             return func(*args, **kwargs)
+        if func is Tensor.pin_memory:  # host memory the device reads: here, any
+            return args[0]
         generator = kwargs.get("generator")
         if isinstance(generator, HOST_GENERATOR):
             where = torch.device(kwargs.get("device") or "cpu")

@@ -1,18 +1,21 @@
-"""The memory layout of the data the path methods feed a convolutional net.
+"""How the path methods feed a net its data on a device.
 
 On CUDA, image batches go to the device once in channels_last, the layout
 cuDNN's fastest convolutions read (as ``fit`` places them); on any other
 device, and for data that are not images, in the standard layout, so a CPU
-run computes exactly as before. Checked on the stand-in CUDA device of
-:mod:`tests.core.test_mutants_train`.
+run computes exactly as before. The batch indices are drawn on the host and
+sent through pinned memory without blocking. Checked on the stand-in CUDA
+device of :mod:`tests.core.test_mutants_train`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
+from torch.overrides import TorchFunctionMode
 
 from tests.core.test_mutants_train import (
     CNN,
@@ -103,3 +106,48 @@ def test_on_the_cpu_every_path_method_feeds_the_standard_layout() -> None:
         layouts = input_layouts(model)
         path_methods(model, x.to(memory_format=torch.channels_last), y)[method]()
         assert layouts and not any(layouts), method
+
+
+class IndexCopies(TorchFunctionMode):
+    """Record pinnings and whether each copy of an integer tensor blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pinned = 0
+        self.blocking: list[bool] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None) -> Any:  # noqa: ANN001
+        kwargs = kwargs or {}
+        if func is torch.Tensor.pin_memory:
+            self.pinned += 1
+            return args[0]
+        if func is torch.Tensor.to and not args[0].is_floating_point():
+            self.blocking.append(not kwargs.get("non_blocking", False))
+        return func(*args, **kwargs)
+
+
+@pytest.mark.usefixtures("stand_in")
+@pytest.mark.parametrize("method", ["refine", "curve", "autoneb"])
+def test_on_cuda_batch_indices_are_pinned_and_copied_without_blocking(
+    method: str,
+) -> None:
+    x, y = images(8)
+    model = seeded(CNN)
+    copies = IndexCopies()
+    with StrictDevice(), StandIn("cuda"):
+        model.to("cuda")
+        run = path_methods(model, x, y)[method]
+        with copies:
+            run()
+    assert copies.pinned >= 1  # the batch of every step
+    assert copies.blocking.count(False) == copies.pinned
+
+
+@pytest.mark.parametrize("method", ["refine", "curve", "autoneb"])
+def test_on_the_cpu_batch_indices_are_drawn_as_before(method: str) -> None:
+    """The same draws of the host generator: a pinned copy would fail here."""
+    x, y = images(8)
+    copies = IndexCopies()
+    with copies:
+        path_methods(seeded(CNN), x, y)[method]()
+    assert copies.pinned == 0

@@ -434,6 +434,22 @@ def on_device(x: torch.Tensor, device: torch.device) -> torch.Tensor:
     return x.to(device, memory_format=data_layout(x, device))
 
 
+def batch_indices(
+    n: int, size: int, generator: torch.Generator, device: torch.device
+) -> torch.Tensor:
+    """``size`` indices below ``n`` drawn by the host ``generator``, sent to ``device``.
+
+    The draw stays on the host, so a path method takes the same batches on
+    every device and its checkpoints keep a CPU generator's state; on CUDA the
+    indices go through pinned memory without blocking, so the host does not
+    wait for the GPU at every step. On the CPU this is a plain draw.
+    """
+    idx = torch.randint(n, (size,), generator=generator)
+    if device.type == "cuda":
+        return idx.pin_memory().to(device, non_blocking=True)
+    return idx.to(device)
+
+
 def device_slices(
     x: torch.Tensor, batch_size: int, device: torch.device
 ) -> Iterator[torch.Tensor]:

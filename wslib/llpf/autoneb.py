@@ -49,6 +49,7 @@ from wslib.core.files import code_version
 from wslib.core.neurons import StateDict
 from wslib.core.train import (
     PrecisionName,
+    batch_indices,
     check_precision,
     model_device,
     note_device,
@@ -213,7 +214,7 @@ def autoneb(
                 )
             if todo <= 0:
                 break
-            idx = torch.randint(len(x), (batch_size,), generator=run.gen).to(dev)
+            idx = batch_indices(len(x), batch_size, run.gen, dev)
             xb, yb = x[idx], y[idx]
             grads = []
             for i in range(1, todo + 1):

@@ -46,6 +46,7 @@ from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.train import (
     PrecisionName,
+    batch_indices,
     check_precision,
     model_device,
     note_device,
@@ -248,7 +249,7 @@ def fit_curve(
         for group in opt.param_groups:
             group["lr"] = lr * lr_factor(schedule, k / steps)
         t = float(torch.rand((), generator=run.gen))
-        idx = torch.randint(len(x), (batch_size,), generator=run.gen).to(dev)
+        idx = batch_indices(len(x), batch_size, run.gen, dev)
         point = curve_point(pa, bend, pb, t, kind)
         with autocast:
             out = functional_call(probe, {**point, **buffers}, x[idx])

@@ -77,6 +77,7 @@ from wslib.core.norms import norm_parameter_names
 from wslib.core.train import (
     PrecisionName,
     Stepper,
+    batch_indices,
     check_precision,
     model_device,
     note_device,
@@ -283,7 +284,7 @@ def refine_point(
     autocast = precision_autocast(dev, refine.precision)
     zero_grad, step = optimizer_step(opt, dev)
     while steps < refine.r_max:
-        idx = torch.randint(len(x), (refine.batch_size,), generator=gen).to(dev)
+        idx = batch_indices(len(x), refine.batch_size, gen, dev)
         with autocast:
             loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
         zero_grad()
