@@ -136,11 +136,20 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.set_num_threads(1)
 
 
+ISOLATION = "tests/book/test_isolation.py::test_the_readers_folders_are_untouched"
+"""The check that no test wrote into the reader's folders: it runs last, so it
+sees every test (in a serial run; with pytest-xdist, every test of its worker)."""
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that share an expensive fixture go to one pytest-xdist worker
     (``--dist loadgroup``), which builds it once: all the smoke book's tests
-    together, and the tests of a file that has a module-scoped fixture."""
+    together, and the tests of a file that has a module-scoped fixture.
+    :data:`ISOLATION` goes last."""
+    items.sort(
+        key=lambda item: item.nodeid == ISOLATION
+    )  # stable: the rest keep their order
     for item in items:
         fixtures = getattr(item, "_fixtureinfo", None)
         defs = fixtures.name2fixturedefs.values() if fixtures else []

@@ -13,7 +13,8 @@ from tests.conftest import READER_FOLDERS, READER_SNAPSHOT, ROOT, WORK, snapshot
 def test_the_readers_folders_are_untouched(
     smoke_book: Path, student_book: Path, sweep_entries: dict
 ) -> None:
-    """After every book fixture ran (smoke book, student edition, seeds 0-4), no
+    """After every other test (it runs last) and every book fixture (smoke book,
+    student edition, seeds 0-4), no
     file under the reader's build/, results/, book/_build, book/_student or data/
     was added, removed or modified since the tests started."""
     assert smoke_book.is_relative_to(WORK) and student_book.is_relative_to(WORK)

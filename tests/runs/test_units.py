@@ -64,7 +64,11 @@ def test_a_run_without_a_cache_folder_refuses_too(cached_only) -> None:
 
 
 def test_zoo_refuses_to_train(tmp_path, cached_only) -> None:
-    zoo = Zoo(tmp_path / "zoo", device="cpu", progress=False)
+    """The data set it reads on the way is the test's own (the data set is
+    loaded, and cached, before the model's key is known)."""
+    zoo = Zoo(
+        tmp_path / "zoo", data_root=tmp_path / "data", device="cpu", progress=False
+    )
     with pytest.raises(NotCached, match="model .* is not cached"):
         zoo.get(CONFIG)
 
