@@ -13,10 +13,10 @@ from tests.conftest import READER_FOLDERS, READER_SNAPSHOT, ROOT, WORK, snapshot
 def test_the_readers_folders_are_untouched(
     smoke_book: Path, student_book: Path, sweep_entries: dict
 ) -> None:
-    """After every other test (it runs last) and every book fixture (smoke book,
-    student edition, seeds 0-4), no
-    file under the reader's build/, results/, book/_build, book/_student or data/
-    was added, removed or modified since the tests started."""
+    """After every other test (it runs last) and every book fixture (smoke
+    book, student edition, seeds 0-4), no file under the reader's build/,
+    results/, book/_build, book/_student or data/ was added, removed or
+    modified since the tests started."""
     assert smoke_book.is_relative_to(WORK) and student_book.is_relative_to(WORK)
     now = snapshot(ROOT)
     changed = sorted(set(now.items()) ^ set(READER_SNAPSHOT.items()))
