@@ -20,6 +20,7 @@ import torch
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from tests.background import SeedRuns
 from tests.checkout import copy_checkout
 from wslib.core.files import ENTRY_LOG
 from wslib.core.workspace import ENV as WORKSPACE_ENV
@@ -122,11 +123,14 @@ set_hypothesis_home_dir(WORK / ".hypothesis")  # its caches, not in the checkout
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    SEED_RUNS.stop()
     shutil.rmtree(WORK, ignore_errors=True)
 
 
-SMOKE_FIXTURES = {"smoke_book", "smoke_other_seed", "sweep_entries", "student_book"}
-"""The session fixtures that run and build the smoke book."""
+SEED_FIXTURES = {"smoke_other_seed", "sweep_entries", "seed_results"}
+"""The session fixtures that read the background runs of :data:`SEED_RUNS`."""
+SMOKE_FIXTURES = {"smoke_book", "student_book", *SEED_FIXTURES}
+"""The session fixtures that run and build the smoke book or read the seeds' runs."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -141,19 +145,37 @@ ISOLATION = "tests/book/test_isolation.py::test_the_readers_folders_are_untouche
 sees every test (in a serial run; with pytest-xdist, every test of its worker)."""
 
 
+def fixture_names(item: pytest.Item) -> set[str]:
+    """The fixtures ``item`` uses, those of the fixtures it uses included."""
+    return set(getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the seeds' runs now if a selected test will read them (after ``-m``
+    and ``-k`` chose the tests: ``make test-fast`` starts none)."""
+    if any(SEED_FIXTURES & fixture_names(item) for item in session.items):
+        SEED_RUNS.start()
+
+
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that share an expensive fixture go to one pytest-xdist worker
     (``--dist loadgroup``), which builds it once: all the smoke book's tests
     together, and the tests of a file that has a module-scoped fixture.
-    :data:`ISOLATION` goes last."""
+    The tests that read the seeds' background runs go last (in their order),
+    so that the others run beside those runs instead of waiting for them;
+    :data:`ISOLATION` goes after them all.
+    """
     items.sort(
-        key=lambda item: item.nodeid == ISOLATION
-    )  # stable: the rest keep their order
+        key=lambda item: (
+            bool(SEED_FIXTURES & fixture_names(item)),
+            item.nodeid == ISOLATION,
+        )
+    )
     for item in items:
         fixtures = getattr(item, "_fixtureinfo", None)
         defs = fixtures.name2fixturedefs.values() if fixtures else []
-        if SMOKE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if SMOKE_FIXTURES & fixture_names(item):
             item.add_marker(pytest.mark.xdist_group("smoke-book"))
         elif any(d.scope == "module" for group in defs for d in group):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
@@ -222,30 +244,53 @@ def smoke_book(workspace: Path, entry_logs: Path) -> Path:
 
 OTHER_SEED = 1  # the smoke book runs each notebook's default seed (0)
 SWEEP_SEEDS = range(5)  # the seeds whose runs must share no cache entry
+SEED_RUNS = SeedRuns(SWEEP_SEEDS[1:], SMOKE)
+"""Seeds 1-4 (OTHER_SEED among them), run in the background from the start of
+the session when a selected test needs them (:mod:`tests.background`)."""
+
+
+def seed_run(seed: int) -> Path:
+    """The results folder of ``seed``'s smoke run in :data:`SEED_RUNS`, once it ended."""
+    error = SEED_RUNS.wait(seed)
+    if error is not None:
+        pytest.fail(error)
+    return SEED_RUNS.checkout / "results" / SMOKE / f"seed-{seed}"
 
 
 @pytest.fixture(scope="session")
-def smoke_other_seed(smoke_book: Path, workspace: Path, entry_logs: Path) -> Path:
-    """Every notebook run again in the smoke profile with ``seed`` = OTHER_SEED.
+def smoke_other_seed(smoke_book: Path) -> Path:
+    """Every notebook run in the smoke profile with ``seed`` = OTHER_SEED (the
+    smoke book ran the default seed); the results folder of that run."""
+    return seed_run(OTHER_SEED)
 
-    Returns the results folder of that run (``results/smoke/seed-<OTHER_SEED>``).
-    """
-    run_smoke(workspace, OTHER_SEED, entry_logs / f"seed-{OTHER_SEED}.log")
-    return workspace / "results" / SMOKE / f"seed-{OTHER_SEED}"
+
+@pytest.fixture(scope="session")
+def seed_results() -> Path:
+    """``results/smoke`` of the runs of seeds 1-4 (``seed-<N>/`` in it)."""
+    for seed in SEED_RUNS.seeds:
+        seed_run(seed)
+    return SEED_RUNS.checkout / "results" / SMOKE
+
+
+def relative_entries(log: Path, root: Path) -> set[str]:
+    """The cache entries listed in ``log``, as paths relative to the workspace ``root``."""
+    root, entries = root.resolve(), map(Path, log.read_text().split())
+    return {
+        (e.relative_to(root) if e.is_relative_to(root) else e).as_posix()
+        for e in entries
+    }
 
 
 @pytest.fixture(scope="session")
 def sweep_entries(
-    smoke_other_seed: Path, workspace: Path, entry_logs: Path
+    smoke_book: Path, seed_results: Path, workspace: Path, entry_logs: Path
 ) -> dict[int, set[str]]:
-    """The cache entries (zoo, run cache, LLPF checkpoints) each of SWEEP_SEEDS used."""
-    for seed in SWEEP_SEEDS:
-        log = entry_logs / f"seed-{seed}.log"
-        if not log.exists():
-            run_smoke(workspace, seed, log)
-    return {
-        s: set((entry_logs / f"seed-{s}.log").read_text().split()) for s in SWEEP_SEEDS
-    }
+    """The cache entries (zoo, run cache, LLPF checkpoints) each of SWEEP_SEEDS
+    used, relative to its workspace (seed 0's and the background runs' differ)."""
+    entries = {0: relative_entries(entry_logs / "seed-0.log", workspace)}
+    for seed in SEED_RUNS.seeds:
+        entries[seed] = relative_entries(SEED_RUNS.log(seed), SEED_RUNS.checkout)
+    return entries
 
 
 @pytest.fixture(scope="session")

@@ -2,8 +2,9 @@
 exactly the ledger's rows of that chapter (verdict, interval, n, margin).
 
 The book is the smoke book over three seeds: the executed chapters of seed 0
-and the results of seeds 0-2 that the session's smoke runs left in the tests'
-workspace, glued as ``book/build.py`` glues them.
+and the results of seeds 0-2 that the session's smoke runs left (seed 0 in
+the tests' workspace, seeds 1 and 2 in the background runs' one), glued as
+``book/build.py`` glues them.
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ book_ledger = load_script("book/ledger.py")
 SEEDS = (0, 1, 2)
 
 
-def three_seed_results(workspace: Path, dest: Path) -> Path:
-    """``results/smoke`` of the workspace cut to seeds 0-2 (seed 0: the default run)."""
-    source = workspace / "results" / SMOKE
+def three_seed_results(workspace: Path, seeds: Path, dest: Path) -> Path:
+    """``results/smoke`` of seeds 0-2: seed 0's (the default run) from the
+    workspace, seeds 1 and 2 from ``seeds`` (the background runs' results)."""
     results = dest / "results" / SMOKE
     results.mkdir(parents=True)
-    for file in source.glob("*.json"):
+    for file in (workspace / "results" / SMOKE).glob("*.json"):
         shutil.copy2(file, results / file.name)
     for seed in SEEDS[1:]:
-        shutil.copytree(source / f"seed-{seed}", results / f"seed-{seed}")
+        shutil.copytree(seeds / f"seed-{seed}", results / f"seed-{seed}")
     return results
 
 
@@ -46,9 +47,9 @@ def without_link(row: str) -> str:
 
 @pytest.mark.slow
 def test_every_chapter_box_equals_its_ledger_rows(
-    sweep_entries: dict, workspace: Path, tmp_path: Path
+    smoke_book: Path, seed_results: Path, workspace: Path, tmp_path: Path
 ) -> None:
-    results = three_seed_results(workspace, tmp_path)
+    results = three_seed_results(workspace, seed_results, tmp_path)
     rows = ledger(results, CLAIMS)
     assert max(r["stats"]["n"] for r in rows if r["stats"]) == len(SEEDS)
     book = tmp_path / "book"
