@@ -1,28 +1,29 @@
-"""Smoke runs of the sweep seeds, computed in the background while other tests run.
+"""Long runs of the smoke chapters, computed in the background while other tests run.
 
 Most tests compute on one thread, so a serial ``make test`` leaves a core idle
-for most of its length. The smoke runs of the seeds after the default one
-(``notebooks/run.py --profile smoke --seed N``) need nothing else of the
-session, so they start with the smoke book, run one after another in a
-workspace of their own (their runs must not enter the smoke book's ledger
-while it is built) on half of the cores, and the fixtures that read them
-wait for them.
+for most of its length. The smoke runs of the seeds after the default one and
+the run of the gpu-smoke profile need nothing else of the session: they
+start when the tests are collected, run one after another on half of the
+cores, each in a workspace of its own (a seed's results must not enter the
+smoke book's ledger while it is built), and the fixtures that read them
+wait for them. Under pytest-xdist a job starts when a fixture first asks for
+it: a worker cannot know beforehand which tests it will be given.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from tests.checkout import copy_checkout
-from wslib.core.files import ENTRY_LOG
+import psutil
+
+Job = Callable[[Path], Any]
+"""A background job: given a fresh folder of its own, it returns its result."""
 
 
 def use_half_the_cores() -> None:
@@ -33,87 +34,73 @@ def use_half_the_cores() -> None:
         os.sched_setaffinity(0, set(cores[len(cores) // 2 :]))
 
 
-class SeedRuns:
-    """The smoke runs of ``seeds`` in a workspace of their own, in a thread."""
+class Background:
+    """Named jobs, run one after another in a thread on half the cores."""
 
-    def __init__(self, seeds: Sequence[int], profile: str) -> None:
-        self.seeds = tuple(seeds)
-        self.profile = profile
+    def __init__(self, jobs: dict[str, Job]) -> None:
+        self.jobs = jobs
         self.root: Path | None = None  # a temporary folder, made by start()
-        self.errors: dict[int, str] = {}
-        self._done = {seed: threading.Event() for seed in self.seeds}
+        self._chosen: list[str] = []
+        self._results: dict[str, Any] = {}
+        self._errors: dict[str, str] = {}
+        self._done = {name: threading.Event() for name in jobs}
+        self._lock = threading.Lock()  # guards _chosen: a job is run once
         self._thread: threading.Thread | None = None
-        self._process: subprocess.Popen | None = None
-        self._stopped = False
-        self._lock = threading.Lock()  # no run starts once stop() began
 
-    @property
-    def checkout(self) -> Path:
-        """The runs' workspace: a copy of the checkout."""
-        assert self.root is not None, "the runs have not started"
-        return self.root / "checkout"
+    def start(self, names: list[str]) -> None:
+        """Queue the jobs ``names`` (in this order) that are not queued yet."""
+        with self._lock:
+            self._chosen += [n for n in names if n not in self._chosen]
+            if self._thread is None:
+                self.root = Path(tempfile.mkdtemp(prefix="wslib-tests-background-"))
+                self._thread = threading.Thread(target=self._run_all, daemon=True)
+                self._thread.start()
 
-    def start(self) -> None:
-        """Start the runs (once; later calls do nothing)."""
-        if self._thread is None:
-            self.root = Path(tempfile.mkdtemp(prefix="wslib-tests-seeds-"))
-            self._thread = threading.Thread(target=self._run_all, daemon=True)
-            self._thread.start()
+    def result(self, name: str) -> Any:
+        """Job ``name``'s result, once it ended (queued now if it was not).
 
-    def wait(self, seed: int) -> str | None:
-        """Wait for ``seed``'s run (starting the runs if need be); its error or None."""
-        self.start()
-        self._done[seed].wait()
-        return self.errors.get(seed)
-
-    def log(self, seed: int) -> Path:
-        """The entry log of ``seed``'s run (``WSLIB_ENTRY_LOG``)."""
-        return self.checkout.parent / f"seed-{seed}.log"
+        Raises RuntimeError with the job's error if it failed.
+        """
+        self.start([name])
+        self._done[name].wait()
+        if name in self._errors:
+            raise RuntimeError(f"background job {name} failed: {self._errors[name]}")
+        return self._results[name]
 
     def stop(self) -> None:
-        """Stop a run still going (its kernels too) and remove the workspace."""
+        """Stop the job still running, if one ever started (every process this
+        one started is stopped: the tests are over), and remove the jobs' folders."""
         with self._lock:
-            self._stopped = True
-        if self._process is not None and self._process.poll() is None:
-            os.killpg(self._process.pid, signal.SIGKILL)
-            self._process.wait()
-        if self.root is not None:
-            shutil.rmtree(self.root, ignore_errors=True)
+            self._chosen.clear()
+        if (
+            self.root is None
+        ):  # e.g. pytest-xdist's controller: its children are workers
+            return
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def _next(self) -> str | None:
+        """The next queued job; None, and the thread ends, when none is left
+        (a job queued later starts a new thread)."""
+        with self._lock:
+            waiting = [n for n in self._chosen if not self._done[n].is_set()]
+            if not waiting:
+                self._thread = None
+            return waiting[0] if waiting else None
 
     def _run_all(self) -> None:
         use_half_the_cores()
-        try:
-            copy_checkout(self.checkout)
-            for seed in self.seeds:
-                self._run(seed)
-                self._done[seed].set()
-        except Exception as error:  # a failed copy must not leave a fixture waiting
-            for seed in self.seeds:
-                if not self._done[seed].is_set():
-                    self.errors[seed] = f"the seed runs stopped: {error!r}"
-        finally:
-            for event in self._done.values():
-                event.set()
-
-    def _run(self, seed: int) -> None:
-        env = {**os.environ, "PYTHONPATH": str(self.checkout)}
-        env[ENTRY_LOG] = str(self.log(seed))
-        script = ["notebooks/run.py", "--profile", self.profile, "--seed", str(seed)]
-        with self._lock:
-            if self._stopped:
-                return
-            self._process = subprocess.Popen(
-                [sys.executable, *script],
-                cwd=self.checkout,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-                start_new_session=True,  # its kernels are stopped with it
-            )
-        output, _ = self._process.communicate()
-        if self._process.returncode != 0:
-            self.errors[seed] = (
-                f"{' '.join(script)} failed with exit status "
-                f"{self._process.returncode}:\n{output[-3000:]}"
-            )
+        while (name := self._next()) is not None:
+            assert self.root is not None
+            folder = self.root / name
+            try:
+                folder.mkdir()
+                self._results[name] = self.jobs[name](folder)
+            except Exception as error:  # the fixture that waits reports it
+                self._errors[name] = str(error) or repr(error)
+            finally:
+                self._done[name].set()

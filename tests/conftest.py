@@ -13,6 +13,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import nbformat
 import pytest
@@ -20,7 +21,7 @@ import torch
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
-from tests.background import SeedRuns
+from tests.background import Background
 from tests.checkout import copy_checkout
 from wslib.core.files import ENTRY_LOG
 from wslib.core.workspace import ENV as WORKSPACE_ENV
@@ -123,13 +124,19 @@ set_hypothesis_home_dir(WORK / ".hypothesis")  # its caches, not in the checkout
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    SEED_RUNS.stop()
+    BACKGROUND.stop()
     shutil.rmtree(WORK, ignore_errors=True)
 
 
-SEED_FIXTURES = {"smoke_other_seed", "sweep_entries", "seed_results"}
-"""The session fixtures that read the background runs of :data:`SEED_RUNS`."""
-SMOKE_FIXTURES = {"smoke_book", "student_book", *SEED_FIXTURES}
+BACKGROUND_FIXTURES = {
+    "smoke_other_seed": "seeds",
+    "sweep_entries": "seeds",
+    "seed_results": "seeds",
+    "gpu_smoke_run": "gpu-smoke",
+}
+"""The fixtures that read a job of :data:`BACKGROUND`, and the job."""
+SMOKE_FIXTURES = {"smoke_book", "student_book", "smoke_other_seed", "sweep_entries"}
+SMOKE_FIXTURES |= {"seed_results"}
 """The session fixtures that run and build the smoke book or read the seeds' runs."""
 
 
@@ -151,10 +158,14 @@ def fixture_names(item: pytest.Item) -> set[str]:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start the seeds' runs now if a selected test will read them (after ``-m``
-    and ``-k`` chose the tests: ``make test-fast`` starts none)."""
-    if any(SEED_FIXTURES & fixture_names(item) for item in session.items):
-        SEED_RUNS.start()
+    """Start the background jobs that the selected tests will read (after
+    ``-m`` and ``-k`` chose them: ``make test-fast`` starts none). Not in a
+    pytest-xdist worker, which is given its tests one by one."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        needed = [
+            BACKGROUND_FIXTURES.get(f) for i in session.items for f in fixture_names(i)
+        ]
+        BACKGROUND.start(list(dict.fromkeys(n for n in needed if n)))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -162,13 +173,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that share an expensive fixture go to one pytest-xdist worker
     (``--dist loadgroup``), which builds it once: all the smoke book's tests
     together, and the tests of a file that has a module-scoped fixture.
-    The tests that read the seeds' background runs go last (in their order),
-    so that the others run beside those runs instead of waiting for them;
-    :data:`ISOLATION` goes after them all.
+    The tests that read a background job go last (in their order), so that
+    the others run beside the jobs instead of waiting for them; :data:`ISOLATION`
+    goes after them all.
     """
     items.sort(
         key=lambda item: (
-            bool(SEED_FIXTURES & fixture_names(item)),
+            bool(BACKGROUND_FIXTURES.keys() & fixture_names(item)),
             item.nodeid == ISOLATION,
         )
     )
@@ -244,32 +255,71 @@ def smoke_book(workspace: Path, entry_logs: Path) -> Path:
 
 OTHER_SEED = 1  # the smoke book runs each notebook's default seed (0)
 SWEEP_SEEDS = range(5)  # the seeds whose runs must share no cache entry
-SEED_RUNS = SeedRuns(SWEEP_SEEDS[1:], SMOKE)
-"""Seeds 1-4 (OTHER_SEED among them), run in the background from the start of
-the session when a selected test needs them (:mod:`tests.background`)."""
 
 
-def seed_run(seed: int) -> Path:
-    """The results folder of ``seed``'s smoke run in :data:`SEED_RUNS`, once it ended."""
-    error = SEED_RUNS.wait(seed)
-    if error is not None:
-        pytest.fail(error)
-    return SEED_RUNS.checkout / "results" / SMOKE / f"seed-{seed}"
+def run_seeds(folder: Path) -> Path:
+    """The smoke runs of seeds 1-4 (OTHER_SEED and the rest of SWEEP_SEEDS) in a
+    copy of the checkout under ``folder`` (returned), each listing the cache
+    entries it used in ``folder/seed-<N>.log``."""
+    checkout = copy_checkout(folder / "checkout")
+    failed = []
+    for seed in SWEEP_SEEDS[1:]:
+        script = ["notebooks/run.py", "--profile", SMOKE, "--seed", str(seed)]
+        env = {**os.environ, "PYTHONPATH": str(checkout)}
+        env[ENTRY_LOG] = str(folder / f"seed-{seed}.log")
+        done = subprocess.run(
+            [sys.executable, *script],
+            cwd=checkout,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            output = (done.stdout + done.stderr)[-3000:]
+            failed.append(f"seed {seed}: exit status {done.returncode}\n{output}")
+    if failed:
+        raise RuntimeError("the smoke runs of " + "\n".join(failed))
+    return checkout
+
+
+def run_gpu_smoke(folder: Path) -> list[Any]:
+    """Every chapter in the gpu-smoke profile in a fresh checkout under ``folder``,
+    one at a time; each chapter's status (it passes only if its work ran on
+    the CPU it was sent to)."""
+    check = load_script("notebooks/gpu_check.py")
+    checkout = check.make_checkout(folder)
+    return check.run_chapters(checkout, NOTEBOOKS, torch.device("cpu"), 1800, jobs=1)
+
+
+BACKGROUND = Background({"seeds": run_seeds, "gpu-smoke": run_gpu_smoke})
+"""The long runs that need nothing else of the session (:mod:`tests.background`)."""
+
+
+def background_result(name: str) -> Any:
+    """The result of :data:`BACKGROUND`'s job ``name``, once it ended; a failed
+    job fails the test that needs it."""
+    try:
+        return BACKGROUND.result(name)
+    except RuntimeError as error:
+        pytest.fail(str(error))
+
+
+def seed_log(seed: int) -> Path:
+    """The entry log of ``seed``'s run (1-4) in the background job ``seeds``."""
+    return background_result("seeds").parent / f"seed-{seed}.log"
 
 
 @pytest.fixture(scope="session")
 def smoke_other_seed(smoke_book: Path) -> Path:
     """Every notebook run in the smoke profile with ``seed`` = OTHER_SEED (the
     smoke book ran the default seed); the results folder of that run."""
-    return seed_run(OTHER_SEED)
+    return background_result("seeds") / "results" / SMOKE / f"seed-{OTHER_SEED}"
 
 
 @pytest.fixture(scope="session")
 def seed_results() -> Path:
     """``results/smoke`` of the runs of seeds 1-4 (``seed-<N>/`` in it)."""
-    for seed in SEED_RUNS.seeds:
-        seed_run(seed)
-    return SEED_RUNS.checkout / "results" / SMOKE
+    return background_result("seeds") / "results" / SMOKE
 
 
 def relative_entries(log: Path, root: Path) -> set[str]:
@@ -283,13 +333,14 @@ def relative_entries(log: Path, root: Path) -> set[str]:
 
 @pytest.fixture(scope="session")
 def sweep_entries(
-    smoke_book: Path, seed_results: Path, workspace: Path, entry_logs: Path
+    smoke_book: Path, workspace: Path, entry_logs: Path
 ) -> dict[int, set[str]]:
     """The cache entries (zoo, run cache, LLPF checkpoints) each of SWEEP_SEEDS
     used, relative to its workspace (seed 0's and the background runs' differ)."""
+    checkout = background_result("seeds")
     entries = {0: relative_entries(entry_logs / "seed-0.log", workspace)}
-    for seed in SEED_RUNS.seeds:
-        entries[seed] = relative_entries(SEED_RUNS.log(seed), SEED_RUNS.checkout)
+    for seed in SWEEP_SEEDS[1:]:
+        entries[seed] = relative_entries(seed_log(seed), checkout)
     return entries
 
 

@@ -10,14 +10,12 @@ channels-last-free image batches, autocast) run in every ``make test``.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 import yaml
 
-from tests.conftest import NOTEBOOKS, ROOT, load_script
+from tests.conftest import NOTEBOOKS, ROOT, background_result, load_script
 
 PARAMS = ROOT / "notebooks" / "params"
 PATH_SETTINGS = ("llpf", "baselines", "m2o_settings", "m2m_settings")
@@ -75,12 +73,11 @@ def test_every_data_set_is_written_by_the_synthetic_writer() -> None:
 
 
 @pytest.fixture(scope="module")
-def gpu_smoke_run(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
-    """Every chapter in the gpu-smoke profile, in a fresh checkout, two at a time,
-    each passing only if its work ran on the CPU it was sent to."""
-    check = load_script("notebooks/gpu_check.py")
-    checkout = check.make_checkout(Path(tmp_path_factory.mktemp("gpu-smoke")))
-    return check.run_chapters(checkout, NOTEBOOKS, torch.device("cpu"), 1800, jobs=2)
+def gpu_smoke_run() -> list[Any]:
+    """Every chapter in the gpu-smoke profile, in a fresh checkout, each passing
+    only if its work ran on the CPU it was sent to (the background job
+    ``gpu-smoke`` of ``tests/conftest.py``, run beside the other tests)."""
+    return background_result("gpu-smoke")
 
 
 @pytest.mark.slow
