@@ -315,3 +315,35 @@ def test_write_results_overwrites_a_file_in_an_existing_folder(
     write_results(path, {"acc": 0.25}, {})
     write_results(path, {"acc": 0.75}, {})
     assert json.loads(path.read_text())["metrics"] == {"acc": 0.75}
+
+
+def test_a_write_that_fails_midway_leaves_the_last_results_whole(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The file is written beside its place and renamed into it: a run
+    stopped while writing leaves the previous results, and no partial file."""
+    monkeypatch.setattr(results, "environment", lambda: dict(ENV))
+    path = tmp_path / "nb.json"
+    write_results(path, {"acc": 0.25}, {})
+    before = path.read_text()
+
+    def half_then_fail(self: Path, text: str) -> int:
+        with open(self, "w") as f:
+            f.write(text[: len(text) // 2])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "write_text", half_then_fail)
+    with pytest.raises(KeyboardInterrupt):
+        write_results(path, {"acc": 0.75}, {})
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["nb.json"]
+
+
+def test_git_commit_reads_a_status_that_is_not_utf8(
+    fake_git: FakeGit, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A changed file named in Latin-1 (``core.quotePath=false``) still marks
+    the tree dirty; decoding the status as text raised UnicodeDecodeError."""
+    monkeypatch.setattr(results, "in_checkout", lambda: True)
+    (fake_git.folder / "status").write_bytes(b" M caf\xe9.txt\n")
+    assert git_commit(tmp_path) == "0123456789ab-dirty"

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from wslib.core.files import atomic_write
 from wslib.core.train import devices_used
 from wslib.core.workspace import CHECKOUT, in_checkout, workspace
 
@@ -42,7 +43,7 @@ def git_commit(root: str | Path | None = None) -> str:
     """The checked-out commit, with ``-dirty`` when the tree has changes; ``unknown`` outside git."""
     if root is None and not in_checkout():
         return "unknown"
-    root = Path(root) if root else CHECKOUT
+    root = CHECKOUT if root is None else Path(root)
     try:
         commit = subprocess.run(
             ["git", "rev-parse", "--short=12", "HEAD"],
@@ -51,11 +52,10 @@ def git_commit(root: str | Path | None = None) -> str:
             text=True,
             check=True,
         ).stdout.strip()
-        dirty = subprocess.run(
+        dirty = subprocess.run(  # bytes: a file name need not be UTF-8
             ["git", "status", "--porcelain", "--untracked-files=no"],
             cwd=root,
             capture_output=True,
-            text=True,
             check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
@@ -133,7 +133,6 @@ def write_results(
             "finished": time.time(),  # which of two runs of one seed is current
         }
     )
-    path = workspace().path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, sort_keys=False) + "\n")
+    text = json.dumps(record, indent=2, sort_keys=False) + "\n"
+    atomic_write(workspace().path(path), lambda tmp: tmp.write_text(text))
     return record
