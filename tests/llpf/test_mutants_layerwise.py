@@ -20,7 +20,7 @@ import pytest
 import torch
 from torch import nn
 
-from tests.kit import MLP, QUIET, pair_states, same_state, toy_tensors
+from tests.kit import MLP, QUIET, pair_states, same_state, toy_tensors, warning_sites
 from wslib.core.files import stable_hash, tensor_digest
 from wslib.llpf import layerwise
 from wslib.llpf.layerwise import (
@@ -186,7 +186,9 @@ def _distance(s: dict, t: dict) -> float:
     return math.sqrt(sum(float(((s[n] - t[n]) ** 2).sum()) for n in NAMES))
 
 
-def test_m2m_long_jump_warning_says_how_far_and_points_at_the_caller() -> None:
+def test_m2m_long_jump_warning_says_how_far_and_points_at_the_caller(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Two ticks with a small step: the jump of the last tick is measured before it."""
     model, a, b = pair_states(MLP)
     x, y = toy_tensors(32)
@@ -195,27 +197,27 @@ def test_m2m_long_jump_warning_says_how_far_and_points_at_the_caller() -> None:
     def before_last(tick: int, work: nn.Module) -> None:
         seen.append({k: v.detach().clone() for k, v in work.state_dict().items()})
 
-    with pytest.warns(UserWarning, match="M2M's last tick") as record:
-        m2m(
-            model,
-            a,
-            b,
-            x,
-            y,
-            ticks=2,
-            step=0.1,
-            refine=FROZEN,
-            record_every=1,
-            persist=Persist(progress=False, on_tick=before_last),
-        )
+    sites = warning_sites(monkeypatch)
+    m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        ticks=2,
+        step=0.1,
+        refine=FROZEN,
+        record_every=1,
+        persist=Persist(progress=False, on_tick=before_last),
+    )
     share = _distance(seen[0], b) / _distance(a, b)
-    (warning,) = [w for w in record if "M2M" in str(w.message)]
-    assert str(warning.message) == (
+    ((category, message, filename),) = [s for s in sites if "M2M" in s[1]]
+    assert category is UserWarning and message == (
         f"M2M's last tick is a straight jump over {share:.0%} of the start's distance "
         "to the destination, with no refinement on it; use more ticks, a larger step "
         "or a smaller final_gap"
     )
-    assert warning.filename == HERE
+    assert filename == HERE
 
 
 def test_m2m_warns_of_a_long_jump_between_modes_less_than_one_apart() -> None:
@@ -437,32 +439,34 @@ def test_compliance_sgd_zeroes_gradients_in_place_when_asked() -> None:
 # --- the refinement cap's warning ---------------------------------------------------------------
 
 
-def test_capped_ticks_warn_how_many_and_how_far_above_from_the_callers_line() -> None:
+def test_capped_ticks_warn_how_many_and_how_far_above_from_the_callers_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     model, a, b = pair_states(MLP)
     x, y = toy_tensors(32)
     capped = Refine(lr=0.1, batch_size=8, r_min=1, r_max=1, threshold=0.01)
-    with pytest.warns(UserWarning, match="LLPF m2m") as record:
-        path = m2m(
-            model,
-            a,
-            b,
-            x,
-            y,
-            ticks=4,
-            step=0.5,
-            refine=capped,
-            jump_warn=1.0,
-            persist=QUIET,
-        )
+    sites = warning_sites(monkeypatch)
+    path = m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        ticks=4,
+        step=0.5,
+        refine=capped,
+        jump_warn=1.0,
+        persist=QUIET,
+    )
     over = max(path.refine_loss[:-1]) - 0.01
-    (warning,) = [w for w in record if "r_max" in str(w.message)]
-    assert str(warning.message) == (
+    ((category, message, filename),) = [s for s in sites if "r_max" in s[1]]
+    assert category is UserWarning and message == (
         "LLPF m2m: refinement stopped at its cap r_max=1 above the threshold 0.01 in 3 "
         f"of 4 ticks (moving-average loss up to {over:.3g} above it); those points "
         "are less refined than the rule asks: raise r_max or the learning rate, or "
         "use more ticks"
     )
-    assert warning.filename == HERE
+    assert filename == HERE
 
 
 def test_a_loss_exactly_on_the_threshold_is_not_capped(
@@ -625,33 +629,35 @@ OUT_OF_TICKS = {
 
 
 @pytest.mark.parametrize("case", list(OUT_OF_TICKS))
-def test_m2o_out_of_ticks_names_the_tensor_farthest_from_its_target(case: str) -> None:
+def test_m2o_out_of_ticks_names_the_tensor_farthest_from_its_target(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     high, off_high, low, off_low = OUT_OF_TICKS[case]
     worst, ratio = (high, off_high) if off_high - 1 > 1 - off_low else (low, off_low)
     model, a, _ = pair_states(MLP)
     x, y = toy_tensors(16)
     v = tensor_variances(a, [high, low])
     targets = {high: v[high] * 0.81 / off_high, low: v[low] / 0.81 / off_low}
-    with pytest.warns(UserWarning, match="M2O ran out") as record:
-        m2o(
-            model,
-            a,
-            x,
-            y,
-            ticks=1,
-            shrink=0.1,
-            refine=FROZEN,
-            target_variance=targets,
-            grow=True,
-            persist=QUIET,
-        )
-    (warning,) = [w for w in record if "M2O" in str(w.message)]
-    assert str(warning.message) == (
+    sites = warning_sites(monkeypatch)
+    m2o(
+        model,
+        a,
+        x,
+        y,
+        ticks=1,
+        shrink=0.1,
+        refine=FROZEN,
+        target_variance=targets,
+        grow=True,
+        persist=QUIET,
+    )
+    ((category, message, filename),) = [s for s in sites if "M2O" in s[1]]
+    assert category is UserWarning and message == (
         "M2O ran out of ticks (1) before 2 tensors reached their target variance "
         f"(worst: {worst} at {ratio:.2f} x its target); the path ends off the target "
         "sphere: use more ticks or a larger shrink"
     )
-    assert warning.filename == HERE
+    assert filename == HERE
 
 
 # --- what m2m and m2o hand to the shared loop: defaults and checkpoint keys -----------------------
