@@ -12,13 +12,20 @@ large ridge, or the gradient variant without steps, stays there), a level
 without alignment pulled toward zero or left at the fused model's weights,
 the seeds that reach k-means and each level's held-out split, the progress
 bar, the result's levels, the grouping's dtype on a device without float64
-(a stand-in for MPS), and :func:`depth_map`'s message.
+(a stand-in for MPS), and :func:`depth_map`'s message. :func:`fuse`'s
+defaults (KF, seed 0, progress bars, a copy of model 0 as the fused model)
+against explicit calls; its seconds against a clock around it; the grouping
+reaching a residual fusion; the fused model moved to the models' device; and
+the refusals of bad groupings, fused models of another depth, kind or class
+count, with their whole messages; :func:`model_importance`'s progress bar
+for chains and residual nets.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+import time
 import warnings
 from typing import Any, cast
 
@@ -27,9 +34,10 @@ import pytest
 import torch
 from torch import nn
 
-from tests.kit import mlp, seeded_model, seeded_models
+from tests.devicecheck import DEVICE, DeviceDiscipline, to_device
+from tests.kit import cnn1d, mlp, seeded_model, seeded_models, transformer1d
 from wslib.core.seeds import derive_seed
-from wslib.fusion import hfkf
+from wslib.fusion import hfkf, residual
 from wslib.fusion.hfkf import (
     Grouping,
     aligned_prior,
@@ -55,6 +63,9 @@ from wslib.fusion.levels import (
 ONE = mlp([4], in_shape=[1, 5])  # one hidden level of four neurons, 3 classes
 DEEP = mlp([4, 4, 4], in_shape=[1, 4])  # three hidden levels of four
 SHALLOW = mlp([4, 4], in_shape=[1, 4])  # two hidden levels of four
+ONE_BLOCK = transformer1d(  # one token; residual groups of four neurons
+    [1, 5], embed_dim=4, depth=1, heads=2, mlp_dim=4, patch_size=5
+)
 
 
 def inputs(n: int = 60, shape: tuple[int, ...] = (1, 5), seed: int = 5) -> torch.Tensor:
@@ -441,3 +452,168 @@ def test_neurons_are_grouped_in_the_solve_dtype_of_a_device_without_float64(
     monkeypatch.setattr(hfkf, "group_labels", spy)
     fuse(seeded_models(ONE, (0, 1)), inputs(), labels(), "kf", progress=False)
     assert seen == [torch.float32]
+
+
+# --- fuse's defaults and inputs -----------------------------------------------------------
+
+
+def same_states(a: nn.Module, b: nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return list(sa) == list(sb) and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_fuse_groups_by_kf_by_default() -> None:
+    models = seeded_models(ONE, (0, 1))
+    x, y = inputs(), labels()
+    default = fuse(models, x, y, progress=False)
+    assert same_states(default.model, fuse(models, x, y, "kf", progress=False).model)
+    assert not same_states(
+        default.model, fuse(models, x, y, "hf", progress=False).model
+    )
+
+
+def test_fuse_seeds_k_means_with_0_by_default() -> None:
+    models = seeded_models(mlp([8], in_shape=[1, 5]), (0, 1))
+    fused = seeded_model(mlp([3], in_shape=[1, 5]), 0)  # k = 3: k-means++ starts
+    x, y = inputs(), labels()
+    default = fuse(models, x, y, fused=fused, progress=False)
+    zero = fuse(models, x, y, fused=fused, seed=0, progress=False)
+    one = fuse(models, x, y, fused=fused, seed=1, progress=False)
+    assert default.costs == zero.costs and same_states(default.model, zero.model)
+    assert one.costs[0]["clustering"] != zero.costs[0]["clustering"]
+
+
+def test_fuse_shows_the_importance_and_level_bars_by_default(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    models = seeded_models(ONE, (0, 1))
+    x, y = inputs(), labels()
+    capsys.readouterr()
+    fuse(models, x, y, "kf")
+    err = capsys.readouterr().err
+    assert err.count("importance (uniform)") >= 2  # a bar per model's scores
+    assert "\rkf:" in err
+    fuse(models, x, y, "kf", progress=False)  # scores computed quietly too
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("config", [ONE, ONE_BLOCK], ids=["chain", "residual"])
+def test_model_importance_shows_its_bar_by_default_and_hides_it_when_asked(
+    config: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    model = seeded_model(config, 0)
+    x, y = inputs(12), labels(12)
+    capsys.readouterr()
+    got = [model_importance(model, x, y, "uniform")]
+    assert "importance (uniform)" in capsys.readouterr().err
+    got.append(model_importance(model, x, y, "uniform", progress=True))
+    assert "importance (uniform)" in capsys.readouterr().err
+    got.append(model_importance(model, x, y, "uniform", progress=False))
+    assert capsys.readouterr().err == ""
+    for scores in got:  # uniform: one for every neuron of every group
+        assert scores.method == "uniform" and len(scores) >= 1
+        assert all(v.tolist() == [1.0] * 4 for v in scores.values())
+
+
+def test_fuse_reports_the_seconds_it_took() -> None:
+    models = seeded_models(ONE, (0, 1))
+    x, y = inputs(), labels()
+    scores = uniform_scores(models, x, y)
+    start = time.perf_counter()
+    result = fuse(models, x, y, "kf", scores=scores, progress=False)
+    elapsed = time.perf_counter() - start
+    assert isinstance(result.seconds, float) and 0 < result.seconds <= elapsed
+
+
+def test_fuse_passes_the_grouping_to_a_residual_fusion(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[str] = []
+    real = residual.group_labels
+
+    def spy(
+        points: torch.Tensor,
+        sizes: Any,
+        w: np.ndarray,
+        k: int,
+        grouping: str,
+        **kw: Any,
+    ) -> np.ndarray:
+        seen.append(grouping)
+        return real(points, sizes, w, k, grouping, **kw)
+
+    monkeypatch.setattr(residual, "group_labels", spy)
+    models = seeded_models(ONE_BLOCK, (0, 1))
+    x, y = inputs(12), labels(12)
+    for grouping in ("hf", "kf"):
+        seen.clear()
+        fuse(models, x, y, grouping, progress=False)  # type: ignore[arg-type]
+        assert seen and set(seen) == {grouping}
+
+
+def test_fuse_names_the_valid_groupings_and_retrofits() -> None:
+    models = seeded_models(ONE, (0, 1))
+    x, y = inputs(), labels()
+    msg = "grouping must be one of ('hf', 'kf') and retrofit one of ('linear', 'gradient')"
+    for grouping, retrofit in (("km", "linear"), ("kf", "ridge"), ("km", "ridge")):
+        with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
+            fuse(models, x, y, grouping, retrofit, progress=False)  # type: ignore[arg-type]
+
+
+def test_the_default_fused_model_is_a_copy_of_model_0() -> None:
+    models = [seeded_model(ONE, 0), seeded_model(mlp([6], in_shape=[1, 5]), 1)]
+    x, y = inputs(), labels()
+    got = fuse(models, x, y, "kf", progress=False)
+    assert linear(got.model, 0).out_features == 4  # model 0's width, not model 1's 6
+    want = fuse(models, x, y, "kf", fused=models[0], progress=False)
+    assert same_states(got.model, want.model)
+
+
+def test_a_host_fused_model_is_fitted_on_the_models_device() -> None:
+    x, y = inputs(), labels()
+    want = fuse(seeded_models(ONE, (0, 1)), x, y, "hf", progress=False).model
+    with DeviceDiscipline():
+        models = [to_device(m) for m in seeded_models(ONE, (0, 1))]
+        fused = seeded_model(ONE, 2)  # on the host
+        got = fuse(models, x, y, "hf", fused=fused, progress=False).model
+        assert all(p.device == DEVICE for p in got.parameters())
+    for key, value in want.state_dict().items():
+        torch.testing.assert_close(got.state_dict()[key], value, rtol=1e-5, atol=1e-6)
+
+
+def test_hf_refuses_a_fused_model_of_another_depth() -> None:
+    msg = (
+        "model 1 (MLP) has another architecture than model 0 (MLP); "
+        "fuse models of one architecture"
+    )
+    models, fused = seeded_models(DEEP, (0, 1)), seeded_model(SHALLOW, 2)
+    with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
+        fuse(models, inputs(shape=(1, 4)), labels(), "hf", fused=fused, progress=False)
+
+
+def test_kf_refuses_a_fused_model_of_another_kind() -> None:
+    models = seeded_models(ONE, (0, 1))
+    x, y = inputs(), labels()
+    same_depth = seeded_model(cnn1d([4], in_shape=[1, 5]), 2)
+    msg = (
+        "model 1 (ConvNet) has another architecture than model 0 (MLP); "
+        "fuse models of one architecture"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
+        fuse(models, x, y, "kf", fused=same_depth, progress=False)
+    deep = seeded_models(DEEP, (0, 1))
+    shallower = seeded_model(cnn1d([4], in_shape=[1, 4]), 2)
+    msg = "a fused ConvNet for base MLP models; fuse into a model of the base architecture"
+    with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
+        fuse(deep, inputs(shape=(1, 4)), y, "kf", fused=shallower, progress=False)
+
+
+def test_a_fused_model_with_other_classes_is_refused() -> None:
+    models = seeded_models(DEEP, (0, 1))
+    fused = seeded_model(mlp([5, 5], in_shape=[1, 4], n_classes=2), 2)  # head (2, 5)
+    msg = (
+        "the fused model has 2 classes, the models 3; "
+        "fuse models with the same output classes"
+    )
+    with pytest.raises(ValueError, match=f"^{re.escape(msg)}$"):
+        fuse(models, inputs(shape=(1, 4)), labels(), "kf", fused=fused, progress=False)

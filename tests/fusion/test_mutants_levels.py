@@ -11,7 +11,8 @@ neurons; the isometric rows against pairwise distances; k-means against
 scikit-learn's with the documented start and stopping rule; the cost
 decomposition against the docstring's sums and Theorem 1; design matrices
 against the layer's own outputs; ridge least squares against
-``np.linalg.solve`` in float64 (chunked against unchunked); ``retrofit_linear``
+``np.linalg.solve`` in float64 (chunked against unchunked, 256 examples a
+chunk by default); ``retrofit_linear``
 against the closed form with and without a prior; ``minimise`` against
 torch's L-BFGS with the documented settings, Adam's steps by hand and its
 selection rule; the held-out split against ``torch.randperm``. Device code
@@ -999,6 +1000,22 @@ def test_an_underdetermined_fit_warns_at_the_caller(
     assert sites == [(UserWarning, message, __file__)]
 
 
+def test_ridge_solve_asks_for_256_examples_at_a_time_by_default() -> None:
+    n, per = 600, 2
+    a = randn(n * per, 3, dtype=torch.float64)
+    t = randn(2, n * per, seed=1, dtype=torch.float64)
+    asked: list[slice] = []
+
+    def rows(sl: slice) -> torch.Tensor:
+        asked.append(sl)
+        return a[sl.start * per : min(sl.stop, n) * per]
+
+    got = ridge_solve(rows, t, n, 0.1)
+    assert [(sl.start, sl.stop) for sl in asked] == [(0, 256), (256, 512), (512, 768)]
+    want = ridge_reference(a.numpy(), t.numpy(), 0.1)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("n", [0, -1])
 def test_ridge_solve_without_examples_is_refused(n: int) -> None:
     with raises(ValueError, f"no examples to fit (n={n})"):
@@ -1453,3 +1470,10 @@ def test_normalised_scores_have_mean_one_and_a_floor() -> None:
     np.testing.assert_allclose(
         normalised_scores(torch.tensor([1.0, 1e-9]), floor=0.0), [2.0, 2e-9], rtol=1e-6
     )
+
+
+def test_normalised_scores_without_a_positive_mean_are_ones_of_their_shape() -> None:
+    for scores in (torch.zeros(3), torch.tensor([-1.0, 0.5, -2.0, 0.0])):
+        got = normalised_scores(scores)
+        assert got.shape == scores.shape and got.dtype == np.float64
+        np.testing.assert_array_equal(got, np.ones(len(scores)))
