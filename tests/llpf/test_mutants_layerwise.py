@@ -1059,3 +1059,115 @@ def test_m2m_warns_only_of_a_jump_more_than_jump_warn_of_the_start_distance(
         )
     jumps = [w for w in caught if "straight jump over 100%" in str(w.message)]
     assert len(jumps) == int(warns)
+
+
+def test_sphere_variance_ratio_is_the_mean_of_the_ratios() -> None:
+    source = {"u": torch.tensor([0.0, 2.0]), "v": torch.tensor([0.0, 1.0, 2.0])}
+    dest = {"u": torch.tensor([0.0, 4.0]), "v": torch.tensor([2.0, 3.0, 4.0])}
+    # var(u): 2 -> 8 (ratio 4); var(v): 1 -> 1 (ratio 1)
+    assert sphere_variance_ratio(source, dest, ["u", "v"]) == (4.0 + 1.0) / 2
+
+
+# --- the refinement callback ----------------------------------------------------------------------
+
+
+def test_m2m_hands_each_refined_point_to_on_refined_before_its_projection() -> None:
+    """``on_refined(tick, model)`` sees the refined point; projecting it gives the recorded one."""
+    model, a, b = pair_states(MLP)
+    x, y = toy_tensors(32)
+    seen: list[tuple[int, dict[str, torch.Tensor]]] = []
+
+    def record(tick: int, work: nn.Module) -> None:
+        seen.append(
+            (tick, {k: v.detach().clone() for k, v in work.state_dict().items()})
+        )
+
+    path = m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        ticks=4,
+        step=0.5,
+        refine=ONE_STEP,
+        record_every=1,
+        jump_warn=1.0,
+        persist=QUIET,
+        on_refined=record,
+    )
+    assert [tick for tick, _ in seen] == [1, 2, 3]  # not on the last tick
+    assert path.ticks == [0, 1, 2, 3, 4]
+    target = {n: float(a[n].float().var()) for n in NAMES}
+    for (_, refined), recorded in zip(seen, path.states[1:4]):
+        assert not same_state(refined, recorded)  # the projection still moves it
+        work = copy.deepcopy(model)
+        work.load_state_dict(refined)
+        _project(work, target, 1e-12)
+        for n in NAMES:
+            torch.testing.assert_close(
+                work.state_dict()[n], recorded[n], rtol=1e-5, atol=1e-6
+            )
+
+
+def test_m2m_places_the_data_on_the_device_once_not_every_tick() -> None:
+    """``_run_loop`` moves ``x`` and ``y`` to the model's device once for all ticks."""
+    from tests.devicecheck import DEVICE, DeviceDiscipline
+
+    class CopyCount(DeviceDiscipline):
+        def __init__(self, watched: dict[str, torch.Tensor]) -> None:
+            super().__init__()
+            self.watched = watched
+            self.copies = dict.fromkeys(watched, 0)
+
+        def move(self, func, args: tuple, kwargs: dict, device: bool):  # noqa: ANN001, ANN201
+            for name, tensor in self.watched.items():
+                if device and args[0] is tensor and not self.on_device(tensor):
+                    self.copies[name] += 1
+            return super().move(func, args, kwargs, device)
+
+    model, a, b = pair_states(MLP)
+    x, y = toy_tensors(16)
+    with CopyCount({"x": x, "y": y}) as mode:
+        m2m(
+            copy.deepcopy(model).to(DEVICE),
+            a,
+            b,
+            x,
+            y,
+            ticks=4,
+            step=0.5,
+            refine=ONE_STEP,
+            jump_warn=1.0,
+            persist=QUIET,
+        )
+    assert mode.copies == {"x": 1, "y": 1}
+
+
+def test_refinement_takes_r_min_steps_even_below_the_threshold() -> None:
+    """The first batch loss is far below the threshold, yet ``r_min`` steps come first;
+    the loss returned is the mean of the last ``r_min`` batch losses (a plain SGD loop)."""
+    model, _, _ = pair_states(MLP)
+    x, y = toy_tensors(32)
+    refine = Refine(lr=0.1, batch_size=8, r_min=3, r_max=6, threshold=1e9)
+    work = copy.deepcopy(model)
+    opt = torch.optim.SGD(work.parameters(), lr=refine.lr)
+    steps, loss = refine_point(
+        work, opt, x, y, refine, torch.Generator().manual_seed(4)
+    )
+    plain = copy.deepcopy(model)
+    plain.train()
+    gen = torch.Generator().manual_seed(4)
+    losses = []
+    for _ in range(3):
+        idx = torch.randint(len(x), (refine.batch_size,), generator=gen)
+        batch_loss = nn.functional.cross_entropy(plain(x[idx]), y[idx])
+        grads = torch.autograd.grad(batch_loss, list(plain.parameters()))
+        with torch.no_grad():
+            for p, g in zip(plain.parameters(), grads):
+                p.sub_(refine.lr * g)
+        losses.append(float(batch_loss.detach()))
+    assert steps == 3
+    assert loss == pytest.approx(sum(losses) / 3, rel=1e-6)
+    for n in NAMES:
+        torch.testing.assert_close(work.state_dict()[n], plain.state_dict()[n])
