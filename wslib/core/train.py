@@ -320,7 +320,7 @@ def fit(
     note_device(dev)
     layout = data_layout(x, dev)
     model.to(dev, memory_format=layout)  # type: ignore[call-overload]  # torch's stubs lack this overload
-    x, y = x.to(dev, memory_format=layout), y.to(dev)
+    x, y = on_device(x, dev), y.to(dev)
     autocast = precision_autocast(dev, recipe.precision)
     # the shuffling generator sits on the device (on a CPU: the CPU's stream)
     gen = torch.Generator(device=dev if dev.type == "cuda" else "cpu").manual_seed(seed)
