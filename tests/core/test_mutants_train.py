@@ -27,6 +27,7 @@ from wslib.core.models import build_model
 from wslib.core.train import (
     Recipe,
     augment_images,
+    batch_indices,
     batches,
     evaluate,
     fit,
@@ -443,3 +444,14 @@ def test_fit_without_progress_prints_nothing(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert _bar(capsys, progress=False)[0] == ""
+
+
+def test_batch_indices_are_the_host_generators_draws_placed_on_the_device() -> None:
+    """The given generator draws (not the global one), and the indices land on
+    the device asked for, here the stand-in device."""
+    want = torch.randint(10, (6,), generator=HOST_GENERATOR().manual_seed(3))
+    torch.manual_seed(0)  # the global stream differs from the generator's
+    with StrictDevice():
+        got = batch_indices(10, 6, HOST_GENERATOR().manual_seed(3), DEVICE)
+        assert got.device == DEVICE
+    assert torch.equal(got, want)
