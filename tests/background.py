@@ -50,9 +50,12 @@ class Background:
     def start(self, names: list[str]) -> None:
         """Queue the jobs ``names`` (in this order) that are not queued yet."""
         with self._lock:
-            self._chosen += [n for n in names if n not in self._chosen]
-            if self._thread is None:
-                self.root = Path(tempfile.mkdtemp(prefix="wslib-tests-background-"))
+            new = [n for n in names if n not in self._chosen]
+            self._chosen += new
+            if new and self._thread is None:  # one folder for every job
+                self.root = self.root or Path(
+                    tempfile.mkdtemp(prefix="wslib-tests-background-")
+                )
                 self._thread = threading.Thread(target=self._run_all, daemon=True)
                 self._thread.start()
 

@@ -1,0 +1,43 @@
+"""The background jobs of the test session (:mod:`tests.background`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.background import Background
+
+
+def test_nothing_queued_makes_no_folder():
+    """A session whose tests read no background job starts no thread and
+    leaves nothing in the temporary folder."""
+    jobs = Background({"a": lambda folder: 1})
+    jobs.start([])
+    assert jobs.root is None
+    jobs.stop()
+
+
+def test_jobs_queued_apart_share_one_folder_and_stop_removes_it():
+    """A job queued after the first one ended runs in the same temporary
+    folder, each in a subfolder of its own, and ``stop`` removes all of it."""
+    jobs = Background({"a": lambda folder: folder, "b": lambda folder: folder})
+    first = jobs.result("a")
+    second = jobs.result("b")
+    assert jobs.root is not None
+    assert first.parent == second.parent == jobs.root
+    assert first.name == "a" and second.name == "b"
+    jobs.stop()
+    assert not jobs.root.exists()
+
+
+def test_a_failed_job_reports_its_error_and_the_others_still_run():
+    def fail(folder: Path) -> None:
+        raise ValueError("no data")
+
+    jobs = Background({"bad": fail, "good": lambda folder: 2})
+    jobs.start(["bad", "good"])
+    with pytest.raises(RuntimeError, match="background job bad failed: no data"):
+        jobs.result("bad")
+    assert jobs.result("good") == 2
+    jobs.stop()
