@@ -1,8 +1,9 @@
 """ENorm's corner cases that the main tests leave open (found by mutation testing).
 
 A group whose norm on one side is empty, the factor cast to each tensor's
-dtype before the in-place product, the refusal's message and the callbacks'
-default ``p``.
+dtype before the in-place product, the refusal's message, the callbacks'
+default ``p``, the fused norms against the per-slice ones, and the
+callback's kept structure.
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ import pytest
 import torch
 from torch import nn
 
+import wslib.pathcond.enorm as enorm_module
 from tests.devicecheck import DeviceDiscipline, to_device
 from tests.kit import mlp, seeded_model
-from tests.pathcond.test_pathcond import _enorm_reference
+from tests.pathcond.test_pathcond import ALL_ARCHS, _enorm_reference
 from tests.pathcond.tiny import perturbed
 from wslib.core.models import build_model
 from wslib.core.neurons import NeuronGroup, NeuronStructure, Slot
@@ -116,3 +118,57 @@ def test_the_callbacks_default_to_p_2():
         assert torch.equal(callback.state_dict()[name], value), name
         assert torch.equal(variant.state_dict()[name], authors.state_dict()[name])
     assert not torch.allclose(l1.linears[0].weight, step.linears[0].weight)
+
+
+def _per_tensor_norm(state, group, role, p):
+    """ENorm's norm as it was before the ``torch._foreach`` form: one slice at a time."""
+    total = None
+    for slot in group.slots:
+        if slot.role != role or (
+            slot.name.endswith("bias") and state[slot.name].dim() == 1
+        ):
+            continue
+        t = state[slot.name].detach().double().abs().pow(p).movedim(slot.axis, 0)
+        part = t.reshape(group.size, slot.block, -1).sum((1, 2))
+        total = part if total is None else total + part
+    return total
+
+
+@pytest.mark.parametrize("arch", ["mlp", "resnet1d", "cnn_bn", "cnn_max"])
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0])
+def test_the_fused_norms_are_bit_identical_to_the_per_tensor_ones(arch, p):
+    """On the CPU the ``torch._foreach`` norms equal the per-slice ones bit for
+    bit, for every group and both sides, so a cycle computes what it did."""
+    model = perturbed(ALL_ARCHS[arch], seed=2)
+    state = model.state_dict()
+    for group in model.neuron_structure().groups:
+        for role in ("in", "out"):
+            expected = _per_tensor_norm(state, group, role, p)
+            got = enorm_module._norm(state, group, role, p)
+            assert expected is not None and torch.equal(got, expected), (group, role)
+
+
+def test_the_callback_reads_each_models_structure_once(monkeypatch):
+    """The ``on_step`` callback keeps each model's neuron structure: three steps
+    on each of two models read it twice in all, and each step still equals
+    one plain ENorm cycle."""
+    reads: list[int] = []
+    models = [seeded_model(mlp([5, 4], in_shape=[1, 6]), s).double() for s in (0, 1)]
+    plain = [copy.deepcopy(m) for m in models]
+    for model in models:
+        describe = model.neuron_structure
+        monkeypatch.setattr(
+            model,
+            "neuron_structure",
+            lambda describe=describe, model=model: (
+                reads.append(id(model)) or describe()
+            ),
+        )
+    callback = enorm_callback()
+    for _ in range(3):
+        for model, reference in zip(models, plain, strict=True):
+            callback(model)
+            enorm_step(reference)
+            for name, value in reference.state_dict().items():
+                assert torch.equal(model.state_dict()[name], value), name
+    assert sorted(reads) == sorted(id(m) for m in models)

@@ -21,6 +21,8 @@ per epoch.
 
 from __future__ import annotations
 
+import functools
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -36,18 +38,23 @@ def _is_bias(name: str, state: dict[str, torch.Tensor]) -> bool:
 def _norm(
     state: dict[str, torch.Tensor], group: NeuronGroup, role: str, p: float
 ) -> torch.Tensor:
-    """Sum of ``|w|^p`` over each neuron's ``role`` slices (float64, on the weights' device)."""
-    total = None
-    for slot in group.slots:
-        if slot.role != role or _is_bias(slot.name, state):
-            continue
-        t = state[slot.name].detach().double().abs().pow(p).movedim(slot.axis, 0)
-        part = t.reshape(group.size, slot.block, -1).sum((1, 2))
-        total = part if total is None else total + part
-    if total is None:
+    """Sum of ``|w|^p`` over each neuron's ``role`` slices (float64, on the weights' device).
+
+    ``|w|^p`` is two ``torch._foreach`` operations over all the slices (one
+    kernel each on CUDA, the per-tensor operations on the CPU); the sums
+    over each slice's neurons add up left to right, slice by slice.
+    """
+    slots = [s for s in group.slots if s.role == role and not _is_bias(s.name, state)]
+    if not slots:
         device = next(iter(state.values())).device
         return torch.zeros(group.size, dtype=torch.float64, device=device)
-    return total
+    weights = [state[s.name].detach().double() for s in slots]
+    powered = torch._foreach_pow(torch._foreach_abs(weights), p)
+    parts = [
+        t.movedim(s.axis, 0).reshape(group.size, s.block, -1).sum((1, 2))
+        for t, s in zip(powered, slots, strict=True)
+    ]
+    return functools.reduce(torch.add, parts)
 
 
 def _scale(a: torch.Tensor, b: torch.Tensor, p: float) -> torch.Tensor:
@@ -94,15 +101,23 @@ def _structure(model: nn.Module) -> NeuronStructure:
 
 
 @torch.no_grad()
-def enorm_step(model: nn.Module, *, p: float = 2.0, rescale_bias: bool = True) -> None:
+def enorm_step(
+    model: nn.Module,
+    *,
+    p: float = 2.0,
+    rescale_bias: bool = True,
+    structure: NeuronStructure | None = None,
+) -> None:
     """One ENorm cycle in place (function-preserving when ``rescale_bias``).
 
     Norms and scales are computed on the model's device and the tensors are
     rescaled in place: no copy to the CPU, no state-dict reload, no host sync.
+    ``structure`` is the model's neuron structure when the caller keeps it
+    (read from the model otherwise).
     """
     if p <= 0:
         raise ValueError(f"p must be positive, got {p}")
-    structure = _structure(model)
+    structure = structure or _structure(model)
     state = model.state_dict()
     for group in structure.groups:
         if not group.rescalable:
@@ -131,8 +146,21 @@ def enorm_step_authors(model: nn.Module, *, p: float = 2.0) -> None:
 
 
 def enorm_callback(*, p: float = 2.0) -> Callable[[nn.Module], None]:
-    """``on_step`` callback for :func:`wslib.core.train.fit`: one ENorm cycle after every SGD step."""
-    return lambda model: enorm_step(model, p=p)
+    """``on_step`` callback for :func:`wslib.core.train.fit`: one ENorm cycle after every SGD step.
+
+    Each model's neuron structure is read at its first step and kept (it
+    depends on the architecture only), not rebuilt at every step.
+    """
+    structures: weakref.WeakKeyDictionary[nn.Module, NeuronStructure] = (
+        weakref.WeakKeyDictionary()
+    )
+
+    def step(model: nn.Module) -> None:
+        if model not in structures:
+            structures[model] = _structure(model)
+        enorm_step(model, p=p, structure=structures[model])
+
+    return step
 
 
 def enorm_step_pathcond_variant(epoch: int, model: nn.Module) -> None:
