@@ -13,8 +13,8 @@ from torch import nn
 from tests.kit import QUIET, mlp
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
-from wslib.llpf.autoneb import autoneb
-from wslib.llpf.curves import fit_curve
+from wslib.llpf.autoneb import AutoNEBSettings, autoneb
+from wslib.llpf.curves import CurveSettings, fit_curve
 from wslib.llpf.protocols import PathSetup, baseline_checkpoint, method_run
 from wslib.runs.resumable import Persist
 from wslib.runs.units import CACHED_ONLY, NotCached
@@ -104,15 +104,15 @@ def test_curve_killed_then_resumed_equals_an_uninterrupted_run(
 ) -> None:
     model, a, b = pair()
     x, y = data()
-    whole = fit_curve(model, a, b, x, y, **CURVE, persist=QUIET)
+    whole = fit_curve(model, a, b, x, y, CurveSettings(**CURVE), persist=QUIET)
     ckpt = tmp_path / "curve.pt"
     killed = Persist(ckpt, checkpoint_every=5, progress=False, on_tick=kill_after(kill))
     with pytest.raises(Kill):
-        fit_curve(model, a, b, x, y, **CURVE, persist=killed)
+        fit_curve(model, a, b, x, y, CurveSettings(**CURVE), persist=killed)
     assert torch.load(ckpt, weights_only=True)["tick"] == 5
     seen: list[int] = []
     again = Persist(ckpt, checkpoint_every=5, progress=False, on_tick=seen.append)
-    resumed = fit_curve(model, a, b, x, y, **CURVE, persist=again)
+    resumed = fit_curve(model, a, b, x, y, CurveSettings(**CURVE), persist=again)
     assert seen == list(range(6, CURVE["steps"] + 1))
     same_states(resumed, whole)
     assert resumed.total_grad_steps == whole.total_grad_steps == CURVE["steps"]
@@ -125,7 +125,7 @@ def test_curve_checkpoint_holds_the_whole_state(tmp_path: Path) -> None:
     ckpt = tmp_path / "curve.pt"
     killed = Persist(ckpt, checkpoint_every=4, progress=False, on_tick=kill_after(4))
     with pytest.raises(Kill):
-        fit_curve(model, a, b, x, y, **CURVE, persist=killed)
+        fit_curve(model, a, b, x, y, CurveSettings(**CURVE), persist=killed)
     saved = torch.load(ckpt, weights_only=True)
     assert saved["tick"] == 4
     momentum = saved["optimizer"]["state"]
@@ -147,15 +147,21 @@ def test_a_finished_curve_returns_without_a_step(
     model, a, b = pair()
     x, y = data()
     ckpt = tmp_path / "curve.pt"
-    first = fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
+    first = fit_curve(
+        model, a, b, x, y, CurveSettings(**CURVE), persist=Persist(ckpt, progress=False)
+    )
     assert torch.load(ckpt, weights_only=True)["tick"] == CURVE["steps"]
     calls = count_steps(monkeypatch)
-    again = fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
+    again = fit_curve(
+        model, a, b, x, y, CurveSettings(**CURVE), persist=Persist(ckpt, progress=False)
+    )
     assert calls == []
     same_states(again, first)
     assert again.total_grad_steps == CURVE["steps"]
     monkeypatch.setenv(CACHED_ONLY, "1")  # nothing to compute: no refusal
-    fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
+    fit_curve(
+        model, a, b, x, y, CurveSettings(**CURVE), persist=Persist(ckpt, progress=False)
+    )
 
 
 @pytest.mark.parametrize(
@@ -177,13 +183,23 @@ def test_a_curve_checkpoint_of_another_run_warns_and_restarts(
     model, a, b = pair()
     x, y = data()
     ckpt = tmp_path / "curve.pt"
-    fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
+    fit_curve(
+        model, a, b, x, y, CurveSettings(**CURVE), persist=Persist(ckpt, progress=False)
+    )
     other = {**CURVE, **change}
     with pytest.warns(UserWarning, match="written for another run"):
         restarted = fit_curve(
-            model, a, b, x, y, **other, persist=Persist(ckpt, progress=False)
+            model,
+            a,
+            b,
+            x,
+            y,
+            CurveSettings(**other),
+            persist=Persist(ckpt, progress=False),
         )
-    same_states(restarted, fit_curve(model, a, b, x, y, **other, persist=QUIET))
+    same_states(
+        restarted, fit_curve(model, a, b, x, y, CurveSettings(**other), persist=QUIET)
+    )
 
 
 def test_curve_key_covers_the_endpoints_and_the_data(tmp_path: Path) -> None:
@@ -191,10 +207,24 @@ def test_curve_key_covers_the_endpoints_and_the_data(tmp_path: Path) -> None:
     x, y = data()
     for i, (s, e, labels) in enumerate([(b, a, y), (a, b, (y + 1) % 3)]):
         ckpt = tmp_path / f"curve{i}.pt"
-        fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
+        fit_curve(
+            model,
+            a,
+            b,
+            x,
+            y,
+            CurveSettings(**CURVE),
+            persist=Persist(ckpt, progress=False),
+        )
         with pytest.warns(UserWarning, match="another run"):
             fit_curve(
-                model, s, e, x, labels, **CURVE, persist=Persist(ckpt, progress=False)
+                model,
+                s,
+                e,
+                x,
+                labels,
+                CurveSettings(**CURVE),
+                persist=Persist(ckpt, progress=False),
             )
 
 
@@ -205,16 +235,40 @@ def test_a_damaged_curve_checkpoint_warns_and_a_folder_raises(tmp_path: Path) ->
     ckpt.write_bytes(b"not a checkpoint")
     with pytest.warns(UserWarning, match="unreadable"):
         restarted = fit_curve(
-            model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False)
+            model,
+            a,
+            b,
+            x,
+            y,
+            CurveSettings(**CURVE),
+            persist=Persist(ckpt, progress=False),
         )
-    same_states(restarted, fit_curve(model, a, b, x, y, **CURVE, persist=QUIET))
+    same_states(
+        restarted, fit_curve(model, a, b, x, y, CurveSettings(**CURVE), persist=QUIET)
+    )
     saved = torch.load(ckpt, weights_only=True)
     del saved["optimizer"]
     torch.save(saved, ckpt)
     with pytest.warns(UserWarning, match="incomplete"):
-        fit_curve(model, a, b, x, y, **CURVE, persist=Persist(ckpt, progress=False))
+        fit_curve(
+            model,
+            a,
+            b,
+            x,
+            y,
+            CurveSettings(**CURVE),
+            persist=Persist(ckpt, progress=False),
+        )
     with pytest.raises(FileExistsError, match="is a folder"):
-        fit_curve(model, a, b, x, y, **CURVE, persist=Persist(tmp_path, progress=False))
+        fit_curve(
+            model,
+            a,
+            b,
+            x,
+            y,
+            CurveSettings(**CURVE),
+            persist=Persist(tmp_path, progress=False),
+        )
     with pytest.raises(ValueError, match="checkpoint_every"):
         fit_curve(
             model,
@@ -222,7 +276,7 @@ def test_a_damaged_curve_checkpoint_warns_and_a_folder_raises(tmp_path: Path) ->
             b,
             x,
             y,
-            **CURVE,
+            CurveSettings(**CURVE),
             persist=Persist(ckpt, checkpoint_every=0, progress=False),
         )
     with pytest.raises(ValueError, match="name it with .pt"):
@@ -232,7 +286,7 @@ def test_a_damaged_curve_checkpoint_warns_and_a_folder_raises(tmp_path: Path) ->
             b,
             x,
             y,
-            **CURVE,
+            CurveSettings(**CURVE),
             persist=Persist(tmp_path / "curve.json", progress=False),
         )
 
@@ -250,12 +304,20 @@ def test_curves_refuse_to_compute_under_cached_only(
             b,
             x,
             y,
-            **CURVE,
+            CurveSettings(**CURVE),
             persist=Persist(tmp_path / "c.pt", progress=False),
         )
     assert not (tmp_path / "c.pt").exists()
     with pytest.raises(NotCached, match="PolyChain curve"):
-        fit_curve(model, a, b, x, y, **{**CURVE, "kind": "polychain"}, persist=QUIET)
+        fit_curve(
+            model,
+            a,
+            b,
+            x,
+            y,
+            CurveSettings(**{**CURVE, "kind": "polychain"}),
+            persist=QUIET,
+        )
 
 
 def test_a_zero_step_curve_saves_a_finished_checkpoint(tmp_path: Path) -> None:
@@ -268,7 +330,7 @@ def test_a_zero_step_curve_saves_a_finished_checkpoint(tmp_path: Path) -> None:
         b,
         x,
         y,
-        **{**CURVE, "steps": 0},
+        CurveSettings(**{**CURVE, "steps": 0}),
         persist=Persist(ckpt, progress=False),
     )
     assert torch.load(ckpt, weights_only=True)["tick"] == 0
@@ -295,7 +357,7 @@ def test_autoneb_killed_then_resumed_equals_an_uninterrupted_run(
 ) -> None:
     model, a, b = pair()
     x, y = data()
-    whole = autoneb(model, a, b, x, y, **NEB, persist=QUIET)
+    whole = autoneb(model, a, b, x, y, AutoNEBSettings(**NEB), persist=QUIET)
     ckpt = tmp_path / "neb.pt"
     with pytest.raises(Kill):
         autoneb(
@@ -304,7 +366,7 @@ def test_autoneb_killed_then_resumed_equals_an_uninterrupted_run(
             b,
             x,
             y,
-            **NEB,
+            AutoNEBSettings(**NEB),
             persist=Persist(ckpt, progress=False, on_tick=kill_after(kill)),
         )
     saved = torch.load(ckpt, weights_only=True)
@@ -318,7 +380,7 @@ def test_autoneb_killed_then_resumed_equals_an_uninterrupted_run(
         b,
         x,
         y,
-        **NEB,
+        AutoNEBSettings(**NEB),
         persist=Persist(ckpt, progress=False, on_tick=seen.append),
     )
     assert seen == list(range(kill + 1, NEB["cycles"] + 1))
@@ -332,10 +394,14 @@ def test_a_finished_autoneb_returns_without_a_step(
     model, a, b = pair()
     x, y = data()
     ckpt = tmp_path / "neb.pt"
-    first = autoneb(model, a, b, x, y, **NEB, persist=Persist(ckpt, progress=False))
+    first = autoneb(
+        model, a, b, x, y, AutoNEBSettings(**NEB), persist=Persist(ckpt, progress=False)
+    )
     calls = count_neb_steps(monkeypatch)
     monkeypatch.setenv(CACHED_ONLY, "1")
-    again = autoneb(model, a, b, x, y, **NEB, persist=Persist(ckpt, progress=False))
+    again = autoneb(
+        model, a, b, x, y, AutoNEBSettings(**NEB), persist=Persist(ckpt, progress=False)
+    )
     assert calls == []
     same_states(again, first)
     assert again.total_grad_steps == NEB["total_steps"]
@@ -351,13 +417,23 @@ def test_an_autoneb_checkpoint_of_another_run_warns_and_restarts(
     model, a, b = pair()
     x, y = data()
     ckpt = tmp_path / "neb.pt"
-    autoneb(model, a, b, x, y, **NEB, persist=Persist(ckpt, progress=False))
+    autoneb(
+        model, a, b, x, y, AutoNEBSettings(**NEB), persist=Persist(ckpt, progress=False)
+    )
     other = {**NEB, **change}
     with pytest.warns(UserWarning, match="AutoNEB checkpoint .* another run"):
         restarted = autoneb(
-            model, a, b, x, y, **other, persist=Persist(ckpt, progress=False)
+            model,
+            a,
+            b,
+            x,
+            y,
+            AutoNEBSettings(**other),
+            persist=Persist(ckpt, progress=False),
         )
-    same_states(restarted, autoneb(model, a, b, x, y, **other, persist=QUIET))
+    same_states(
+        restarted, autoneb(model, a, b, x, y, AutoNEBSettings(**other), persist=QUIET)
+    )
 
 
 def test_autoneb_refuses_to_compute_under_cached_only(
@@ -373,7 +449,7 @@ def test_autoneb_refuses_to_compute_under_cached_only(
             b,
             x,
             y,
-            **NEB,
+            AutoNEBSettings(**NEB),
             persist=Persist(tmp_path / "neb.pt", progress=False),
         )
 

@@ -8,7 +8,6 @@ way, so a wrong algorithm gives a different number.
 from __future__ import annotations
 
 import copy
-import functools
 import math
 
 import numpy as np
@@ -19,8 +18,8 @@ from torch.func import functional_call
 
 from tests.kit import QUIET, pair_states, same_state, toy_tensors
 from wslib.core.interpolation import lerp_state
-from wslib.llpf.autoneb import autoneb, neb_step
-from wslib.llpf.curves import curve_point, fit_curve, lr_factor
+from wslib.llpf.autoneb import AutoNEBSettings, autoneb, neb_step
+from wslib.llpf.curves import CurveSettings, curve_point, fit_curve, lr_factor
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
     ComplianceSGD,
@@ -410,19 +409,23 @@ def test_autoneb_spends_exactly_the_total_steps() -> None:
             b,
             x,
             y,
-            n_init=2,
-            cycles=3,
-            lrs=[0.1, 0.05, 0.02],
-            batch_size=16,
-            check_examples=32,
-            max_pivots=6,
-            insert_tol=-1.0,
-            total_steps=total,
+            AutoNEBSettings(
+                n_init=2,
+                cycles=3,
+                lrs=[0.1, 0.05, 0.02],
+                batch_size=16,
+                check_examples=32,
+                max_pivots=6,
+                insert_tol=-1.0,
+                total_steps=total,
+            ),
             persist=QUIET,
         )
         assert path.total_grad_steps == total
     with pytest.raises(ValueError, match="total_steps"):
-        autoneb(model, a, b, x, y, n_init=0, total_steps=5, persist=QUIET)
+        autoneb(
+            model, a, b, x, y, AutoNEBSettings(n_init=0, total_steps=5), persist=QUIET
+        )
 
 
 def test_curve_points_follow_their_formulas() -> None:
@@ -446,7 +449,7 @@ def test_garipov_schedule_and_constant_schedule() -> None:
     model, a, b = pair_states()
     x, y = toy_tensors(64)
     with pytest.raises(ValueError, match="schedule"):
-        fit_curve(model, a, b, x, y, schedule="cosine", persist=QUIET)
+        fit_curve(model, a, b, x, y, CurveSettings(schedule="cosine"), persist=QUIET)
 
 
 def test_curve_weight_decay_is_on_the_network_at_t() -> None:
@@ -459,12 +462,9 @@ def test_curve_weight_decay_is_on_the_network_at_t() -> None:
         b,
         x,
         y,
-        steps=1,
-        lr=lr,
-        momentum=0.0,
-        batch_size=16,
-        n_eval=3,
-        weight_decay=wd,
+        CurveSettings(
+            steps=1, lr=lr, momentum=0.0, batch_size=16, n_eval=3, weight_decay=wd
+        ),
         persist=QUIET,
     )
     gen = torch.Generator().manual_seed(0)
@@ -523,20 +523,24 @@ def test_baselines_train_in_their_precision(method: str) -> None:
     x, y = toy_tensors(64)
     seen: list[torch.dtype] = []
     model.linears[-1].register_forward_hook(lambda m, i, out: seen.append(out.dtype))
-    common = {"batch_size": 16, "persist": QUIET}
     if method == "curve":
-        run = functools.partial(fit_curve, steps=2, n_eval=3, **common)
+        options: dict = {"steps": 2, "n_eval": 3}
+        kind, method_fn = CurveSettings, fit_curve
     else:
-        run = functools.partial(
-            autoneb, n_init=1, cycles=1, lrs=[0.1], total_steps=2, **common
-        )
-    run(model, a, b, x, y, precision="bf16")
+        options = {"n_init": 1, "cycles": 1, "lrs": [0.1], "total_steps": 2}
+        kind, method_fn = AutoNEBSettings, autoneb
+
+    def run(**precision: str) -> None:
+        settings = kind(batch_size=16, **options, **precision)
+        method_fn(model, a, b, x, y, settings, persist=QUIET)
+
+    run(precision="bf16")
     assert torch.bfloat16 in seen
     seen.clear()
-    run(model, a, b, x, y)
+    run()
     assert torch.bfloat16 not in seen and seen
     with pytest.raises(ValueError, match="unknown precision 'fp16'"):
-        run(model, a, b, x, y, precision="fp16")
+        run(precision="fp16")
 
 
 def test_autoneb_draws_from_its_seed() -> None:
@@ -545,8 +549,8 @@ def test_autoneb_draws_from_its_seed() -> None:
 
     def middle(seed: int) -> dict[str, torch.Tensor]:
         path = autoneb(
-            model, a, b, x, y, n_init=1, cycles=1, lrs=[0.1], batch_size=8,
-            total_steps=3, seed=seed, persist=QUIET,
+            model, a, b, x, y, AutoNEBSettings(n_init=1, cycles=1, lrs=[0.1], batch_size=8, total_steps=3, seed=seed),
+            persist=QUIET,
         )  # fmt: skip
         return path.states[1]
 

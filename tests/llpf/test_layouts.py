@@ -29,8 +29,8 @@ from tests.core.test_mutants_train import (
 from tests.kit import QUIET
 from wslib.core.interpolation import evaluate_states
 from wslib.core.train import data_layout, on_device
-from wslib.llpf.autoneb import autoneb
-from wslib.llpf.curves import fit_curve
+from wslib.llpf.autoneb import AutoNEBSettings, autoneb
+from wslib.llpf.curves import CurveSettings, fit_curve
 from wslib.llpf.layerwise import Refine, refine_point
 
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")
@@ -61,25 +61,35 @@ def path_methods(model: torch.nn.Module, x, y) -> dict[str, Callable[[], object]
     b = {k: v + 0.01 for k, v in a.items()}
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     refine = Refine(batch_size=4, r_min=1, r_max=2, threshold=0.0)
-    small = {"batch_size": 4, "persist": QUIET}
     return {
         "refine": lambda: refine_point(
             model, opt, x, y, refine, torch.Generator().manual_seed(0)
         ),
-        "curve": lambda: fit_curve(model, a, b, x, y, steps=2, n_eval=2, **small),
+        "curve": lambda: fit_curve(
+            model,
+            a,
+            b,
+            x,
+            y,
+            CurveSettings(steps=2, n_eval=2, batch_size=4),
+            persist=QUIET,
+        ),
         "autoneb": lambda: autoneb(
             model,
             a,
             b,
             x,
             y,
-            n_init=1,
-            cycles=1,
-            steps_per_cycle=1,
-            lrs=(0.01,),
-            check_examples=4,
-            **small,
-        ),  # fmt: skip
+            AutoNEBSettings(
+                n_init=1,
+                cycles=1,
+                steps_per_cycle=1,
+                lrs=(0.01,),
+                check_examples=4,
+                batch_size=4,
+            ),
+            persist=QUIET,
+        ),
         "evaluation": lambda: evaluate_states(
             model, [a, b], x, y, x, y, progress=False
         ),

@@ -16,6 +16,8 @@ from tests.kit import (
 )
 from wslib.core.models import build_model
 from wslib.core.norms import norm_parameter_names
+from wslib.llpf.autoneb import AutoNEBSettings
+from wslib.llpf.curves import CurveSettings
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
     Refine,
@@ -316,12 +318,18 @@ def test_curve_keeps_endpoints_and_trains_the_bend(kind: str) -> None:
     model, a, b = pair_states(RESNET)
     x, y = toy_tensors(64)
     path = fit_curve(
-        model, a, b, x, y, kind=kind, steps=5, batch_size=16, n_eval=5, persist=QUIET
+        model,
+        a,
+        b,
+        x,
+        y,
+        CurveSettings(kind=kind, steps=5, batch_size=16, n_eval=5),
+        persist=QUIET,
     )
     assert same_state(path.states[0], a) and same_state(path.states[-1], b)
     assert path.total_grad_steps == 5 and len(path.states) == 5
     untrained = fit_curve(
-        model, a, b, x, y, kind=kind, steps=0, n_eval=5, persist=QUIET
+        model, a, b, x, y, CurveSettings(kind=kind, steps=0, n_eval=5), persist=QUIET
     )
     middle = untrained.states[2]["head.weight"]
     assert torch.allclose(
@@ -329,7 +337,7 @@ def test_curve_keeps_endpoints_and_trains_the_bend(kind: str) -> None:
     )
     assert not torch.allclose(path.states[2]["head.weight"], middle)
     with pytest.raises(ValueError, match="curve kind"):
-        fit_curve(model, a, b, x, y, kind="spline", persist=QUIET)
+        fit_curve(model, a, b, x, y, CurveSettings(kind="spline"), persist=QUIET)
 
 
 def test_autoneb_keeps_endpoints_and_inserts_pivots() -> None:
@@ -343,21 +351,23 @@ def test_autoneb_keeps_endpoints_and_inserts_pivots() -> None:
         b,
         x,
         y,
-        n_init=1,
-        cycles=2,
-        steps_per_cycle=3,
-        lrs=[0.1, 0.05],
-        batch_size=16,
-        insert_tol=-1.0,
-        check_examples=32,
-        max_pivots=5,
+        AutoNEBSettings(
+            n_init=1,
+            cycles=2,
+            steps_per_cycle=3,
+            lrs=[0.1, 0.05],
+            batch_size=16,
+            insert_tol=-1.0,
+            check_examples=32,
+            max_pivots=5,
+        ),
         persist=QUIET,
     )
     assert same_state(path.states[0], a) and same_state(path.states[-1], b)
     assert len(path.states) == 5  # 3 pivots, then insertions up to max_pivots
     assert path.total_grad_steps >= 3 + 3  # one step per interior pivot per iteration
     with pytest.raises(ValueError, match="one learning rate per cycle"):
-        autoneb(model, a, b, x, y, cycles=2, lrs=[0.1], persist=QUIET)
+        autoneb(model, a, b, x, y, AutoNEBSettings(cycles=2, lrs=[0.1]), persist=QUIET)
 
 
 @pytest.mark.parametrize(
@@ -421,20 +431,24 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config: dict) -> None:
         ).states[-1],
         half,
     )
-    curve = fit_curve(model, a, b, x, y, steps=2, batch_size=4, n_eval=3, persist=QUIET)
+    curve = fit_curve(
+        model, a, b, x, y, CurveSettings(steps=2, batch_size=4, n_eval=3), persist=QUIET
+    )
     neb = autoneb(
         model,
         a,
         b,
         x,
         y,
-        n_init=1,
-        cycles=1,
-        steps_per_cycle=1,
-        lrs=[0.01],
-        batch_size=4,
-        check_examples=8,
-        max_pivots=3,
+        AutoNEBSettings(
+            n_init=1,
+            cycles=1,
+            steps_per_cycle=1,
+            lrs=[0.01],
+            batch_size=4,
+            check_examples=8,
+            max_pivots=3,
+        ),
         persist=QUIET,
     )
     for p in (path, curve, neb):

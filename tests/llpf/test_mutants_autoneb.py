@@ -28,7 +28,7 @@ from tests.llpf.resumable_kit import (
     same_states,
 )
 from wslib.core.files import code_version
-from wslib.llpf.autoneb import autoneb
+from wslib.llpf.autoneb import AutoNEBSettings, autoneb
 from wslib.runs.resumable import Persist
 
 autoneb_module = importlib.import_module("wslib.llpf.autoneb")
@@ -55,8 +55,9 @@ def key_of_run(monkeypatch: pytest.MonkeyPatch, *args, **kwargs) -> str:
         raise Stop
 
     monkeypatch.setattr(autoneb_module, "Resumable", resumable)
+    persist = kwargs.pop("persist")
     with pytest.raises(Stop):
-        autoneb(*args, **kwargs)
+        autoneb(*args, AutoNEBSettings(**kwargs), persist=persist)
     return keys[0]
 
 
@@ -69,8 +70,8 @@ def test_the_initial_chain_is_evenly_spaced_on_the_line(n_init: int) -> None:
     model, a, b = endpoints()
     x, y = data()
     path = autoneb(
-        model, a, b, x, y, n_init=n_init, cycles=1, steps_per_cycle=0, lrs=[0.1],
-        check_examples=16, insert_tol=math.inf, persist=QUIET,
+        model, a, b, x, y, AutoNEBSettings(n_init=n_init, cycles=1, steps_per_cycle=0, lrs=[0.1], check_examples=16, insert_tol=math.inf),
+        persist=QUIET,
     )  # fmt: skip
     assert len(path.states) == n_init + 2
     for k, state in enumerate(path.states):
@@ -96,7 +97,7 @@ def test_each_cycle_takes_its_iterations_on_every_interior_pivot(
     monkeypatch.setattr(autoneb_module, "neb_step", counting)
     model, a, b = endpoints()
     x, y = data()
-    path = autoneb(model, a, b, x, y, **SMALL, persist=QUIET)
+    path = autoneb(model, a, b, x, y, AutoNEBSettings(**SMALL), persist=QUIET)
     assert calls == [2] * 6  # 2 cycles x 3 iterations, 2 interior pivots each
     assert path.total_grad_steps == 12
     assert len(path.states) == 4
@@ -105,7 +106,7 @@ def test_each_cycle_takes_its_iterations_on_every_interior_pivot(
 def test_autoneb_leaves_the_model_in_eval_mode() -> None:
     model, a, b = endpoints(BN)
     x, y = data()
-    autoneb(model, a, b, x, y, **SMALL, persist=QUIET)
+    autoneb(model, a, b, x, y, AutoNEBSettings(**SMALL), persist=QUIET)
     assert not any(m.training for m in model.modules())
 
 
@@ -127,7 +128,7 @@ def test_autoneb_refuses_bad_sizes_with_its_message(bad: dict) -> None:
     model, a, b = endpoints()
     x, y = data()
     with pytest.raises(ValueError, match=NEED):
-        autoneb(model, a, b, x, y, **{**SMALL, **bad}, persist=QUIET)
+        autoneb(model, a, b, x, y, AutoNEBSettings(**{**SMALL, **bad}), persist=QUIET)
 
 
 def test_the_smallest_valid_sizes_run() -> None:
@@ -135,8 +136,8 @@ def test_the_smallest_valid_sizes_run() -> None:
     model, a, b = endpoints()
     x, y = data()
     path = autoneb(
-        model, a, b, x, y, **{**SMALL, "n_init": 0, "steps_per_cycle": 0,
-                              "max_pivots": 2}, persist=QUIET,
+        model, a, b, x, y, AutoNEBSettings(**{**SMALL, "n_init": 0, "steps_per_cycle": 0,
+                              "max_pivots": 2}), persist=QUIET,
     )  # fmt: skip
     assert len(path.states) == 2 and path.total_grad_steps == 0
 
@@ -149,7 +150,7 @@ def test_autoneb_refuses_a_non_finite_endpoint(which: int) -> None:
     name = next(iter(a))
     ends[which][name] = torch.full_like(a[name], float("nan"))
     with pytest.raises(ValueError, match=rf"^state {which}: tensor {name} .*NaN"):
-        autoneb(model, *ends, x, y, **SMALL, persist=QUIET)
+        autoneb(model, *ends, x, y, AutoNEBSettings(**SMALL), persist=QUIET)
 
 
 # --- the checkpoint -------------------------------------------------------------
@@ -212,7 +213,15 @@ def test_a_zero_cycle_autoneb_saves_its_initial_chain(tmp_path: Path) -> None:
     x, y = data()
     ckpt = tmp_path / "neb.pt"
     settings = {**SMALL, "cycles": 0, "lrs": []}
-    autoneb(model, a, b, x, y, **settings, persist=Persist(ckpt, progress=False))
+    autoneb(
+        model,
+        a,
+        b,
+        x,
+        y,
+        AutoNEBSettings(**settings),
+        persist=Persist(ckpt, progress=False),
+    )
     saved = torch.load(ckpt, weights_only=True)
     assert saved["tick"] == 0 and saved["steps"] == 0
     assert len(saved["chain"]) == SMALL["n_init"] + 2
@@ -224,13 +233,27 @@ def test_an_autoneb_checkpoint_without_its_chain_warns_and_restarts(
     model, a, b = endpoints()
     x, y = data()
     ckpt = tmp_path / "neb.pt"
-    first = autoneb(model, a, b, x, y, **SMALL, persist=Persist(ckpt, progress=False))
+    first = autoneb(
+        model,
+        a,
+        b,
+        x,
+        y,
+        AutoNEBSettings(**SMALL),
+        persist=Persist(ckpt, progress=False),
+    )
     saved = torch.load(ckpt, weights_only=True)
     del saved["chain"], saved["steps"]
     torch.save(saved, ckpt)
     with pytest.warns(UserWarning, match=r"is incomplete \(no chain, steps\)"):
         again = autoneb(
-            model, a, b, x, y, **SMALL, persist=Persist(ckpt, progress=False)
+            model,
+            a,
+            b,
+            x,
+            y,
+            AutoNEBSettings(**SMALL),
+            persist=Persist(ckpt, progress=False),
         )
     same_states(again, first)
 
@@ -240,7 +263,7 @@ def test_autoneb_of_a_model_with_buffers_resumes_from_its_checkpoint(
 ) -> None:
     model, a, b = endpoints(BN)
     x, y = data()
-    whole = autoneb(model, a, b, x, y, **SMALL, persist=QUIET)
+    whole = autoneb(model, a, b, x, y, AutoNEBSettings(**SMALL), persist=QUIET)
 
     def kill(c: int) -> None:
         if c == 1:
@@ -249,11 +272,19 @@ def test_autoneb_of_a_model_with_buffers_resumes_from_its_checkpoint(
     ckpt = tmp_path / "neb.pt"
     with pytest.raises(Kill):
         autoneb(
-            model, a, b, x, y, **SMALL,
+            model, a, b, x, y, AutoNEBSettings(**SMALL),
             persist=Persist(ckpt, progress=False, on_tick=kill),
         )  # fmt: skip
     assert torch.load(ckpt, weights_only=True)["buffers"]
-    resumed = autoneb(model, a, b, x, y, **SMALL, persist=Persist(ckpt, progress=False))
+    resumed = autoneb(
+        model,
+        a,
+        b,
+        x,
+        y,
+        AutoNEBSettings(**SMALL),
+        persist=Persist(ckpt, progress=False),
+    )
     same_states(resumed, whole)
 
 
@@ -264,7 +295,7 @@ def test_autoneb_on_the_stand_in_gpu_equals_the_host_run(tmp_path: Path) -> None
     """Endpoints and data on the host, the model on the device; resumed there too."""
     model, a, b = endpoints()
     x, y = data()
-    host = autoneb(model, a, b, x, y, **SMALL, persist=QUIET)
+    host = autoneb(model, a, b, x, y, AutoNEBSettings(**SMALL), persist=QUIET)
 
     def kill(c: int) -> None:
         if c == 1:
@@ -273,14 +304,20 @@ def test_autoneb_on_the_stand_in_gpu_equals_the_host_run(tmp_path: Path) -> None
     ckpt = tmp_path / "neb.pt"
     with DeviceDiscipline():
         on_dev = to_device(copy.deepcopy(model))
-        dev = autoneb(on_dev, a, b, x, y, **SMALL, persist=QUIET)
+        dev = autoneb(on_dev, a, b, x, y, AutoNEBSettings(**SMALL), persist=QUIET)
         with pytest.raises(Kill):
             autoneb(
-                on_dev, a, b, x, y, **SMALL,
+                on_dev, a, b, x, y, AutoNEBSettings(**SMALL),
                 persist=Persist(ckpt, progress=False, on_tick=kill),
             )  # fmt: skip
         resumed = autoneb(
-            on_dev, a, b, x, y, **SMALL, persist=Persist(ckpt, progress=False)
+            on_dev,
+            a,
+            b,
+            x,
+            y,
+            AutoNEBSettings(**SMALL),
+            persist=Persist(ckpt, progress=False),
         )
     same_states(dev, host)
     same_states(resumed, host)
@@ -289,5 +326,5 @@ def test_autoneb_on_the_stand_in_gpu_equals_the_host_run(tmp_path: Path) -> None
 def test_the_progress_bar_names_autoneb(capsys: pytest.CaptureFixture[str]) -> None:
     model, a, b = endpoints()
     x, y = data()
-    autoneb(model, a, b, x, y, **SMALL, persist=Persist())
+    autoneb(model, a, b, x, y, AutoNEBSettings(**SMALL), persist=Persist())
     assert "AutoNEB:" in capsys.readouterr().err

@@ -28,6 +28,7 @@ from tests.llpf.resumable_kit import (
 )
 from wslib.core.files import code_version
 from wslib.llpf.curves import (
+    CurveSettings,
     checkpoint_key,
     curve_point,
     fit_curve,
@@ -50,8 +51,9 @@ def key_of_run(monkeypatch: pytest.MonkeyPatch, *args, **kwargs) -> str:
         raise Stop
 
     monkeypatch.setattr(curves, "Resumable", resumable)
+    persist = kwargs.pop("persist")
     with pytest.raises(Stop):
-        fit_curve(*args, **kwargs)
+        fit_curve(*args, CurveSettings(**kwargs), persist=persist)
     return keys[0]
 
 
@@ -118,7 +120,9 @@ def test_a_fitted_curve_starts_and_ends_at_the_modes_and_names_its_kind() -> Non
     model, a, b = endpoints()
     x, y = data()
     for kind in ("bezier", "polychain"):
-        path = fit_curve(model, a, b, x, y, kind=kind, **SMALL, persist=QUIET)
+        path = fit_curve(
+            model, a, b, x, y, CurveSettings(kind=kind, **SMALL), persist=QUIET
+        )
         assert path.phase == [kind] * 3
         assert all(torch.equal(path.states[0][k], a[k]) for k in a)
         assert all(torch.equal(path.states[-1][k], b[k]) for k in b)
@@ -197,12 +201,16 @@ def test_fit_curve_validates_steps_n_eval_and_weight_decay() -> None:
     x, y = data()
     message = r"^steps must be >= 0 and n_eval >= 2$"
     with pytest.raises(ValueError, match=message):
-        fit_curve(model, a, b, x, y, steps=-1, n_eval=5, persist=QUIET)
+        fit_curve(model, a, b, x, y, CurveSettings(steps=-1, n_eval=5), persist=QUIET)
     with pytest.raises(ValueError, match=message):
-        fit_curve(model, a, b, x, y, steps=3, n_eval=1, persist=QUIET)
+        fit_curve(model, a, b, x, y, CurveSettings(steps=3, n_eval=1), persist=QUIET)
     with pytest.raises(ValueError, match=r"^weight_decay must be >= 0, got -0.1$"):
-        fit_curve(model, a, b, x, y, steps=1, weight_decay=-0.1, persist=QUIET)
-    path = fit_curve(model, a, b, x, y, steps=1, batch_size=4, n_eval=2, persist=QUIET)
+        fit_curve(
+            model, a, b, x, y, CurveSettings(steps=1, weight_decay=-0.1), persist=QUIET
+        )
+    path = fit_curve(
+        model, a, b, x, y, CurveSettings(steps=1, batch_size=4, n_eval=2), persist=QUIET
+    )
     assert len(path.states) == 2
 
 
@@ -214,13 +222,13 @@ def test_fit_curve_refuses_a_non_finite_endpoint(which: int) -> None:
     name = next(iter(a))
     ends[which][name] = torch.full_like(a[name], float("nan"))
     with pytest.raises(ValueError, match=rf"^state {which}: tensor {name} .*NaN"):
-        fit_curve(model, *ends, x, y, **SMALL, persist=QUIET)
+        fit_curve(model, *ends, x, y, CurveSettings(**SMALL), persist=QUIET)
 
 
 def test_fit_curve_leaves_the_model_in_eval_mode() -> None:
     model, a, b = endpoints(BN)
     x, y = data()
-    fit_curve(model, a, b, x, y, **SMALL, persist=QUIET)
+    fit_curve(model, a, b, x, y, CurveSettings(**SMALL), persist=QUIET)
     assert not any(m.training for m in model.modules())
 
 
@@ -257,8 +265,8 @@ def test_every_step_uses_the_schedule_s_learning_rate(
     monkeypatch.setattr(curves, "optimizer_step", recording)
     steps = 10
     fit_curve(
-        model, a, b, x, y, steps=steps, lr=0.2, batch_size=4, n_eval=2,
-        schedule=schedule, persist=QUIET,
+        model, a, b, x, y, CurveSettings(steps=steps, lr=0.2, batch_size=4, n_eval=2, schedule=schedule),
+        persist=QUIET,
     )  # fmt: skip
     factors = [garipov(k / steps) if schedule == "garipov" else 1.0 for k in range(10)]
     assert seen == pytest.approx([0.2 * f for f in factors], rel=1e-12)
@@ -273,7 +281,15 @@ def test_a_curve_saves_only_at_its_end_by_default(tmp_path: Path) -> None:
     persist = Persist(
         ckpt, progress=False, on_tick=lambda k: exists.append(ckpt.exists())
     )
-    fit_curve(model, a, b, x, y, steps=12, batch_size=4, n_eval=2, persist=persist)
+    fit_curve(
+        model,
+        a,
+        b,
+        x,
+        y,
+        CurveSettings(steps=12, batch_size=4, n_eval=2),
+        persist=persist,
+    )
     assert exists == [False] * 11 + [True]
 
 
@@ -283,7 +299,7 @@ def test_a_curve_of_a_model_with_buffers_resumes_from_its_checkpoint(
     model, a, b = endpoints(BN)
     model.train()
     x, y = data()
-    whole = fit_curve(model, a, b, x, y, **SMALL, persist=QUIET)
+    whole = fit_curve(model, a, b, x, y, CurveSettings(**SMALL), persist=QUIET)
 
     def kill(k: int) -> None:
         if k == 2:
@@ -292,12 +308,12 @@ def test_a_curve_of_a_model_with_buffers_resumes_from_its_checkpoint(
     ckpt = tmp_path / "c.pt"
     with pytest.raises(Kill):
         fit_curve(
-            model, a, b, x, y, **SMALL,
+            model, a, b, x, y, CurveSettings(**SMALL),
             persist=Persist(ckpt, checkpoint_every=1, progress=False, on_tick=kill),
         )  # fmt: skip
     assert torch.load(ckpt, weights_only=True)["buffers"]
     resumed = fit_curve(
-        model, a, b, x, y, **SMALL, persist=Persist(ckpt, progress=False)
+        model, a, b, x, y, CurveSettings(**SMALL), persist=Persist(ckpt, progress=False)
     )
     same_states(resumed, whole)
 
@@ -306,15 +322,17 @@ def test_a_curve_on_the_stand_in_gpu_equals_the_host_run() -> None:
     """Endpoints and data on the host, the model on the device: no mixing, same curve."""
     model, a, b = endpoints()
     x, y = data()
-    host = fit_curve(model, a, b, x, y, **SMALL, persist=QUIET)
+    host = fit_curve(model, a, b, x, y, CurveSettings(**SMALL), persist=QUIET)
     with DeviceDiscipline():
         on_dev = to_device(copy.deepcopy(model))
-        dev = fit_curve(on_dev, a, b, x, y, **SMALL, persist=QUIET)
+        dev = fit_curve(on_dev, a, b, x, y, CurveSettings(**SMALL), persist=QUIET)
     same_states(dev, host)
 
 
 def test_the_progress_bar_names_the_curve(capsys: pytest.CaptureFixture[str]) -> None:
     model, a, b = endpoints()
     x, y = data()
-    fit_curve(model, a, b, x, y, kind="polychain", **SMALL, persist=Persist())
+    fit_curve(
+        model, a, b, x, y, CurveSettings(kind="polychain", **SMALL), persist=Persist()
+    )
     assert "polychain curve:" in capsys.readouterr().err

@@ -16,8 +16,8 @@
 - :mod:`~wslib.llpf.figures`: the panels the LLPF chapters share.
 """
 
-from wslib.llpf.autoneb import autoneb
-from wslib.llpf.curves import fit_curve
+from wslib.llpf.autoneb import AutoNEBSettings, autoneb
+from wslib.llpf.curves import CurveSettings, fit_curve
 from wslib.llpf.evaluation import dense_curve, evaluate_path
 from wslib.llpf.layerwise import (
     Refine,
@@ -33,6 +33,8 @@ from wslib.llpf.path import LLPFPath, check_same_architecture
 from wslib.runs.resumable import Persist  # the persist= option of the path finders
 
 __all__ = [
+    "AutoNEBSettings",
+    "CurveSettings",
     "LLPFPath",
     "Persist",
     "Refine",

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -47,6 +48,7 @@ from torch.func import functional_call
 
 from wslib.core.files import code_version
 from wslib.core.neurons import StateDict
+from wslib.core.settings import Settings
 from wslib.core.train import (
     PrecisionName,
     batch_indices,
@@ -63,6 +65,7 @@ from wslib.runs.store import Payload
 
 # The modules whose source determines an AutoNEB run (its checkpoint key).
 CODE = (
+    "wslib.core.settings",
     "wslib.core.train",
     "wslib.llpf.autoneb",
     "wslib.llpf.curves",
@@ -98,57 +101,80 @@ def _loss(
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class AutoNEBSettings(Settings):
+    """An AutoNEB run's options, checked when written; all of them enter its key.
+
+    ``n_init`` pivots between the ends to start; ``cycles`` cycles, cycle
+    ``c`` at learning rate ``lrs[c]`` with spring constant ``spring``, of
+    ``steps_per_cycle`` iterations, or, with ``total_steps``, exactly
+    ``total_steps`` gradient steps in all (``round(total_steps * c /
+    cycles)`` by the end of cycle ``c``); batches of ``batch_size``. After
+    each cycle a pivot is inserted where ``check_points`` points between two
+    pivots, on ``check_examples`` training examples, rise more than
+    ``insert_tol`` above them, up to ``max_pivots``. With ``precision``
+    ``"bf16"`` the gradients' forward passes run under bfloat16 autocast (the
+    pivots and the insertion checks stay in float32).
+    """
+
+    n_init: int = 3
+    cycles: int = 4
+    steps_per_cycle: int = 100
+    lrs: tuple[float, ...] = (0.1, 0.05, 0.02, 0.01)
+    spring: float = 1.0
+    batch_size: int = 128
+    insert_tol: float = 0.05
+    check_points: int = 3
+    check_examples: int = 1024
+    max_pivots: int = 12
+    seed: int = 0
+    total_steps: int | None = None
+    precision: PrecisionName = "fp32"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "lrs", tuple(self.lrs))  # a list from a profile
+        if len(self.lrs) != self.cycles:
+            raise ValueError(
+                f"lrs needs one learning rate per cycle ({self.cycles}), "
+                f"got {len(self.lrs)}"
+            )
+        if (
+            self.n_init < 0
+            or self.steps_per_cycle < 0
+            or self.max_pivots < self.n_init + 2
+        ):
+            raise ValueError(
+                "need n_init >= 0, steps_per_cycle >= 0 and max_pivots >= n_init + 2"
+            )
+        if self.total_steps is not None and (self.total_steps < 0 or self.n_init < 1):
+            raise ValueError(
+                f"total_steps needs n_init >= 1 and total_steps >= 0, got "
+                f"n_init={self.n_init}, total_steps={self.total_steps}"
+            )
+        check_precision(self.precision)
+
+
 def autoneb(
     model: nn.Module,
     a: StateDict,
     b: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    settings: AutoNEBSettings | None = None,
     *,
-    n_init: int = 3,
-    cycles: int = 4,
-    steps_per_cycle: int = 100,
-    lrs: Sequence[float] = (0.1, 0.05, 0.02, 0.01),
-    spring: float = 1.0,
-    batch_size: int = 128,
-    insert_tol: float = 0.05,
-    check_points: int = 3,
-    check_examples: int = 1024,
-    max_pivots: int = 12,
-    seed: int = 0,
-    total_steps: int | None = None,
-    precision: PrecisionName = "fp32",
     persist: Persist | None = None,
 ) -> LLPFPath:
-    """Relax an AutoNEB chain from ``a`` to ``b``; return its pivots as a path.
+    """Relax an AutoNEB chain from ``a`` to ``b`` (:class:`AutoNEBSettings`;
+    None: the defaults); return its pivots as a path.
 
-    With ``precision`` ``"bf16"`` the gradients' forward passes run under
-    bfloat16 autocast (the pivots and the insertion checks stay in float32).
-
-    ``steps_per_cycle`` iterations per cycle, or, with ``total_steps``,
-    exactly ``total_steps`` gradient steps in all (``round(total_steps * c /
-    cycles)`` by the end of cycle ``c``). ``persist``
-    (:class:`wslib.runs.resumable.Persist`; None: no checkpoint, a progress
-    bar): with a ``checkpoint`` (a file) the run is saved after every cycle
-    (unless ``checkpoint_every`` says otherwise) and at the end, and resumes
-    from it (see the module docstring); ``on_tick(c)`` is called after cycle
-    ``c`` (1-based) is saved.
+    ``persist`` (:class:`wslib.runs.resumable.Persist`; None: no checkpoint,
+    a progress bar): with a ``checkpoint`` (a file) the run is saved after
+    every cycle (unless ``checkpoint_every`` says otherwise) and at the end,
+    and resumes from it (see the module docstring); ``on_tick(c)`` is called
+    after cycle ``c`` (1-based) is saved.
     """
+    settings = settings or AutoNEBSettings()
     check_same_architecture(model, a, b)
-    if len(lrs) != cycles:
-        raise ValueError(
-            f"lrs needs one learning rate per cycle ({cycles}), got {len(lrs)}"
-        )
-    if n_init < 0 or steps_per_cycle < 0 or max_pivots < n_init + 2:
-        raise ValueError(
-            "need n_init >= 0, steps_per_cycle >= 0 and max_pivots >= n_init + 2"
-        )
-    if total_steps is not None and (total_steps < 0 or n_init < 1):
-        raise ValueError(
-            f"total_steps needs n_init >= 1 and total_steps >= 0, got n_init={n_init}, "
-            f"total_steps={total_steps}"
-        )
-    check_precision(precision)
     persist = persist or Persist()
     probe = copy.deepcopy(model).train()
     dev = model_device(probe)
@@ -157,31 +183,18 @@ def autoneb(
     key = None
     if persist.checkpoint is not None:
         key = checkpoint_key(
-            probe,
-            a,
-            b,
-            x,
-            y,
-            n_init=int(n_init),
-            cycles=int(cycles),
-            steps_per_cycle=int(steps_per_cycle),
-            lrs=[float(lr) for lr in lrs],
-            spring=float(spring),
-            batch_size=int(batch_size),
-            insert_tol=float(insert_tol),
-            check_points=int(check_points),
-            check_examples=int(check_examples),
-            max_pivots=int(max_pivots),
-            seed=int(seed),
-            total_steps=None if total_steps is None else int(total_steps),
-            precision=precision,
-            code=code_version(*CODE),
+            probe, a, b, x, y, **settings.key(), code=code_version(*CODE)
         )
-    run = Resumable(persist, "AutoNEB", key, seed, cycles, every=CHECKPOINT_EVERY)
+    run = Resumable(
+        persist, "AutoNEB", key, settings.seed, settings.cycles, every=CHECKPOINT_EVERY
+    )
     buffers = {n: v.clone() for n, v in probe.named_buffers()}
     va, vb = flat.flat(a).to(dev), flat.flat(b).to(dev)
-    chain = [torch.lerp(va, vb, k / (n_init + 1)) for k in range(n_init + 2)]
-    check = torch.randperm(len(x), generator=run.gen)[:check_examples]
+    chain = [
+        torch.lerp(va, vb, k / (settings.n_init + 1))
+        for k in range(settings.n_init + 2)
+    ]
+    check = torch.randperm(len(x), generator=run.gen)[: settings.check_examples]
     saved = run.resume(lambda s: missing_fields(s, FIELDS))
     x, y = on_device(x, dev), y.to(dev)  # placed once: no batch copied per step
     xc, yc = x[check.to(dev)], y[check.to(dev)]
@@ -200,21 +213,22 @@ def autoneb(
             "steps": steps,
         }
 
-    autocast = precision_autocast(dev, precision)
+    autocast = precision_autocast(dev, settings.precision)
     run.begin("AutoNEB")
-    for c in range(run.tick, cycles):
-        lr = lrs[c]
+    for c in range(run.tick, settings.cycles):
+        lr = settings.lrs[c]
         iteration = 0
         while True:
-            if total_steps is None:
-                todo = len(chain) - 2 if iteration < steps_per_cycle else 0
+            if settings.total_steps is None:
+                todo = len(chain) - 2 if iteration < settings.steps_per_cycle else 0
             else:
                 todo = min(
-                    len(chain) - 2, round(total_steps * (c + 1) / cycles) - steps
+                    len(chain) - 2,
+                    round(settings.total_steps * (c + 1) / settings.cycles) - steps,
                 )
             if todo <= 0:
                 break
-            idx = batch_indices(len(x), batch_size, run.gen, dev)
+            idx = batch_indices(len(x), settings.batch_size, run.gen, dev)
             xb, yb = x[idx], y[idx]
             grads = []
             for i in range(1, todo + 1):
@@ -223,11 +237,19 @@ def autoneb(
                     loss = _loss(probe, flat, buffers, p, xb, yb)
                 (grad,) = torch.autograd.grad(loss, p)
                 grads.append(grad)
-            chain = neb_step(chain, grads, lr, spring)
+            chain = neb_step(chain, grads, lr, settings.spring)
             steps += todo
             iteration += 1
         chain = _insert_pivots(
-            chain, probe, flat, buffers, xc, yc, check_points, insert_tol, max_pivots
+            chain,
+            probe,
+            flat,
+            buffers,
+            xc,
+            yc,
+            settings.check_points,
+            settings.insert_tol,
+            settings.max_pivots,
         )
         run.count()
         run.settle(snapshot)

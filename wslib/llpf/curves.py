@@ -35,6 +35,7 @@ ignored with a warning and the run starts again.
 from __future__ import annotations
 
 import copy
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -44,6 +45,7 @@ from torch.func import functional_call
 
 from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
+from wslib.core.settings import Settings
 from wslib.core.train import (
     PrecisionName,
     batch_indices,
@@ -66,6 +68,7 @@ SCHEDULES: tuple[CurveSchedule, ...] = get_args(CurveSchedule)
 NAMES = {"bezier": "Bezier", "polychain": "PolyChain"}
 # The modules whose source determines a curve (its checkpoint key).
 CODE = (
+    "wslib.core.settings",
     "wslib.core.train",
     "wslib.llpf.curves",
     "wslib.llpf.path",
@@ -148,32 +151,55 @@ def curve_point(
     return dict(zip(names, point, strict=True))
 
 
+@dataclass(frozen=True, kw_only=True)
+class CurveSettings(Settings):
+    """A curve run's options, checked when written; all of them enter its key.
+
+    ``steps`` SGD steps with ``lr`` and ``momentum`` on batches of
+    ``batch_size``; ``weight_decay`` and ``schedule`` (see :func:`lr_factor`)
+    give the authors' recipe; with ``precision`` ``"bf16"`` the forward pass
+    and loss run under bfloat16 autocast (the bend stays in float32); the
+    curve is returned sampled at ``n_eval`` evenly spaced ``t``.
+    """
+
+    kind: CurveKind = "bezier"
+    steps: int = 1000
+    lr: float = 0.05
+    momentum: float = 0.9
+    batch_size: int = 128
+    n_eval: int = 21
+    seed: int = 0
+    weight_decay: float = 0.0
+    schedule: CurveSchedule = "constant"
+    precision: PrecisionName = "fp32"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown curve kind {self.kind!r}; valid: {KINDS}")
+        if self.steps < 0 or self.n_eval < 2:
+            raise ValueError("steps must be >= 0 and n_eval >= 2")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"unknown schedule {self.schedule!r}; valid: {SCHEDULES}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay}")
+        check_precision(self.precision)
+
+
 def fit_curve(
     model: nn.Module,
     a: StateDict,
     b: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    settings: CurveSettings | None = None,
     *,
-    kind: CurveKind = "bezier",
-    steps: int = 1000,
-    lr: float = 0.05,
-    momentum: float = 0.9,
-    batch_size: int = 128,
-    n_eval: int = 21,
-    seed: int = 0,
-    weight_decay: float = 0.0,
-    schedule: CurveSchedule = "constant",
-    precision: PrecisionName = "fp32",
     persist: Persist | None = None,
 ) -> LLPFPath:
-    """Train the bend of a curve from ``a`` to ``b`` for ``steps`` SGD steps.
+    """Train the bend of a curve from ``a`` to ``b`` (:class:`CurveSettings`;
+    None: the defaults).
 
-    ``weight_decay`` and ``schedule`` (see :func:`lr_factor`) give the
-    authors' recipe; with ``precision`` ``"bf16"`` the forward pass and loss
-    run under bfloat16 autocast (the bend stays in float32). ``persist``
-    (:class:`wslib.runs.resumable.Persist`; None: no checkpoint, a progress
-    bar): with a ``checkpoint`` (a file) the run is saved every
+    ``persist`` (:class:`wslib.runs.resumable.Persist`; None: no checkpoint,
+    a progress bar): with a ``checkpoint`` (a file) the run is saved every
     ``checkpoint_every`` steps (default 500) and at the end, and resumes
     from it (see the module docstring); ``on_tick(k)`` is called after step
     ``k`` (and its save).
@@ -182,16 +208,9 @@ def fit_curve(
     exactly ``a`` and ``b``); ``grad_steps`` and ``seconds`` of the last
     point are those of the training (seconds summed over resumed sessions).
     """
-    if kind not in KINDS:
-        raise ValueError(f"unknown curve kind {kind!r}; valid: {KINDS}")
-    if steps < 0 or n_eval < 2:
-        raise ValueError("steps must be >= 0 and n_eval >= 2")
-    if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; valid: {SCHEDULES}")
-    if weight_decay < 0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    settings = settings or CurveSettings()
+    kind, steps = settings.kind, settings.steps
     persist = persist or Persist()
-    check_precision(precision)
     check_same_architecture(model, a, b)
     probe = copy.deepcopy(model)
     dev = model_device(probe)
@@ -199,25 +218,10 @@ def fit_curve(
     key = None
     if persist.checkpoint is not None:
         key = checkpoint_key(
-            probe,
-            a,
-            b,
-            x,
-            y,
-            kind=kind,
-            steps=int(steps),
-            lr=float(lr),
-            momentum=float(momentum),
-            batch_size=int(batch_size),
-            n_eval=int(n_eval),
-            seed=int(seed),
-            weight_decay=float(weight_decay),
-            schedule=schedule,
-            precision=precision,
-            code=code_version(*CODE),
+            probe, a, b, x, y, **settings.key(), code=code_version(*CODE)
         )
     what = f"{NAMES[kind]} curve"
-    run = Resumable(persist, what, key, seed, steps, every=CHECKPOINT_EVERY)
+    run = Resumable(persist, what, key, settings.seed, steps, every=CHECKPOINT_EVERY)
     saved = run.resume(lambda s: missing_fields(s, ("bend", "optimizer", "buffers")))
     x, y = on_device(x, dev), y.to(dev)  # placed once: no batch copied per step
     names = [n for n, _ in probe.named_parameters()]
@@ -225,7 +229,9 @@ def fit_curve(
     pb = {n: b[n].to(dev) for n in names}
     bend = {n: (0.5 * (pa[n] + pb[n])).clone().requires_grad_(True) for n in names}
     buffers = {n: v.clone() for n, v in probe.named_buffers()}
-    opt = torch.optim.SGD(list(bend.values()), lr=lr, momentum=momentum)
+    opt = torch.optim.SGD(
+        list(bend.values()), lr=settings.lr, momentum=settings.momentum
+    )
     if saved is not None:
         with torch.no_grad():
             for n in names:
@@ -244,18 +250,20 @@ def fit_curve(
     probe.train()
     zero_grad, step = optimizer_step(opt, dev)
     run.begin(f"{kind} curve")
-    autocast = precision_autocast(dev, precision)
+    autocast = precision_autocast(dev, settings.precision)
     for k in range(run.tick, steps):
         for group in opt.param_groups:
-            group["lr"] = lr * lr_factor(schedule, k / steps)
+            group["lr"] = settings.lr * lr_factor(settings.schedule, k / steps)
         t = float(torch.rand((), generator=run.gen))
-        idx = batch_indices(len(x), batch_size, run.gen, dev)
+        idx = batch_indices(len(x), settings.batch_size, run.gen, dev)
         point = curve_point(pa, bend, pb, t, kind)
         with autocast:
             out = functional_call(probe, {**point, **buffers}, x[idx])
             loss = nn.functional.cross_entropy(out, y[idx])
-        if weight_decay > 0:
-            loss = loss + 0.5 * weight_decay * sum((w**2).sum() for w in point.values())
+        if settings.weight_decay > 0:
+            loss = loss + 0.5 * settings.weight_decay * sum(
+                (w**2).sum() for w in point.values()
+            )
         zero_grad()
         loss.backward()
         step()
@@ -264,7 +272,7 @@ def fit_curve(
     run.end(snapshot)
     states = []
     with torch.no_grad():
-        for t in np.linspace(0.0, 1.0, n_eval):
+        for t in np.linspace(0.0, 1.0, settings.n_eval):
             point = curve_point(pa, bend, pb, float(t), kind)
             state = {k: v.detach().cpu().clone() for k, v in a.items()}
             state.update({n: v.detach().cpu().clone() for n, v in point.items()})

@@ -43,8 +43,8 @@ from wslib.core.train import (
     precision_autocast,
 )
 from wslib.core.workspace import workspace
-from wslib.llpf.autoneb import autoneb
-from wslib.llpf.curves import fit_curve
+from wslib.llpf.autoneb import AutoNEBSettings, autoneb
+from wslib.llpf.curves import CurveSettings, fit_curve
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
     Refine,
@@ -74,6 +74,7 @@ CODE = (
     "wslib.core.neurons",
     "wslib.core.norms",
     "wslib.core.seeds",
+    "wslib.core.settings",
     "wslib.core.train",
     "wslib.llpf.autoneb",
     "wslib.llpf.curves",
@@ -385,15 +386,14 @@ def method_run(
     a, b = pair
     sa, sb, x, y = a.state_dict(), b.state_dict(), setup.ds.x_train, setup.ds.y_train
     checkpoint = baseline_checkpoint(setup, pair, settings, seed, budget)
-    common: dict[str, Any] = {
-        "batch_size": setup.batch_size,
-        "seed": seed,
-        "persist": Persist(checkpoint, progress=False),  # each method's save interval
-    }
+    common: dict[str, Any] = {"batch_size": setup.batch_size, "seed": seed}
+    persist = Persist(checkpoint, progress=False)  # each method's save interval
     if kind == "curve":
-        path = fit_curve(a, sa, sb, x, y, steps=budget, **common, **rest)
+        curve = CurveSettings(steps=budget, **common, **rest)
+        path = fit_curve(a, sa, sb, x, y, curve, persist=persist)
     else:
-        path = autoneb(a, sa, sb, x, y, total_steps=budget, **common, **rest)
+        neb = AutoNEBSettings(total_steps=budget, **common, **rest)
+        path = autoneb(a, sa, sb, x, y, neb, persist=persist)
     return setup.evaluate(a, path)
 
 

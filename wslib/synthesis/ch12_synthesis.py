@@ -33,7 +33,7 @@ from wslib.core.train import Recipe, evaluate, fit
 from wslib.fusion import GradientConfig, fuse, fuse_by
 from wslib.fusion.baselines import MethodName
 from wslib.fusion.levels import RetrofitName
-from wslib.llpf import evaluate_path, fit_curve, m2m
+from wslib.llpf import CurveSettings, evaluate_path, fit_curve, m2m
 from wslib.llpf.protocols import PathSetup
 from wslib.runs.cache import cached_run
 from wslib.runs.resumable import Persist
@@ -268,10 +268,18 @@ def pair_study(
     }
     sa, sb = a.state_dict(), b.state_dict()
     bez = settings["bezier"]
+    curve_settings = CurveSettings(
+        kind="bezier", steps=bez["steps"], lr=bez["lr"], n_eval=len(ts), seed=seed
+    )
     curve = fit_curve(
-        a, sa, sb, ds.x_train, ds.y_train, kind="bezier", steps=bez["steps"],
-        lr=bez["lr"], n_eval=len(ts), seed=seed, persist=Persist(progress=False),
-    )  # fmt: skip
+        a,
+        sa,
+        sb,
+        ds.x_train,
+        ds.y_train,
+        curve_settings,
+        persist=Persist(progress=False),
+    )
     paths = {
         "LLPF": links["unaligned"]["states"],
         "straight line": [lerp_state(sa, sb, float(t)) for t in ts],

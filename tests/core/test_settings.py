@@ -1,0 +1,55 @@
+"""The base of a run's settings (:mod:`wslib.core.settings`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from wslib.core.settings import Settings, plain
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Example(Settings):
+    steps: int = 3
+    lr: float = 0.5
+    rates: tuple[float, ...] = (0.1, 0.2)
+    name: str = "a"
+    total: int | None = None
+    flag: bool = False
+
+
+def test_the_key_holds_every_field_by_name():
+    settings = Example()
+    assert settings.key() == {
+        "steps": 3,
+        "lr": 0.5,
+        "rates": [0.1, 0.2],
+        "name": "a",
+        "total": None,
+        "flag": False,
+    }
+
+
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(Example)])
+def test_changing_any_one_field_changes_the_key(field: str):
+    other = {"steps": 4, "lr": 0.25, "rates": (0.1,), "name": "b", "total": 7}
+    changed = dataclasses.replace(Example(), **{field: other.get(field, True)})
+    assert changed.key() != Example().key()
+    assert changed.key()[field] == plain(other.get(field, True))
+
+
+def test_plain_turns_numpy_and_sequences_into_json_data():
+    assert plain(np.int64(5)) == 5 and type(plain(np.int64(5))) is int
+    assert plain(np.float32(0.5)) == 0.5 and type(plain(np.float32(0.5))) is float
+    assert type(plain(3)) is int and type(plain(2.5)) is float
+    assert plain(True) is True and plain(None) is None and plain("x") == "x"
+    assert plain((np.int64(1), [2.0, (3,)])) == [1, [2.0, [3]]]
+
+
+def test_settings_are_frozen_and_keyword_only():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        Example().steps = 4  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        Example(4)  # type: ignore[misc]
