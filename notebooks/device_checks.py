@@ -171,7 +171,7 @@ def theorem1_check(device: torch.device) -> Check:
 
 def resume_check(device: torch.device) -> Check:
     """An LLPF path killed after tick 2 and resumed: its states against an unbroken path."""
-    from wslib.llpf import Refine, m2m
+    from wslib.llpf import M2MSettings, Refine, m2m
     from wslib.runs.resumable import Persist
 
     class Stop(Exception):
@@ -195,9 +195,7 @@ def resume_check(device: torch.device) -> Check:
             b,
             x,
             y,
-            ticks=4,
-            refine=refine,
-            record_every=1,
+            M2MSettings(ticks=4, refine=refine, record_every=1),
             persist=Persist(progress=False),
         )
         persist = Persist(Path(tmp) / "path", checkpoint_every=1, progress=False)
@@ -208,15 +206,19 @@ def resume_check(device: torch.device) -> Check:
                 b,
                 x,
                 y,
-                ticks=4,
-                refine=refine,
-                record_every=1,
+                M2MSettings(ticks=4, refine=refine, record_every=1),
                 persist=replace(persist, on_tick=kill),
             )
         except Stop:
             pass
         resumed = m2m(
-            model, a, b, x, y, ticks=4, refine=refine, record_every=1, persist=persist
+            model,
+            a,
+            b,
+            x,
+            y,
+            M2MSettings(ticks=4, refine=refine, record_every=1),
+            persist=persist,
         )
     differ = sum(
         not torch.equal(s[k], t[k])

@@ -203,7 +203,7 @@ def refine_step_seconds(
     steps a tick needs is not measured here (:func:`zoo_tick_steps`).
     """
     from wslib.core.data import Dataset
-    from wslib.llpf import Refine, m2m
+    from wslib.llpf import M2MSettings, Refine, m2m
     from wslib.llpf.protocols import threshold_loss
     from wslib.runs.resumable import Persist
 
@@ -236,8 +236,7 @@ def refine_step_seconds(
             modes[1].state_dict(),
             x,
             y,
-            ticks=1,
-            refine=refine,
+            M2MSettings(ticks=1, refine=refine),
             persist=Persist(progress=False),
         )  # warm-up
         _synchronize(device)
@@ -248,8 +247,7 @@ def refine_step_seconds(
             modes[1].state_dict(),
             x,
             y,
-            ticks=ticks,
-            refine=refine,
+            M2MSettings(ticks=ticks, refine=refine),
             persist=Persist(progress=False),
         )
         _synchronize(device)
@@ -273,7 +271,7 @@ def zoo_tick_steps(
     of the model inherits.
     """
     from wslib.core.connectivity import mode_config
-    from wslib.llpf import m2m
+    from wslib.llpf import M2MSettings, m2m
     from wslib.llpf.protocols import PathSetup
     from wslib.llpf.setup import mode_seeds
     from wslib.runs.resumable import Persist
@@ -318,9 +316,11 @@ def zoo_tick_steps(
                 dest,
                 ds.x_train,
                 ds.y_train,
-                ticks=settings["ticks"],
-                refine=refine,
-                record_every=settings["record_every"],
+                M2MSettings(
+                    ticks=settings["ticks"],
+                    refine=refine,
+                    record_every=settings["record_every"],
+                ),
                 persist=Persist(progress=False, on_tick=stop),
             )
         except _Stop:

@@ -20,7 +20,7 @@ from wslib.core.interpolation import linear_path
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit
 from wslib.fusion.hfkf import fuse
-from wslib.llpf.layerwise import Refine, m2m
+from wslib.llpf.layerwise import M2MSettings, Refine, m2m
 from wslib.pathcond.rescaling import pathcond_rescale
 from wslib.pathcond.training import train_run
 from wslib.runs.resumable import Persist
@@ -108,15 +108,15 @@ def test_llpf_path_and_line_on_the_device() -> None:
     ds = stand_in_data()
     a, b = (trained(MLP, s, ds) for s in (0, 1))
     refine = Refine(threshold=5.0, r_max=5, batch_size=8)
-    kwargs = {"ticks": 3, "persist": Persist(progress=False), "seed": 0}
+    kwargs = {"ticks": 3, "seed": 0}
     host = m2m(
         a,
         a.state_dict(),
         b.state_dict(),
         ds.x_train,
         ds.y_train,
-        refine=refine,
-        **kwargs,
+        M2MSettings(refine=refine, **kwargs),
+        persist=Persist(progress=False),
     )
     with DeviceDiscipline():
         da, db = to_device(copy.deepcopy(a)), to_device(copy.deepcopy(b))
@@ -126,8 +126,8 @@ def test_llpf_path_and_line_on_the_device() -> None:
             db.state_dict(),
             ds.x_train,
             ds.y_train,
-            refine=refine,
-            **kwargs,
+            M2MSettings(refine=refine, **kwargs),
+            persist=Persist(progress=False),
         )
         line = linear_path(
             da,

@@ -15,7 +15,7 @@ import torch
 
 from tests.kit import QUIET, mlp
 from wslib.core.models import build_model
-from wslib.llpf.layerwise import Refine, m2m
+from wslib.llpf.layerwise import M2MSettings, Refine, m2m
 from wslib.llpf.path import LLPFPath
 from wslib.runs.resumable import Persist
 from wslib.runs.store import MARK, checksum
@@ -46,8 +46,7 @@ def find(ckpt: Path, x: torch.Tensor, y: torch.Tensor) -> tuple[LLPFPath, int]:
         dest,
         x,
         y,
-        ticks=TICKS,
-        refine=REFINE,
+        M2MSettings(ticks=TICKS, refine=REFINE),
         persist=Persist(
             ckpt, progress=False, on_tick=lambda tick, _: ticks.append(tick)
         ),
@@ -222,9 +221,7 @@ def test_saves_write_each_recorded_state_once(
         dest,
         x,
         y,
-        ticks=ticks,
-        refine=REFINE,
-        record_every=2,
+        M2MSettings(ticks=ticks, refine=REFINE, record_every=2),
         persist=Persist(tmp_path / "path", checkpoint_every=1, progress=False),
     )
     states = sorted(n for n in written if n.startswith("state-"))
@@ -248,7 +245,7 @@ def test_resume_from_a_point_between_records_writes_only_new_states(
 
     model, start, dest, x, y = setting()
     options = {"ticks": 7, "refine": REFINE, "record_every": 3}
-    full = m2m(model, start, dest, x, y, **options, persist=QUIET)
+    full = m2m(model, start, dest, x, y, M2MSettings(**options), persist=QUIET)
 
     def kill(tick: int, _: torch.nn.Module) -> None:
         if tick == 5:
@@ -262,7 +259,7 @@ def test_resume_from_a_point_between_records_writes_only_new_states(
             dest,
             x,
             y,
-            **options,
+            M2MSettings(**options),
             persist=Persist(ckpt, checkpoint_every=2, progress=False, on_tick=kill),
         )
     assert index(ckpt)["tick"] == 4 and index(ckpt)["current"] == "current-000004.pt"
@@ -277,7 +274,7 @@ def test_resume_from_a_point_between_records_writes_only_new_states(
             dest,
             x,
             y,
-            **options,
+            M2MSettings(**options),
             persist=Persist(
                 ckpt,
                 checkpoint_every=2,

@@ -23,6 +23,8 @@ from wslib.llpf.curves import CurveSettings, curve_point, fit_curve, lr_factor
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
     ComplianceSGD,
+    M2MSettings,
+    M2OSettings,
     Refine,
     hybrid,
     m2m,
@@ -261,11 +263,9 @@ def test_m2o_stops_once_the_target_is_reached_before_refinement() -> None:
         a,
         x,
         y,
-        ticks=100,
-        shrink=0.2,
-        refine=pushy,
-        target_variance=target,
-        record_every=1,
+        M2OSettings(
+            ticks=100, shrink=0.2, refine=pushy, target_variance=target, record_every=1
+        ),
         persist=QUIET,
     )
     assert len(path.refine_loss) < 10
@@ -281,12 +281,12 @@ def test_finished_m2o_run_is_not_extended_on_resume(tmp_path) -> None:
         "refine": REFINE,
         "target_variance": target,
         "record_every": 1,
-        "persist": Persist(tmp_path / "m2o.pt", checkpoint_every=100, progress=False),
     }
-    first = m2o(model, a, x, y, **options)
+    persist = Persist(tmp_path / "m2o.pt", checkpoint_every=100, progress=False)
+    first = m2o(model, a, x, y, M2OSettings(**options), persist=persist)
     assert first.ticks[-1] < 50
     for _ in range(2):
-        again = m2o(model, a, x, y, **options)
+        again = m2o(model, a, x, y, M2OSettings(**options), persist=persist)
         assert again.ticks == first.ticks
         assert all(same_state(s, t) for s, t in zip(first.states, again.states))
 
@@ -296,11 +296,25 @@ def test_checkpoint_of_another_path_seed_is_not_resumed(tmp_path) -> None:
     x, y = toy_tensors(64)
     options = {"ticks": 4, "refine": REFINE, "record_every": 1}
     ckpt = tmp_path / "path.pt"
-    m2m(model, a, b, x, y, seed=1, **options, persist=Persist(ckpt, progress=False))
-    fresh = m2m(model, a, b, x, y, seed=2, **options, persist=QUIET)
+    m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        M2MSettings(seed=1, **options),
+        persist=Persist(ckpt, progress=False),
+    )
+    fresh = m2m(model, a, b, x, y, M2MSettings(seed=2, **options), persist=QUIET)
     with pytest.warns(UserWarning, match="another run"):
         other = m2m(
-            model, a, b, x, y, seed=2, **options, persist=Persist(ckpt, progress=False)
+            model,
+            a,
+            b,
+            x,
+            y,
+            M2MSettings(seed=2, **options),
+            persist=Persist(ckpt, progress=False),
         )
     assert all(same_state(s, t) for s, t in zip(fresh.states, other.states))
 
@@ -315,9 +329,9 @@ def test_nan_in_a_model_is_refused() -> None:
     bad["linears.1.weight"] = b["linears.1.weight"].clone()
     bad["linears.1.weight"][0, 0] = float("nan")
     with pytest.raises(ValueError, match="NaN or infinite"):
-        m2m(model, a, bad, x, y, ticks=3, persist=QUIET)
+        m2m(model, a, bad, x, y, M2MSettings(ticks=3), persist=QUIET)
     with pytest.raises(ValueError, match="NaN or infinite"):
-        m2o(model, bad, x, y, ticks=3, persist=QUIET)
+        m2o(model, bad, x, y, M2OSettings(ticks=3), persist=QUIET)
 
 
 def test_m2o_target_above_the_start_is_refused_unless_growing() -> None:
@@ -325,18 +339,20 @@ def test_m2o_target_above_the_start_is_refused_unless_growing() -> None:
     x, y = toy_tensors(64)
     up = {n: v * 2.0 for n, v in tensor_variances(a, movable_names(model)).items()}
     with pytest.raises(ValueError, match="only shrinks"):
-        m2o(model, a, x, y, ticks=3, target_variance=up, persist=QUIET)
+        m2o(model, a, x, y, M2OSettings(ticks=3, target_variance=up), persist=QUIET)
     path = m2o(
         model,
         a,
         x,
         y,
-        ticks=50,
-        shrink=0.1,
-        refine=FROZEN,
-        target_variance=up,
-        grow=True,
-        record_every=1,
+        M2OSettings(
+            ticks=50,
+            shrink=0.1,
+            refine=FROZEN,
+            target_variance=up,
+            grow=True,
+            record_every=1,
+        ),
         persist=QUIET,
     )
     end = tensor_variances(path.states[-1], list(up))
@@ -367,7 +383,15 @@ def test_m2m_last_tick_long_jump_warns() -> None:
     model, a, b = pair_states()
     x, y = toy_tensors(64)
     with pytest.warns(UserWarning, match=r"straight jump over (9[5-9]|100)%"):
-        m2m(model, a, b, x, y, ticks=5, step=1e-3, refine=FROZEN, persist=QUIET)
+        m2m(
+            model,
+            a,
+            b,
+            x,
+            y,
+            M2MSettings(ticks=5, step=1e-3, refine=FROZEN),
+            persist=QUIET,
+        )
 
 
 def test_m2m_with_a_small_final_gap_does_not_warn() -> None:
@@ -377,7 +401,7 @@ def test_m2m_with_a_small_final_gap_does_not_warn() -> None:
     x, y = toy_tensors(64)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        m2m(model, a, b, x, y, ticks=12, refine=FROZEN, persist=QUIET)
+        m2m(model, a, b, x, y, M2MSettings(ticks=12, refine=FROZEN), persist=QUIET)
 
 
 # --- AutoNEB and curves ------------------------------------------------------

@@ -20,6 +20,8 @@ from wslib.llpf.autoneb import AutoNEBSettings
 from wslib.llpf.curves import CurveSettings
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
+    M2MSettings,
+    M2OSettings,
     Refine,
     data_flow_stages,
     hybrid,
@@ -42,7 +44,15 @@ class Interrupt(RuntimeError):
 def test_m2m_path_starts_and_ends_on_the_modes(config: dict) -> None:
     model, a, b = pair_states(config)
     x, y = toy_tensors(64)
-    path = m2m(model, a, b, x, y, ticks=6, refine=REFINE, record_every=2, persist=QUIET)
+    path = m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        M2MSettings(ticks=6, refine=REFINE, record_every=2),
+        persist=QUIET,
+    )
     assert same_state(path.states[0], a)
     assert same_state(path.states[-1], b)
     assert path.ticks == [0, 2, 4, 6]
@@ -53,7 +63,15 @@ def test_m2m_between_identical_modes_ends_on_them() -> None:
     """Identical ends (distance 0): no division by the start's distance."""
     model, a, _ = pair_states(MLP)
     x, y = toy_tensors(64)
-    path = m2m(model, a, a, x, y, ticks=4, refine=REFINE, record_every=2, persist=QUIET)
+    path = m2m(
+        model,
+        a,
+        a,
+        x,
+        y,
+        M2MSettings(ticks=4, refine=REFINE, record_every=2),
+        persist=QUIET,
+    )
     assert same_state(path.states[0], a) and same_state(path.states[-1], a)
 
 
@@ -85,10 +103,7 @@ def test_fdf_moves_input_stage_first() -> None:
         b,
         x,
         y,
-        ticks=10,
-        refine=frozen,
-        stage_ticks=4,
-        record_every=1,
+        M2MSettings(ticks=10, refine=frozen, stage_ticks=4, record_every=1),
         persist=QUIET,
     )
     moved = path.states[2]  # after two ticks only stage 0 moves
@@ -107,7 +122,15 @@ def test_variance_correction_puts_tensors_back_on_the_sphere() -> None:
     for name, v in target.items():
         assert now[name] == pytest.approx(v, rel=1e-4)
     x, y = toy_tensors(64)
-    path = m2m(model, a, b, x, y, ticks=5, refine=REFINE, record_every=1, persist=QUIET)
+    path = m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        M2MSettings(ticks=5, refine=REFINE, record_every=1),
+        persist=QUIET,
+    )
     for state in path.states[1:-1]:
         inner = tensor_variances(state, list(target))
         assert all(inner[n] == pytest.approx(target[n], rel=1e-3) for n in target)
@@ -123,10 +146,7 @@ def test_m2m_is_deterministic_per_seed() -> None:
             b,
             x,
             y,
-            ticks=5,
-            refine=REFINE,
-            seed=s,
-            record_every=1,
+            M2MSettings(ticks=5, refine=REFINE, seed=s, record_every=1),
             persist=QUIET,
         )
         for s in (3, 3, 4)
@@ -144,7 +164,7 @@ def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
         "seed": 5,
         "record_every": 2,
     }
-    full = m2m(model, a, b, x, y, **options, persist=QUIET)
+    full = m2m(model, a, b, x, y, M2MSettings(**options), persist=QUIET)
 
     def kill(tick: int, _: torch.nn.Module) -> None:
         if tick == 7:
@@ -158,7 +178,7 @@ def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
             b,
             x,
             y,
-            **options,
+            M2MSettings(**options),
             persist=Persist(ckpt, checkpoint_every=3, progress=False, on_tick=kill),
         )
     assert torch.load(ckpt / "index.pt", weights_only=True)["tick"] == 6
@@ -168,7 +188,7 @@ def test_killed_run_resumes_on_the_same_path(tmp_path) -> None:
         b,
         x,
         y,
-        **options,
+        M2MSettings(**options),
         persist=Persist(ckpt, checkpoint_every=3, progress=False),
     )
     assert resumed.ticks == full.ticks and resumed.grad_steps == full.grad_steps
@@ -188,8 +208,7 @@ def test_unreadable_checkpoint_is_ignored_with_a_warning(tmp_path) -> None:
             b,
             x,
             y,
-            ticks=3,
-            refine=REFINE,
+            M2MSettings(ticks=3, refine=REFINE),
             persist=Persist(ckpt, progress=False),
         )
     assert same_state(path.states[-1], b)
@@ -203,10 +222,7 @@ def test_m2o_shrinks_weights_and_leaves_norm_layers() -> None:
         a,
         x,
         y,
-        ticks=6,
-        shrink=0.2,
-        refine=REFINE,
-        record_every=3,
+        M2OSettings(ticks=6, shrink=0.2, refine=REFINE, record_every=3),
         persist=QUIET,
     )
     frozen = norm_parameter_names(model)
@@ -219,10 +235,7 @@ def test_m2o_shrinks_weights_and_leaves_norm_layers() -> None:
         a,
         x,
         y,
-        ticks=3,
-        shrink=0.2,
-        refine=no_refine,
-        record_every=3,
+        M2OSettings(ticks=3, shrink=0.2, refine=no_refine, record_every=3),
         persist=QUIET,
     ).states[-1]
     assert all(torch.allclose(still[n], a[n]) for n in frozen)
@@ -283,7 +296,15 @@ def test_hybrid_calls_on_tick_in_both_phases_with_the_paths_ticks(tmp_path) -> N
 def test_evaluate_path_reports_metrics() -> None:
     model, a, b = pair_states(RESNET)
     x, y = toy_tensors(64)
-    path = m2m(model, a, b, x, y, ticks=4, refine=REFINE, record_every=1, persist=QUIET)
+    path = m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        M2MSettings(ticks=4, refine=REFINE, record_every=1),
+        persist=QUIET,
+    )
     res = evaluate_path(model, path, x, y, x, y, dense=2, progress=False)
     assert res["train_loss"].shape == (5,) and res["dense_loss"].shape == (4, 2)
     assert res["distances"][0] == pytest.approx(1.0) and res["distances"][
@@ -303,10 +324,10 @@ def test_mismatched_models_raise_clear_errors() -> None:
     _, _, other = pair_states({**MLP, "widths": [7, 5]})
     x, y = toy_tensors(64)
     with pytest.raises(ValueError, match="same architecture"):
-        m2m(model, a, other, x, y, ticks=2, persist=QUIET)
+        m2m(model, a, other, x, y, M2MSettings(ticks=2), persist=QUIET)
     _, c, _ = pair_states(RESNET)
     with pytest.raises(ValueError, match="same architecture"):
-        m2m(model, a, c, x, y, ticks=2, persist=QUIET)
+        m2m(model, a, c, x, y, M2MSettings(ticks=2), persist=QUIET)
     with pytest.raises(ValueError, match="r_min"):
         Refine(r_min=5, r_max=2)
 
@@ -407,10 +428,7 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config: dict) -> None:
         b,
         x,
         y,
-        ticks=3,
-        refine=refine,
-        stage_ticks=0,
-        record_every=1,
+        M2MSettings(ticks=3, refine=refine, stage_ticks=0, record_every=1),
         persist=QUIET,
     )
     assert same_state(path.states[-1], b)

@@ -13,8 +13,9 @@ import copy
 import math
 import re
 import warnings
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -25,6 +26,8 @@ from wslib.core.files import stable_hash, tensor_digest
 from wslib.llpf import layerwise
 from wslib.llpf.layerwise import (
     ComplianceSGD,
+    M2MSettings,
+    M2OSettings,
     Refine,
     hybrid,
     m2m,
@@ -142,7 +145,15 @@ def test_m2m_follows_the_plain_reference_tick_by_tick(case: str) -> None:
     options, ref = M2M_CASES[case]
     model, a, b = pair_states(MLP)
     x, y = toy_tensors(32)
-    path = m2m(model, a, b, x, y, refine=ONE_STEP, seed=3, persist=QUIET, **options)
+    path = m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        M2MSettings(refine=ONE_STEP, seed=3, **options),
+        persist=QUIET,
+    )
     states, ticks = reference_m2m(
         model,
         a,
@@ -176,7 +187,7 @@ def test_m2m_of_one_tick_jumps_to_the_destination_without_a_warning(
 ) -> None:
     model, a, b = pair_states(MLP)
     x, y = toy_tensors(32)
-    path = m2m(model, a, b, x, y, ticks=1, refine=ONE_STEP, persist=QUIET)
+    path = m2m(model, a, b, x, y, M2MSettings(ticks=1, refine=ONE_STEP), persist=QUIET)
     assert path.ticks == [0, 1] and path.grad_steps == [0, 0]
     assert same_state(path.states[-1], b)
     assert not recwarn.list
@@ -204,10 +215,7 @@ def test_m2m_long_jump_warning_says_how_far_and_points_at_the_caller(
         b,
         x,
         y,
-        ticks=2,
-        step=0.1,
-        refine=FROZEN,
-        record_every=1,
+        M2MSettings(ticks=2, step=0.1, refine=FROZEN, record_every=1),
         persist=Persist(progress=False, on_tick=before_last),
     )
     share = _distance(seen[0], b) / _distance(a, b)
@@ -226,7 +234,15 @@ def test_m2m_warns_of_a_long_jump_between_modes_less_than_one_apart() -> None:
     assert _distance(a, near) < 1
     x, y = toy_tensors(32)
     with pytest.warns(UserWarning, match="straight jump"):
-        m2m(model, a, near, x, y, ticks=2, step=0.1, refine=FROZEN, persist=QUIET)
+        m2m(
+            model,
+            a,
+            near,
+            x,
+            y,
+            M2MSettings(ticks=2, step=0.1, refine=FROZEN),
+            persist=QUIET,
+        )
 
 
 def test_m2m_does_not_warn_when_the_point_before_the_last_tick_is_near(
@@ -241,10 +257,7 @@ def test_m2m_does_not_warn_when_the_point_before_the_last_tick_is_near(
         b,
         x,
         y,
-        ticks=3,
-        step=0.7,
-        all_at_once=True,
-        refine=FROZEN,
+        M2MSettings(ticks=3, step=0.7, all_at_once=True, refine=FROZEN),
         persist=QUIET,
     )
     assert not [w for w in recwarn.list if "M2M" in str(w.message)]
@@ -263,7 +276,7 @@ def test_m2m_refuses_a_stage_list_naming_what_is_missing_and_repeated() -> None:
         "['linears.0.weight', 'zz']"
     )
     with pytest.raises(ValueError, match=re.escape(message) + "$"):
-        m2m(model, a, b, x, y, ticks=2, stages=stages, persist=QUIET)
+        m2m(model, a, b, x, y, M2MSettings(ticks=2, stages=stages), persist=QUIET)
 
 
 def test_m2m_lists_three_unknown_stage_names_at_most() -> None:
@@ -275,7 +288,7 @@ def test_m2m_lists_three_unknown_stage_names_at_most() -> None:
         "repeated ['u1', 'u2', 'u3']"
     )
     with pytest.raises(ValueError, match=re.escape(message) + "$"):
-        m2m(model, a, b, x, y, ticks=2, stages=stages, persist=QUIET)
+        m2m(model, a, b, x, y, M2MSettings(ticks=2, stages=stages), persist=QUIET)
 
 
 @pytest.mark.parametrize("final_gap", [0.0, 1.0, 1.5])
@@ -285,7 +298,7 @@ def test_m2m_refuses_a_final_gap_outside_zero_one(final_gap: float) -> None:
     with pytest.raises(
         ValueError, match=re.escape(f"final_gap must be in (0, 1), got {final_gap}")
     ):
-        m2m(model, a, b, x, y, ticks=3, final_gap=final_gap, persist=QUIET)
+        m2m(model, a, b, x, y, M2MSettings(ticks=3, final_gap=final_gap), persist=QUIET)
 
 
 @pytest.mark.parametrize("step", [0.0, 1.5])
@@ -295,13 +308,21 @@ def test_m2m_refuses_a_step_outside_zero_one(step: float) -> None:
     with pytest.raises(
         ValueError, match=re.escape(f"step must be in (0, 1], got {step}")
     ):
-        m2m(model, a, b, x, y, ticks=3, step=step, persist=QUIET)
+        m2m(model, a, b, x, y, M2MSettings(ticks=3, step=step), persist=QUIET)
 
 
 def test_m2m_step_one_jumps_each_started_stage_onto_the_destination() -> None:
     model, a, b = pair_states(MLP)
     x, y = toy_tensors(16)
-    path = m2m(model, a, b, x, y, ticks=3, step=1.0, refine=ONE_STEP, persist=QUIET)
+    path = m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        M2MSettings(ticks=3, step=1.0, refine=ONE_STEP),
+        persist=QUIET,
+    )
     assert same_state(path.states[-1], b)
 
 
@@ -311,7 +332,7 @@ def test_m2m_names_an_unknown_schedule() -> None:
     with pytest.raises(
         ValueError, match="schedule must be 'geometric' or 'linear', got 'cosine'"
     ):
-        m2m(model, a, b, x, y, ticks=3, schedule="cosine", persist=QUIET)
+        m2m(model, a, b, x, y, M2MSettings(ticks=3, schedule="cosine"), persist=QUIET)
 
 
 def test_m2m_checks_the_start_state() -> None:
@@ -319,7 +340,7 @@ def test_m2m_checks_the_start_state() -> None:
     bad = {**a, "linears.1.weight": torch.full_like(a["linears.1.weight"], math.nan)}
     x, y = toy_tensors(16)
     with pytest.raises(ValueError, match="state 0: tensor linears.1.weight"):
-        m2m(model, bad, b, x, y, ticks=2, persist=QUIET)
+        m2m(model, bad, b, x, y, M2MSettings(ticks=2), persist=QUIET)
 
 
 @pytest.mark.parametrize("ticks", [0, -1])
@@ -328,16 +349,16 @@ def test_path_finders_refuse_fewer_than_one_tick(ticks: int) -> None:
     x, y = toy_tensors(16)
     message = f"ticks must be >= 1, got {ticks}$"
     with pytest.raises(ValueError, match=message):
-        m2m(model, a, b, x, y, ticks=ticks, persist=QUIET)
+        m2m(model, a, b, x, y, M2MSettings(ticks=ticks), persist=QUIET)
     with pytest.raises(ValueError, match=message):
-        m2o(model, a, x, y, ticks=ticks, persist=QUIET)
+        m2o(model, a, x, y, M2OSettings(ticks=ticks), persist=QUIET)
 
 
 def test_a_record_interval_below_one_is_refused() -> None:
     model, a, b = pair_states(MLP)
     x, y = toy_tensors(16)
     with pytest.raises(ValueError, match="record_every must be >= 1, got 0$"):
-        m2m(model, a, b, x, y, ticks=2, record_every=0, persist=QUIET)
+        m2m(model, a, b, x, y, M2MSettings(ticks=2, record_every=0), persist=QUIET)
 
 
 # --- stage starts, variances, the refinement's stop rule ----------------------------------------
@@ -452,10 +473,7 @@ def test_capped_ticks_warn_how_many_and_how_far_above_from_the_callers_line(
         b,
         x,
         y,
-        ticks=4,
-        step=0.5,
-        refine=capped,
-        jump_warn=1.0,
+        M2MSettings(ticks=4, step=0.5, refine=capped, jump_warn=1.0),
         persist=QUIET,
     )
     over = max(path.refine_loss[:-1]) - 0.01
@@ -475,11 +493,11 @@ def test_a_loss_exactly_on_the_threshold_is_not_capped(
     """Same seed, one step a tick: the threshold set to the worst tick's loss."""
     model, a, _ = pair_states(MLP)
     x, y = toy_tensors(32)
-    options = {"ticks": 3, "shrink": 0.1, "seed": 2, "persist": QUIET}
-    first = m2o(model, a, x, y, refine=ONE_STEP, **options)
+    options = {"ticks": 3, "shrink": 0.1, "seed": 2}
+    first = m2o(model, a, x, y, M2OSettings(refine=ONE_STEP, **options), persist=QUIET)
     worst = max(first.refine_loss)
     again = Refine(lr=0.1, batch_size=8, r_min=1, r_max=1, threshold=worst)
-    second = m2o(model, a, x, y, refine=again, **options)
+    second = m2o(model, a, x, y, M2OSettings(refine=again, **options), persist=QUIET)
     assert second.refine_loss == first.refine_loss
     assert not [w for w in recwarn.list if "r_max" in str(w.message)]
 
@@ -494,7 +512,7 @@ def test_m2o_refuses_a_shrink_outside_zero_one(shrink: float) -> None:
     with pytest.raises(
         ValueError, match=re.escape(f"shrink must be in (0, 1), got {shrink}") + "$"
     ):
-        m2o(model, a, x, y, ticks=2, shrink=shrink, persist=QUIET)
+        m2o(model, a, x, y, M2OSettings(ticks=2, shrink=shrink), persist=QUIET)
 
 
 def test_m2o_names_three_unknown_target_tensors_at_most() -> None:
@@ -506,7 +524,9 @@ def test_m2o_names_three_unknown_target_tensors_at_most() -> None:
         match=re.escape("target_variance names unknown parameters ['u1', 'u2', 'u3']")
         + "$",
     ):
-        m2o(model, a, x, y, ticks=2, target_variance=targets, persist=QUIET)
+        m2o(
+            model, a, x, y, M2OSettings(ticks=2, target_variance=targets), persist=QUIET
+        )
 
 
 def test_m2o_refuses_a_target_above_the_start_naming_it() -> None:
@@ -524,8 +544,7 @@ def test_m2o_refuses_a_target_above_the_start_naming_it() -> None:
             a,
             x,
             y,
-            ticks=2,
-            target_variance={"linears.1.weight": 2 * v},
+            M2OSettings(ticks=2, target_variance={"linears.1.weight": 2 * v}),
             persist=QUIET,
         )
 
@@ -540,10 +559,7 @@ def test_m2o_accepts_targets_up_to_the_tolerance_above_the_start() -> None:
         a,
         x,
         y,
-        ticks=3,
-        refine=FROZEN,
-        target_variance=targets,
-        target_tol=0.01,
+        M2OSettings(ticks=3, refine=FROZEN, target_variance=targets, target_tol=0.01),
         persist=QUIET,
     )
     assert path.ticks[0] == 0 and len(path.ticks) >= 2
@@ -561,10 +577,7 @@ def test_m2o_on_its_target_sphere_ends_after_one_tick(
         a,
         x,
         y,
-        ticks=5,
-        refine=FROZEN,
-        target_variance=targets,
-        target_tol=0.0,
+        M2OSettings(ticks=5, refine=FROZEN, target_variance=targets, target_tol=0.0),
         persist=QUIET,
     )
     assert path.ticks == [0, 1]
@@ -606,10 +619,7 @@ def test_m2o_targets_only_movable_tensors_of_two_elements_or_more(
         start,
         x,
         y,
-        ticks=30,
-        shrink=0.1,
-        refine=FROZEN,
-        target_variance=targets,
+        M2OSettings(ticks=30, shrink=0.1, refine=FROZEN, target_variance=targets),
         persist=QUIET,
     )
     end = path.states[-1]
@@ -644,11 +654,9 @@ def test_m2o_out_of_ticks_names_the_tensor_farthest_from_its_target(
         a,
         x,
         y,
-        ticks=1,
-        shrink=0.1,
-        refine=FROZEN,
-        target_variance=targets,
-        grow=True,
+        M2OSettings(
+            ticks=1, shrink=0.1, refine=FROZEN, target_variance=targets, grow=True
+        ),
         persist=QUIET,
     )
     ((category, message, filename),) = [s for s in sites if "M2O" in s[1]]
@@ -699,30 +707,37 @@ def test_m2m_checkpoint_key_is_made_of_every_setting(loop_calls: list[dict]) -> 
         b,
         x,
         y,
-        ticks=7,
-        refine=refine,
-        stages=stages,
-        stage_ticks=2,
-        step=0.3,
-        schedule="linear",
-        seed=4,
-        record_every=3,
-        eps=1e-9,
+        M2MSettings(
+            ticks=7,
+            refine=refine,
+            stages=stages,
+            stage_ticks=2,
+            step=0.3,
+            schedule="linear",
+            seed=4,
+            record_every=3,
+            eps=1e-9,
+        ),
     )
+    settings = {  # every option but jump_warn, which only decides a warning
+        "ticks": 7,
+        "refine": asdict(refine),
+        "stages": stages,
+        "stage_ticks": 2,
+        "all_at_once": False,
+        "step": 0.3,
+        "final_gap": 0.01,
+        "schedule": "linear",
+        "seed": 4,
+        "record_every": 3,
+        "eps": 1e-9,
+    }
     items = [
         "m2m",
         repr(model),
         tensor_digest(a),
         tensor_digest(b),
-        7,
-        asdict(refine),
-        stages,
-        [0, 2, 4],
-        0.3,
-        "linear",
-        4,
-        3,
-        1e-9,
+        settings,
         tensor_digest(x, y),
         "code",
     ]
@@ -733,10 +748,38 @@ def test_m2m_key_changes_with_the_ticks_and_the_data(loop_calls: list[dict]) -> 
     model, a, b = pair_states(MLP)
     x, y = toy_tensors(16)
     fixed = {"all_at_once": True, "step": 0.5}
-    m2m(model, a, b, x, y, ticks=5, **fixed)
-    m2m(model, a, b, x, y, ticks=6, **fixed)
-    m2m(model, a, b, x, y.flip(0), ticks=5, **fixed)
-    m2m(model, a, b, x, y, ticks=5, eps=1e-6, **fixed)
+    m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        M2MSettings(ticks=5, **fixed),
+    )
+    m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        M2MSettings(ticks=6, **fixed),
+    )
+    m2m(
+        model,
+        a,
+        b,
+        x,
+        y.flip(0),
+        M2MSettings(ticks=5, **fixed),
+    )
+    m2m(
+        model,
+        a,
+        b,
+        x,
+        y,
+        M2MSettings(ticks=5, eps=1e-6, **fixed),
+    )
     keys = [call["key"] for call in loop_calls]
     assert len(set(keys)) == 4 and all(len(k) == 16 for k in keys)
 
@@ -759,7 +802,13 @@ def test_m2o_hands_its_compliance_setting_to_the_optimiser(
 ) -> None:
     model, a, _ = pair_states(MLP)
     x, y = toy_tensors(16)
-    m2o(model, a, x, y, compliance=False)
+    m2o(
+        model,
+        a,
+        x,
+        y,
+        M2OSettings(compliance=False),
+    )
     assert loop_calls[0]["make_opt"](model).compliance is False
 
 
@@ -773,29 +822,34 @@ def test_m2o_checkpoint_key_is_made_of_every_setting(loop_calls: list[dict]) -> 
         a,
         x,
         y,
-        ticks=7,
-        shrink=0.1,
-        refine=refine,
-        compliance=False,
-        target_variance=targets,
-        target_tol=0.05,
-        grow=True,
-        seed=4,
-        record_every=3,
+        M2OSettings(
+            ticks=7,
+            shrink=0.1,
+            refine=refine,
+            compliance=False,
+            target_variance=targets,
+            target_tol=0.05,
+            grow=True,
+            seed=4,
+            record_every=3,
+        ),
     )
+    settings = {
+        "ticks": 7,
+        "shrink": 0.1,
+        "refine": asdict(refine),
+        "compliance": False,
+        "target_variance": targets,
+        "target_tol": 0.05,
+        "grow": True,
+        "seed": 4,
+        "record_every": 3,
+    }
     items = [
         "m2o",
         repr(model),
         tensor_digest(a),
-        7,
-        0.1,
-        asdict(refine),
-        False,
-        targets,
-        0.05,
-        True,
-        4,
-        3,
+        settings,
         tensor_digest(x, y),
         "code",
     ]
@@ -812,14 +866,17 @@ def phase_calls(monkeypatch: pytest.MonkeyPatch) -> dict[str, dict]:
     calls: dict[str, dict] = {}
     ends = [{"at": torch.tensor(float(k))} for k in range(3)]
 
-    def fake_m2o(model, start, x, y, **options) -> LLPFPath:
-        calls["m2o"] = {"start": start, **options}
+    def given(settings: Any) -> dict[str, Any]:
+        return {f.name: getattr(settings, f.name) for f in fields(settings)}
+
+    def fake_m2o(model, start, x, y, settings, **options) -> LLPFPath:
+        calls["m2o"] = {"start": start, **given(settings), **options}
         return LLPFPath(
             ends, [0, 2, 3], [0, 4, 6], [0.0, 1.0, 2.0], [0.1] * 3, ["m2o"] * 3
         )
 
-    def fake_m2m(model, start, dest, x, y, **options) -> LLPFPath:
-        calls["m2m"] = {"start": start, "dest": dest, **options}
+    def fake_m2m(model, start, dest, x, y, settings, **options) -> LLPFPath:
+        calls["m2m"] = {"start": start, "dest": dest, **given(settings), **options}
         return LLPFPath([start, dest], [0, 1], [0, 2], [0.0, 1.0], [0.2], ["m2m"] * 2)
 
     monkeypatch.setattr(layerwise, "m2o", fake_m2o)
@@ -836,11 +893,11 @@ def test_hybrid_defaults_reach_both_phases(phase_calls: dict) -> None:
     assert first["start"] is a and first["grow"] is True
     assert (first["ticks"], first["shrink"], first["compliance"]) == (100, 0.02, True)
     assert (first["seed"], first["record_every"], first["target_tol"]) == (0, 5, 0.01)
-    assert first["refine"] is None
+    assert first["refine"] == Refine()
     assert first["target_variance"] == tensor_variances(b, NAMES)
     assert second["start"] is phase_calls["ends"][-1] and second["dest"] is b
     assert (second["ticks"], second["seed"], second["record_every"]) == (100, 0, 5)
-    assert second["refine"] is None
+    assert second["refine"] is first["refine"]
     assert path.ticks == [0, 2, 3, 4] and path.states[-1] is b
 
 
@@ -906,7 +963,7 @@ def test_m2o_resumed_after_a_tensor_reached_its_target_keeps_it_reached(
         },
         "record_every": 1,
     }
-    full = m2o(model, a, x, y, **options, persist=QUIET)
+    full = m2o(model, a, x, y, M2OSettings(**options), persist=QUIET)
     assert 5 < len(full.ticks) - 1 < 12  # the second tensor arrives after the first
 
     def kill(tick: int, _: nn.Module) -> None:
@@ -920,12 +977,14 @@ def test_m2o_resumed_after_a_tensor_reached_its_target_keeps_it_reached(
             a,
             x,
             y,
-            **options,
+            M2OSettings(**options),
             persist=Persist(ckpt, checkpoint_every=1, progress=False, on_tick=kill),
         )
     saved = torch.load(ckpt / "index.pt", weights_only=True)
     assert saved["memo"] == ["linears.0.weight"]
-    resumed = m2o(model, a, x, y, **options, persist=Persist(ckpt, progress=False))
+    resumed = m2o(
+        model, a, x, y, M2OSettings(**options), persist=Persist(ckpt, progress=False)
+    )
     assert resumed.ticks == full.ticks
     assert all(same_state(s, t) for s, t in zip(full.states, resumed.states))
 
@@ -943,7 +1002,7 @@ def test_a_run_under_cached_only_names_the_llpf_path(
             b,
             x,
             y,
-            ticks=2,
+            M2MSettings(ticks=2),
             persist=Persist(tmp_path / "p", progress=False),
         )
 
@@ -951,7 +1010,7 @@ def test_a_run_under_cached_only_names_the_llpf_path(
 def test_the_progress_bar_names_the_phase(capsys: pytest.CaptureFixture) -> None:
     model, a, b = pair_states(MLP)
     x, y = toy_tensors(16)
-    m2o(model, a, x, y, ticks=2, refine=ONE_STEP, persist=Persist())
+    m2o(model, a, x, y, M2OSettings(ticks=2, refine=ONE_STEP), persist=Persist())
     assert "LLPF m2o" in capsys.readouterr().err
 
 
@@ -1006,10 +1065,7 @@ def test_m2m_and_refinement_keep_host_data_off_a_device_model() -> None:
         b,
         x,
         y,
-        ticks=3,
-        step=0.5,
-        refine=ONE_STEP,
-        jump_warn=1.0,
+        M2MSettings(ticks=3, step=0.5, refine=ONE_STEP, jump_warn=1.0),
         persist=QUIET,
     )
     with DeviceDiscipline():
@@ -1020,10 +1076,7 @@ def test_m2m_and_refinement_keep_host_data_off_a_device_model() -> None:
             b,
             x,
             y,
-            ticks=3,
-            step=0.5,
-            refine=ONE_STEP,
-            jump_warn=1.0,
+            M2MSettings(ticks=3, step=0.5, refine=ONE_STEP, jump_warn=1.0),
             persist=QUIET,
         )
         opt = torch.optim.SGD(on_device.parameters(), lr=0.1)
@@ -1052,9 +1105,7 @@ def test_m2m_warns_only_of_a_jump_more_than_jump_warn_of_the_start_distance(
             b,
             x,
             y,
-            ticks=2,
-            refine=FROZEN,
-            jump_warn=jump_warn,
+            M2MSettings(ticks=2, refine=FROZEN, jump_warn=jump_warn),
             persist=QUIET,
         )
     jumps = [w for w in caught if "straight jump over 100%" in str(w.message)]
@@ -1088,11 +1139,7 @@ def test_m2m_hands_each_refined_point_to_on_refined_before_its_projection() -> N
         b,
         x,
         y,
-        ticks=4,
-        step=0.5,
-        refine=ONE_STEP,
-        record_every=1,
-        jump_warn=1.0,
+        M2MSettings(ticks=4, step=0.5, refine=ONE_STEP, record_every=1, jump_warn=1.0),
         persist=QUIET,
         on_refined=record,
     )
@@ -1135,10 +1182,7 @@ def test_m2m_places_the_data_on_the_device_once_not_every_tick() -> None:
             b,
             x,
             y,
-            ticks=4,
-            step=0.5,
-            refine=ONE_STEP,
-            jump_warn=1.0,
+            M2MSettings(ticks=4, step=0.5, refine=ONE_STEP, jump_warn=1.0),
             persist=QUIET,
         )
     assert mode.copies == {"x": 1, "y": 1}

@@ -11,6 +11,7 @@ from tests.kit import QUIET, pair, toy_dataset
 from wslib.core.train import evaluate
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
+    M2MSettings,
     data_flow_stage_names,
     hybrid,
     m2m,
@@ -265,8 +266,7 @@ def test_on_refined_sees_the_point_before_its_projection() -> None:
         b.state_dict(),
         s.ds.x_train,
         s.ds.y_train,
-        ticks=4,
-        refine=s.refine([a, b], FAST),
+        M2MSettings(ticks=4, refine=s.refine([a, b], FAST)),
         on_refined=lambda t, m: record(t, m, before),
         persist=Persist(progress=False, on_tick=lambda t, m: record(t, m, after)),
     )

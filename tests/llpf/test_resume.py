@@ -16,7 +16,14 @@ import wslib.llpf.layerwise as layerwise
 from tests.kit import QUIET
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
-from wslib.llpf.layerwise import ComplianceSGD, LLPFPath, Refine, m2m, refine_point
+from wslib.llpf.layerwise import (
+    ComplianceSGD,
+    LLPFPath,
+    M2MSettings,
+    Refine,
+    m2m,
+    refine_point,
+)
 from wslib.llpf.protocols import (
     PathSetup,
     batch_mode_loss,
@@ -149,8 +156,7 @@ def four_ticks(refine: Refine) -> LLPFPath:
         dest.state_dict(),
         ds.x_train,
         ds.y_train,
-        ticks=4,
-        refine=refine,
+        M2MSettings(ticks=4, refine=refine),
         persist=QUIET,
     )
 

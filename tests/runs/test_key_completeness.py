@@ -973,25 +973,48 @@ PATH_ENDS = {
     **prefixed("persist", PERSIST),
 }
 
+PATH_DATA = {
+    "model": In(to=gelu_twin),  # its structure: repr(model)
+    "start": In(to=lambda args: seeded_model(MLP, 5).state_dict()),
+    "x": In(),
+    "y": In(),
+    **prefixed("persist", PERSIST),
+}
+PATH_SETTINGS = {  # the fields M2MSettings and M2OSettings share
+    **prefixed("refine", REFINE),
+    "ticks": In(),
+    "seed": In(),
+    "record_every": In(),
+}
+
 M2M = Keyed(
     name="checkpoint: m2m",
-    source="wslib/llpf/layerwise.py m2m -> _fingerprint",
-    settings=lambda: expand(params(layerwise.m2m), refine=Refine, persist=Persist),
+    source="wslib/llpf/layerwise.py m2m -> M2MSettings.key -> _fingerprint",
+    settings=lambda: expand(
+        params(layerwise.m2m),
+        persist=Persist,
+        settings=layerwise.M2MSettings,
+        settings__refine=Refine,
+    ),
     declared={
-        **PATH_ENDS,
+        **PATH_DATA,
         "dest": In(to=lambda args: seeded_model(MLP, 5).state_dict()),
-        "ticks": In(),
-        "stages": In(
-            to=lambda a: [[n for n, _ in a["model"].named_parameters()]],
-            via="stages and their start ticks",
+        **prefixed(
+            "settings",
+            {
+                **PATH_SETTINGS,
+                "stages": In(
+                    to=lambda a: [[n for n, _ in a["model"].named_parameters()]]
+                ),
+                "stage_ticks": In(to=3),
+                "all_at_once": In(),
+                "step": In(to=0.5),
+                "final_gap": In(to=0.05),
+                "schedule": In(to="linear"),
+                "eps": In(),
+                "jump_warn": Out("only whether a warning is shown"),
+            },
         ),
-        "stage_ticks": In(to=3, via="the start tick of each stage"),
-        "all_at_once": In(via="the start tick of each stage"),
-        "step": In(to=0.5),
-        "final_gap": In(to=0.05, via="the step it sets when step is None"),
-        "schedule": In(to="linear"),
-        "eps": In(),
-        "jump_warn": Out("only whether a warning is shown"),
         "on_refined": Out(
             "an observer called with the refined model", to=lambda a: lambda *_: None
         ),
@@ -1000,18 +1023,20 @@ M2M = Keyed(
     base=pick(
         path_base,
         *("model", "start", "dest", "x", "y", "persist"),
-        ticks=10,
-        refine=REFINED,
-        stages=None,
-        stage_ticks=None,
-        all_at_once=False,
-        step=None,
-        final_gap=0.01,
-        schedule="geometric",
-        seed=0,
-        record_every=2,
-        eps=1e-12,
-        jump_warn=0.2,
+        settings=layerwise.M2MSettings(
+            ticks=10,
+            refine=REFINED,
+            stages=None,
+            stage_ticks=None,
+            all_at_once=False,
+            step=None,
+            final_gap=0.01,
+            schedule="geometric",
+            seed=0,
+            record_every=2,
+            eps=1e-12,
+            jump_warn=0.2,
+        ),
         on_refined=None,
     ),
     key=lambda a: path_keys(layerwise.m2m, a),
@@ -1025,30 +1050,42 @@ def half_variances(args: dict[str, Any]) -> dict[str, float]:
 
 M2O = Keyed(
     name="checkpoint: m2o",
-    source="wslib/llpf/layerwise.py m2o -> _fingerprint",
-    settings=lambda: expand(params(layerwise.m2o), refine=Refine, persist=Persist),
+    source="wslib/llpf/layerwise.py m2o -> M2OSettings.key -> _fingerprint",
+    settings=lambda: expand(
+        params(layerwise.m2o),
+        persist=Persist,
+        settings=layerwise.M2OSettings,
+        settings__refine=Refine,
+    ),
     declared={
-        **PATH_ENDS,
-        "ticks": In(),
-        "shrink": In(),
-        "compliance": In(),
-        "target_variance": In(to=half_variances),
-        "target_tol": In(),
-        "grow": In(),
+        **PATH_DATA,
+        **prefixed(
+            "settings",
+            {
+                **PATH_SETTINGS,
+                "shrink": In(),
+                "compliance": In(),
+                "target_variance": In(to=half_variances),
+                "target_tol": In(),
+                "grow": In(),
+            },
+        ),
     },
     extra=CODE_EDIT,
     base=pick(
         path_base,
         *("model", "start", "x", "y", "persist"),
-        ticks=6,
-        shrink=0.02,
-        refine=REFINED,
-        compliance=True,
-        target_variance=None,
-        target_tol=0.01,
-        grow=False,
-        seed=0,
-        record_every=2,
+        settings=layerwise.M2OSettings(
+            ticks=6,
+            shrink=0.02,
+            refine=REFINED,
+            compliance=True,
+            target_variance=None,
+            target_tol=0.01,
+            grow=False,
+            seed=0,
+            record_every=2,
+        ),
     ),
     key=lambda a: path_keys(layerwise.m2o, a),
 )

@@ -15,7 +15,7 @@ from tests.conftest import load_script
 from tests.kit import drawn_models, mlp
 from tests.runs.test_zoo import CONFIG
 from wslib.core.seeds import derive_seeds
-from wslib.llpf.layerwise import Refine, m2m
+from wslib.llpf.layerwise import M2MSettings, Refine, m2m
 from wslib.runs.cache import cached_run
 from wslib.runs.resumable import Persist
 from wslib.runs.units import CACHED_ONLY, NotCached, Unit, by_stage, refuse_compute
@@ -84,7 +84,15 @@ def test_llpf_path_refuses_to_move_but_a_finished_one_loads(
     def find(folder: str) -> object:
         start = model.state_dict()
         persist = Persist(tmp_path / folder)
-        return m2m(model, start, dest, x, y, ticks=3, refine=refine, persist=persist)
+        return m2m(
+            model,
+            start,
+            dest,
+            x,
+            y,
+            M2MSettings(ticks=3, refine=refine),
+            persist=persist,
+        )
 
     done = find("done")
     monkeypatch.setenv(CACHED_ONLY, "1")

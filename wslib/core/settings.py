@@ -4,19 +4,29 @@ A method's options are the fields of a frozen, keyword-only dataclass derived
 from :class:`Settings`. Its ``__post_init__`` checks them, so a wrong value is
 refused where it is written, before any work; :meth:`Settings.key` is every
 field, so a checkpoint or cache key built from it cannot leave an option out.
+A field that cannot change a result (a warning's threshold) is declared with
+:func:`not_in_key` and the reason, and stays out of the key.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 
+def not_in_key(default: Any, why: str) -> Any:
+    """A field with ``default`` that :meth:`Settings.key` leaves out, because ``why``."""
+    return dataclasses.field(default=default, metadata={"why_not_in_key": why})
+
+
 def plain(value: Any) -> Any:
     """``value`` as JSON-serialisable data: integers as ``int``, other real
-    numbers as ``float``, sequences as lists (numpy scalars included)."""
+    numbers as ``float`` (numpy scalars included), sequences as lists,
+    mappings as dicts, settings as their key, another dataclass as the dict
+    of its fields."""
     if isinstance(value, bool) or value is None or isinstance(value, str):
         return value
     if isinstance(value, numbers.Integral):
@@ -25,6 +35,14 @@ def plain(value: Any) -> Any:
         return float(value)
     if isinstance(value, (tuple, list)):
         return [plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, Settings):
+        return value.key()
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)
+        }
     return value
 
 
@@ -33,5 +51,10 @@ class Settings:
     """Base of a run's settings (see the module docstring)."""
 
     def key(self) -> dict[str, Any]:
-        """Every field, by name, as plain data (the part of a key the settings give)."""
-        return {f.name: plain(getattr(self, f.name)) for f in dataclasses.fields(self)}
+        """Every field but those declared :func:`not_in_key`, by name, as plain
+        data (the part of a key the settings give)."""
+        return {
+            f.name: plain(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if "why_not_in_key" not in f.metadata
+        }

@@ -20,6 +20,8 @@ from wslib.llpf.autoneb import AutoNEBSettings, autoneb
 from wslib.llpf.curves import CurveSettings, fit_curve
 from wslib.llpf.evaluation import dense_curve, evaluate_path
 from wslib.llpf.layerwise import (
+    M2MSettings,
+    M2OSettings,
     Refine,
     data_flow_stage_names,
     data_flow_stages,
@@ -36,6 +38,8 @@ __all__ = [
     "AutoNEBSettings",
     "CurveSettings",
     "LLPFPath",
+    "M2MSettings",
+    "M2OSettings",
     "Persist",
     "Refine",
     "autoneb",

@@ -63,8 +63,8 @@ import copy
 import functools
 import math
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -74,6 +74,7 @@ from torch import nn
 from wslib.core.files import code_version, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import norm_parameter_names
+from wslib.core.settings import Settings, not_in_key
 from wslib.core.train import (
     PrecisionName,
     Stepper,
@@ -495,25 +496,61 @@ def _check_ticks(ticks: int) -> None:
 # --- Algorithm 1: model to model --------------------------------------------------------------
 
 
+@dataclass(frozen=True, kw_only=True)
+class M2MSettings(Settings):
+    """The options of LLPF model to model (:func:`m2m`), checked when written.
+
+    ``ticks``: number of ticks; the last one lands on the destination.
+    ``refine``: the refinement's SGD settings (:class:`Refine`). ``stages``:
+    parameter names per stage, input to output (None:
+    :func:`data_flow_stages`); every parameter must be in exactly one.
+    ``stage_ticks``, ``all_at_once``: when each stage starts moving (see
+    :func:`stage_starts`). ``step``, ``final_gap``: fraction of the
+    remaining distance moved per tick; None chooses ``1 - final_gap ** (1 /
+    (ticks - 1 - last start))``. ``schedule``: ``"geometric"`` (constant
+    fraction ``step``) or ``"linear"`` (fraction ``1 / (ticks - t)``, equal
+    absolute moves). ``seed``: the refinement's batch sampling (the "path
+    seed"). ``record_every``: record a point every this many ticks (the
+    first and last always). ``eps``: the projection's guard against a zero
+    variance. ``jump_warn``: warn when, before the last tick, the point is
+    still more than this fraction of the start's distance from the
+    destination (the last tick is then a long straight jump that no
+    refinement checked).
+    """
+
+    ticks: int = 100
+    refine: Refine = field(default_factory=Refine)
+    stages: Sequence[Sequence[str]] | None = None
+    stage_ticks: int | Sequence[int] | None = None
+    all_at_once: bool = False
+    step: float | None = None
+    final_gap: float = 0.01
+    schedule: MoveSchedule = "geometric"
+    seed: int = 0
+    record_every: int = 5
+    eps: float = 1e-12
+    jump_warn: float = not_in_key(0.2, "it only decides whether a warning is given")
+
+    def __post_init__(self) -> None:
+        _check_ticks(self.ticks)
+        if self.step is None and not 0 < self.final_gap < 1:
+            raise ValueError(f"final_gap must be in (0, 1), got {self.final_gap}")
+        if self.step is not None and not 0 < self.step <= 1:
+            raise ValueError(f"step must be in (0, 1], got {self.step}")
+        if self.schedule not in MOVE_SCHEDULES:
+            raise ValueError(
+                f"schedule must be 'geometric' or 'linear', got {self.schedule!r}"
+            )
+
+
 def m2m(
     model: nn.Module,
     start: StateDict,
     dest: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    settings: M2MSettings | None = None,
     *,
-    ticks: int = 100,
-    refine: Refine | None = None,
-    stages: Sequence[Sequence[str]] | None = None,
-    stage_ticks: int | Sequence[int] | None = None,
-    all_at_once: bool = False,
-    step: float | None = None,
-    final_gap: float = 0.01,
-    schedule: MoveSchedule = "geometric",
-    seed: int = 0,
-    record_every: int = 5,
-    eps: float = 1e-12,
-    jump_warn: float = 0.2,
     persist: Persist | None = None,
     on_refined: TickCallback | None = None,
 ) -> LLPFPath:
@@ -527,29 +564,8 @@ def m2m(
         State dicts of the two modes.
     x, y
         Training data for the refinement.
-    ticks
-        Number of ticks; the last one lands on ``dest``.
-    refine
-        The refinement's SGD settings (:class:`Refine`).
-    stages
-        Parameter names per stage, input to output (default:
-        :func:`data_flow_stages`). Every parameter must be in exactly one stage.
-    stage_ticks, all_at_once
-        When each stage starts moving (see :func:`stage_starts`).
-    step, final_gap
-        Fraction of the remaining distance moved per tick; ``None`` chooses
-        ``1 - final_gap ** (1 / (ticks - 1 - last start))``.
-    schedule
-        ``"geometric"`` (constant fraction ``step``) or ``"linear"``
-        (fraction ``1 / (ticks - t)``, equal absolute moves).
-    seed
-        Seed of the refinement's batch sampling (the "path seed").
-    record_every
-        Record a point every this many ticks (the first and last always).
-    jump_warn
-        Warn when, before the last tick, the point is still more than this
-        fraction of the start's distance from ``dest`` (the last tick is then
-        a long straight jump that no refinement checked).
+    settings
+        The run's options (:class:`M2MSettings`; None: the defaults).
     persist
         Checkpoint, progress bar and tick callback
         (:class:`wslib.runs.resumable.Persist`; None: no checkpoint, a
@@ -566,10 +582,10 @@ def m2m(
     -------
     LLPFPath
     """
+    settings = settings or M2MSettings()
+    ticks, refine, schedule = settings.ticks, settings.refine, settings.schedule
     check_same_architecture(model, start, dest)
-    _check_ticks(ticks)
-    refine = refine or Refine()
-    stages = [list(s) for s in (stages or data_flow_stages(model))]
+    stages = [list(s) for s in (settings.stages or data_flow_stages(model))]
     names = [n for n, _ in model.named_parameters()]
     flat = [n for s in stages for n in s]
     if sorted(flat) != sorted(names):
@@ -578,16 +594,13 @@ def m2m(
             f"{sorted(set(names) - set(flat))[:3]}, unknown or repeated "
             f"{sorted({n for n in flat if n not in names or flat.count(n) > 1})[:3]}"
         )
-    starts = stage_starts(len(stages), ticks, stage_ticks, all_at_once=all_at_once)
+    starts = stage_starts(
+        len(stages), ticks, settings.stage_ticks, all_at_once=settings.all_at_once
+    )
     begin = {n: s0 for s, s0 in zip(stages, starts) for n in s}
+    step = settings.step
     if step is None:
-        if not 0 < final_gap < 1:
-            raise ValueError(f"final_gap must be in (0, 1), got {final_gap}")
-        step = 1 - final_gap ** (1 / max(1, ticks - 1 - starts[-1]))
-    if not 0 < step <= 1:
-        raise ValueError(f"step must be in (0, 1], got {step}")
-    if schedule not in MOVE_SCHEDULES:
-        raise ValueError(f"schedule must be 'geometric' or 'linear', got {schedule!r}")
+        step = 1 - settings.final_gap ** (1 / max(1, ticks - 1 - starts[-1]))
     target = tensor_variances(start, names)
     dest_dev = {n: dest[n].to(model_device(model)) for n in names}
 
@@ -596,7 +609,7 @@ def m2m(
     def move(work: nn.Module, t: int) -> bool:
         if t == ticks - 1 and ticks > 1:
             gap = _distance(dict(work.named_parameters()), dest_dev, names)
-            if start_gap > 0 and gap > jump_warn * start_gap:  # 0: identical ends
+            if start_gap > 0 and gap > settings.jump_warn * start_gap:  # 0: same ends
                 warnings.warn(
                     f"M2M's last tick is a straight jump over {gap / start_gap:.0%} "
                     "of the start's distance to the destination, with no refinement "
@@ -616,15 +629,7 @@ def m2m(
         repr(model),  # the template's structure (activations, layers)
         tensor_digest(start),
         tensor_digest(dest),
-        ticks,
-        asdict(refine),
-        stages,
-        starts,
-        step,
-        schedule,
-        seed,
-        record_every,
-        eps,
+        settings.key(),
         tensor_digest(x, y),
     )
     return _run_loop(
@@ -634,12 +639,12 @@ def m2m(
         y,
         phase="m2m",
         move=move,
-        after_move=lambda w: project_on_spheres(w, target, eps=eps),
+        after_move=lambda w: project_on_spheres(w, target, eps=settings.eps),
         make_opt=lambda w: torch.optim.SGD(w.parameters(), lr=refine.lr),
         refine=refine,
         ticks=ticks,
-        seed=seed,
-        record_every=record_every,
+        seed=settings.seed,
+        record_every=settings.record_every,
         key=key,
         persist=persist or Persist(),
         final_state=dest,
@@ -686,46 +691,62 @@ class ComplianceSGD:
                 p.add_(p.grad, alpha=-self.lr)
 
 
+@dataclass(frozen=True, kw_only=True)
+class M2OSettings(Settings):
+    """The options of LLPF model to origin (:func:`m2o`), checked when written.
+
+    Every tick multiplies each movable parameter by ``1 - shrink``, for at
+    most ``ticks`` ticks; ``refine`` is the refinement's SGD
+    (:class:`Refine`), with angular ``compliance`` (see
+    :class:`ComplianceSGD`). With ``target_variance`` (name -> variance,
+    each at most the start's unless ``grow``), a tensor's move never takes it
+    past its target, and the tensor stops moving for good once its variance
+    right after a move is within ``target_tol`` (relative) of the target.
+    ``grow=True`` (the authors' "to variance sphere" mode) lets a tensor
+    whose target is above its variance grow by ``1 / (1 - shrink)`` a tick
+    instead. ``seed`` and ``record_every`` are as in :class:`M2MSettings`.
+    """
+
+    ticks: int = 100
+    shrink: float = 0.02
+    refine: Refine = field(default_factory=Refine)
+    compliance: bool = True
+    target_variance: Mapping[str, float] | None = None
+    target_tol: float = 0.01
+    grow: bool = False
+    seed: int = 0
+    record_every: int = 5
+
+    def __post_init__(self) -> None:
+        _check_ticks(self.ticks)
+        if not 0 < self.shrink < 1:
+            raise ValueError(f"shrink must be in (0, 1), got {self.shrink}")
+
+
 def m2o(
     model: nn.Module,
     start: StateDict,
     x: torch.Tensor,
     y: torch.Tensor,
+    settings: M2OSettings | None = None,
     *,
-    ticks: int = 100,
-    shrink: float = 0.02,
-    refine: Refine | None = None,
-    compliance: bool = True,
-    target_variance: dict[str, float] | None = None,
-    target_tol: float = 0.01,
-    grow: bool = False,
-    seed: int = 0,
-    record_every: int = 5,
     persist: Persist | None = None,
 ) -> LLPFPath:
     """LLPF model to origin (Algorithm 2): shrink the weights towards zero while refining.
 
-    Every tick multiplies each movable parameter by ``1 - shrink``; parameters
-    of normalisation layers never move. With ``target_variance`` (name ->
-    variance, each at most the start's unless ``grow``), a tensor's move never
-    takes it past its target, and the tensor stops moving for good once its
-    variance right after a move (before refinement, which may push it away
-    again) is within ``target_tol`` (relative) of the target; the run ends at
-    the tick where the last tensor reaches its target. Running out of
-    ``ticks`` first warns. ``grow=True`` (the authors' "to variance sphere"
-    mode) lets a tensor whose target is above its variance grow by
-    ``1 / (1 - shrink)`` a tick instead.
-    ``compliance`` turns angular compliance on (see :class:`ComplianceSGD`).
-    ``persist`` (:class:`wslib.runs.resumable.Persist`; None: no checkpoint,
-    a progress bar) is as in :func:`m2m`: a checkpoint folder saved every
+    ``settings`` (:class:`M2OSettings`; None: the defaults) say how.
+    Parameters of normalisation layers never move. With a target variance
+    the run ends at the tick where the last tensor reaches its target;
+    running out of ticks first warns. ``persist``
+    (:class:`wslib.runs.resumable.Persist`; None: no checkpoint, a progress
+    bar) is as in :func:`m2m`: a checkpoint folder saved every
     ``checkpoint_every`` ticks (default 10), ``on_tick(tick, model)`` after
     each tick.
     """
+    settings = settings or M2OSettings()
+    ticks, shrink, refine = settings.ticks, settings.shrink, settings.refine
+    target_variance, target_tol = settings.target_variance, settings.target_tol
     check_same_architecture(model, start)
-    _check_ticks(ticks)
-    if not 0 < shrink < 1:
-        raise ValueError(f"shrink must be in (0, 1), got {shrink}")
-    refine = refine or Refine()
     names = [n for n, _ in model.named_parameters()]
     movable = movable_names(model)
     if target_variance is not None:
@@ -741,7 +762,7 @@ def m2o(
         if n in movable and start[n].numel() > 1
     }
     above = [n for n, v in targets.items() if v > start_var[n] * (1 + target_tol)]
-    if above and not grow:
+    if above and not settings.grow:
         n = above[0]
         raise ValueError(
             f"M2O only shrinks, but the target variance of {len(above)} tensors is "
@@ -786,15 +807,7 @@ def m2o(
         "m2o",
         repr(model),  # the template's structure (activations, layers)
         tensor_digest(start),
-        ticks,
-        shrink,
-        asdict(refine),
-        compliance,
-        target_variance,
-        target_tol,
-        grow,
-        seed,
-        record_every,
+        settings.key(),
         tensor_digest(x, y),
     )
     return _run_loop(
@@ -805,11 +818,11 @@ def m2o(
         phase="m2o",
         move=move,
         after_move=lambda w: None,
-        make_opt=lambda w: ComplianceSGD(w, refine.lr, start_var, compliance),
+        make_opt=lambda w: ComplianceSGD(w, refine.lr, start_var, settings.compliance),
         refine=refine,
         ticks=ticks,
-        seed=seed,
-        record_every=record_every,
+        seed=settings.seed,
+        record_every=settings.record_every,
         key=key,
         persist=persist or Persist(),
         memo=reached,
@@ -870,11 +883,8 @@ def hybrid(
     check_same_architecture(model, start, dest)
     persist = persist or Persist()
     movable = movable_names(model)
-    first = m2o(
-        model,
-        start,
-        x,
-        y,
+    refine = refine or Refine()
+    to_sphere = M2OSettings(
         ticks=m2o_ticks,
         shrink=shrink,
         refine=refine,
@@ -884,7 +894,14 @@ def hybrid(
         grow=True,
         seed=seed,
         record_every=record_every,
-        persist=_phase_persist(persist, "m2o"),
+    )
+    first = m2o(model, start, x, y, to_sphere, persist=_phase_persist(persist, "m2o"))
+    to_dest = M2MSettings(
+        ticks=m2m_ticks,
+        refine=refine,
+        seed=seed,
+        record_every=record_every,
+        **m2m_options,
     )
     second = m2m(
         model,
@@ -892,12 +909,8 @@ def hybrid(
         dest,
         x,
         y,
-        ticks=m2m_ticks,
-        refine=refine,
-        seed=seed,
-        record_every=record_every,
+        to_dest,
         persist=_phase_persist(persist, "m2m", first.ticks[-1]),
-        **m2m_options,
     )
     return first.extend(second)
 

@@ -47,6 +47,8 @@ from wslib.llpf.autoneb import AutoNEBSettings, autoneb
 from wslib.llpf.curves import CurveSettings, fit_curve
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
+    M2MSettings,
+    M2OSettings,
     Refine,
     data_flow_stage_names,
     hybrid,
@@ -263,12 +265,14 @@ def m2m_path(
         b.state_dict(),
         setup.ds.x_train,
         setup.ds.y_train,
-        ticks=settings["ticks"],
-        refine=setup.refine(pair, settings),
-        seed=seed,
-        record_every=settings["record_every"],
+        M2MSettings(
+            ticks=settings["ticks"],
+            refine=setup.refine(pair, settings),
+            seed=seed,
+            record_every=settings["record_every"],
+            all_at_once=all_at_once,
+        ),
         persist=Persist(checkpoint, checkpoint_every=settings["record_every"]),
-        all_at_once=all_at_once,
     )
 
 
@@ -321,10 +325,12 @@ def peak_anatomy(
         b.state_dict(),
         ds.x_train,
         ds.y_train,
-        ticks=settings["ticks"],
-        refine=refine,
-        seed=seed,
-        record_every=settings["record_every"],
+        M2MSettings(
+            ticks=settings["ticks"],
+            refine=refine,
+            seed=seed,
+            record_every=settings["record_every"],
+        ),
         on_refined=full(before),
         persist=Persist(progress=False, on_tick=full(after)),
     )
@@ -494,13 +500,15 @@ def m2o_path(
         model.state_dict(),
         setup.ds.x_train,
         setup.ds.y_train,
-        ticks=settings["ticks"],
-        shrink=settings["shrink"],
-        refine=setup.refine([model], settings),
-        compliance=compliance,
-        target_variance=target,
-        seed=seed,
-        record_every=settings["record_every"],
+        M2OSettings(
+            ticks=settings["ticks"],
+            shrink=settings["shrink"],
+            refine=setup.refine([model], settings),
+            compliance=compliance,
+            target_variance=target,
+            seed=seed,
+            record_every=settings["record_every"],
+        ),
         persist=Persist(checkpoint, checkpoint_every=settings["record_every"]),
     )
 

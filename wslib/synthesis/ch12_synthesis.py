@@ -33,7 +33,7 @@ from wslib.core.train import Recipe, evaluate, fit
 from wslib.fusion import GradientConfig, fuse, fuse_by
 from wslib.fusion.baselines import MethodName
 from wslib.fusion.levels import RetrofitName
-from wslib.llpf import CurveSettings, evaluate_path, fit_curve, m2m
+from wslib.llpf import CurveSettings, M2MSettings, evaluate_path, fit_curve, m2m
 from wslib.llpf.protocols import PathSetup
 from wslib.runs.cache import cached_run
 from wslib.runs.resumable import Persist
@@ -150,10 +150,12 @@ def llpf_path(
         b.state_dict(),
         ds.x_train,
         ds.y_train,
-        ticks=llpf["ticks"],
-        refine=setup.refine([a, b], llpf),
-        seed=seed,
-        record_every=llpf["record_every"],
+        M2MSettings(
+            ticks=llpf["ticks"],
+            refine=setup.refine([a, b], llpf),
+            seed=seed,
+            record_every=llpf["record_every"],
+        ),
         persist=Persist(progress=False),
     )
     res = evaluate_path(
