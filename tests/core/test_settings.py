@@ -7,7 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from wslib.core.settings import Settings, plain
+from wslib.core.settings import Settings, not_in_key, plain
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    x: int
+    y: float
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -18,6 +24,14 @@ class Example(Settings):
     name: str = "a"
     total: int | None = None
     flag: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Outer(Settings):
+    inner: Example = dataclasses.field(default_factory=Example)
+    plain_part: Point = dataclasses.field(default_factory=lambda: Point(1, 2.0))
+    table: dict = dataclasses.field(default_factory=lambda: {1: (2, 3)})
+    warn_at: float = not_in_key(0.5, "only decides a warning")
 
 
 def test_the_key_holds_every_field_by_name():
@@ -53,3 +67,20 @@ def test_settings_are_frozen_and_keyword_only():
         Example().steps = 4  # type: ignore[misc]
     with pytest.raises(TypeError):
         Example(4)  # type: ignore[misc]
+
+
+def test_a_field_declared_out_of_the_key_stays_out_and_cannot_change_it():
+    settings = Outer()
+    assert "warn_at" not in settings.key()
+    assert dataclasses.replace(settings, warn_at=0.9).key() == settings.key()
+    (declared,) = [f for f in dataclasses.fields(Outer) if f.name == "warn_at"]
+    assert "warning" in declared.metadata["why_not_in_key"]
+
+
+def test_nested_settings_dataclasses_and_mappings_enter_as_plain_data():
+    key = Outer().key()
+    assert key["inner"] == Example().key()
+    assert key["plain_part"] == {"x": 1, "y": 2.0}
+    assert key["table"] == {"1": [2, 3]}
+    changed = dataclasses.replace(Outer(), inner=Example(steps=9))
+    assert changed.key()["inner"]["steps"] == 9
