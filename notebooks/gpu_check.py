@@ -366,11 +366,17 @@ class ChapterStatus:
 
 
 def _failures(log: str) -> dict[str, str]:
-    """``{notebook: "cell In [N]: Error: message"}`` from run.py's output."""
+    """``{notebook: "cell In [N]: Error: message"}`` (or ``"outside its cells:
+    Error: message"``) from run.py's output."""
     found = re.finditer(
-        r"error: notebook (\S+) failed in cell (In \[\d+\])\n\s+(.+)", log
+        r"error: notebook (\S+) failed (?:in cell (In \[\d+\])|outside its cells)"
+        r"\n\s+(.+)",
+        log,
     )
-    return {m[1]: f"cell {m[2]}: {m[3].strip()}" for m in found}
+    return {
+        m[1]: f"{f'cell {m[2]}' if m[2] else 'outside its cells'}: {m[3].strip()}"
+        for m in found
+    }
 
 
 def chapter_status(

@@ -522,7 +522,11 @@ def report_failure(nb: str, error: PapermillExecutionError, executed: Path) -> N
 
 
 def run_one(nb: str, args: argparse.Namespace, alone: bool) -> bool:
-    """Run one notebook; report a failure in a few lines. True on success."""
+    """Run one notebook; report a failure in a few lines. True on success.
+
+    A failure outside the chapter's cells (its kernel died, or did not start
+    in time) is that chapter's failure too: the other chapters go on.
+    """
     executed = ROOT / run_dir("build", args.profile, args.seed) / f"{nb}.ipynb"
     try:
         seconds = run_notebook(nb, args.profile, args.seed, progress_bar=alone)
@@ -531,6 +535,15 @@ def run_one(nb: str, args: argparse.Namespace, alone: bool) -> bool:
         return False
     except MissingResults as error:
         print(f"\nerror: {error}", file=sys.stderr)
+        return False
+    except Exception as error:  # outside a cell: the kernel died or never started
+        print(
+            f"\nerror: notebook {nb} failed outside its cells\n"
+            f"    {type(error).__name__}: {str(error).strip() or repr(error)}\n"
+            "    (a kernel that died was most often out of memory; a kernel that "
+            "did not start, a machine too busy: run the chapter again)",
+            file=sys.stderr,
+        )
         return False
     print(f"{nb}: {seconds:.1f} s", flush=True)
     return True

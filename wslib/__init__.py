@@ -13,7 +13,8 @@ The package is layered; a package imports only those listed before it::
                      connectivity (modes and the line between them, chapters
                      1-2), describe (names of models and data for the text),
                      workspace (the absolute folders every chapter reads and
-                     writes: data, zoo, run caches, checkpoints, results)
+                     writes: data, zoo, run caches, checkpoints, results),
+                     settings (a run's options: checked once, its key)
     wslib.runs       reproducibility machinery, no algorithm: store (the one
                      keyed store of every cache and checkpoint), resumable
                      (the one resumable-run helper: generator, ticks,

@@ -55,6 +55,19 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_failures_are_read_in_a_cell_and_outside_the_cells(check):
+    """run.py's two kinds of failure both reach the chapter's status."""
+    log = (
+        "error: notebook 03_a failed in cell In [7]\n    ValueError: bad\n"
+        "error: notebook 12_b failed outside its cells\n"
+        "    DeadKernelError: Kernel died\n"
+    )
+    assert check._failures(log) == {
+        "03_a": "cell In [7]: ValueError: bad",
+        "12_b": "outside its cells: DeadKernelError: Kernel died",
+    }
+
+
 def test_refuses_without_cuda(check):
     out = run_main(check, "--quick")
     assert out.returncode == 2

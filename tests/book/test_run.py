@@ -274,6 +274,21 @@ def test_a_failed_notebook_is_named_and_the_others_go_on(
     assert (run.ROOT / "results/cpu/00_tiny.json").exists()
 
 
+def test_a_chapter_whose_kernel_dies_is_named_and_the_others_go_on(
+    run: ModuleType, capsys: pytest.CaptureFixture
+) -> None:
+    """A kernel that dies (here it exits; out of memory kills it the same way)
+    fails its own chapter, in a few lines, not the whole run with a traceback."""
+    copy_tiny(run, "00_dies", "import os\nos._exit(3)")
+    (run.PARAMS / "cpu.yaml").write_text("{}")
+    assert run.main(["--profile", "cpu", "--jobs", "1"]) == 1
+    err = capsys.readouterr().err
+    assert "error: notebook 00_dies failed outside its cells" in err
+    assert "DeadKernelError" in err and "Traceback" not in err
+    assert "failed: 00_dies" in err
+    assert (run.ROOT / "results/cpu/00_tiny.json").exists()
+
+
 def test_jobs_must_be_positive(run: ModuleType) -> None:
     with pytest.raises(SystemExit):
         run.parse_args(["--jobs", "0"])

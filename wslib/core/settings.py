@@ -27,7 +27,7 @@ def plain(value: Any) -> Any:
     numbers as ``float`` (numpy scalars included), sequences as lists,
     mappings as dicts, settings as their key, another dataclass as the dict
     of its fields."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    if isinstance(value, bool):  # an Integral, but kept as a flag
         return value
     if isinstance(value, numbers.Integral):
         return int(value)
