@@ -22,7 +22,7 @@ from wslib.core.train import Recipe, evaluate, fit
 from wslib.fusion.hfkf import fuse
 from wslib.llpf.layerwise import M2MSettings, Refine, m2m
 from wslib.pathcond.rescaling import pathcond_rescale
-from wslib.pathcond.training import train_run
+from wslib.pathcond.training import TrainSettings, train_run
 from wslib.runs.resumable import Persist
 
 IN = [1, 12]
@@ -86,9 +86,15 @@ def test_fit_and_evaluate_on_the_device(config: dict, recipe: Recipe) -> None:
 @pytest.mark.parametrize("method", ["pathcond", "enorm", "kaiming"])
 def test_pathcond_runs_on_the_device(method: str) -> None:
     ds = stand_in_data()
-    host = train_run(MLP, method, ds, RECIPE, seed=0, device="cpu")
+    host = train_run(
+        TrainSettings(model=MLP, method=method, recipe=RECIPE, seed=0), ds, device="cpu"
+    )
     with DeviceDiscipline():
-        dev = train_run(MLP, method, ds, RECIPE, seed=0, device=DEVICE)
+        dev = train_run(
+            TrainSettings(model=MLP, method=method, recipe=RECIPE, seed=0),
+            ds,
+            device=DEVICE,
+        )
     assert dev["loss"] == host["loss"] and dev["test_acc"] == host["test_acc"]
 
 

@@ -6,7 +6,7 @@ from tests.kit import mlp, toy_dataset
 from wslib.core.data import Dataset
 from wslib.core.train import Recipe
 from wslib.pathcond.ch08_conv import convergence_rows, convergence_text
-from wslib.pathcond.training import prepare_model, train_run
+from wslib.pathcond.training import TrainSettings, prepare_model, train_run
 
 MLP = mlp([5, 4], in_shape=[1, 6])
 
@@ -17,10 +17,14 @@ def _ds() -> Dataset:
 
 def test_runs_record_the_solver_outcome() -> None:
     recipe = Recipe(epochs=1, batch_size=10)
-    run = train_run(MLP, "pathcond", _ds(), recipe, seed=0)
+    run = train_run(
+        TrainSettings(model=MLP, method="pathcond", recipe=recipe, seed=0), _ds()
+    )
     assert run["rescale_converged"] is True and run["rescale_sweeps"] >= 1
     assert 0 <= run["rescale_last_drop"] <= 1e-12
-    base = train_run(MLP, "baseline", _ds(), recipe, seed=0)
+    base = train_run(
+        TrainSettings(model=MLP, method="baseline", recipe=recipe, seed=0), _ds()
+    )
     assert base["rescale_converged"] is None and base["rescale_sweeps"] == 0
 
 

@@ -27,7 +27,7 @@ def test_output_bias_from_the_base_or_the_configuration():
     paper, bias = (grid.job(c, "pathcond", 0) for c in ("low", "low_bias"))
     assert not paper.output_bias and bias.output_bias
     for job, expected in ((paper, False), (bias, True)):
-        config = grid.arguments(job)["config"]
+        config = dict(grid.arguments(job)["settings"].model)
         assert config["output_bias"] is expected
         assert (build_model(config).linears[-1].bias is not None) is expected
 
@@ -36,14 +36,15 @@ def test_arguments_build_the_model_config_and_recipe(toy_grid):
     kwargs = toy_grid.arguments(
         toy_grid.job("low", "pathcond", 3, lr=0.5, activation="gelu")
     )
-    assert kwargs["config"] == {
+    settings = kwargs["settings"]
+    assert settings.model == {
         **BASE,
         "widths": [8, 8],
         "activation": "gelu",
         "output_bias": True,
     }
-    assert kwargs["recipe"] == Recipe(**{**RECIPE, "lr": 0.5})
-    assert (kwargs["method"], kwargs["seed"], kwargs["init_scale"]) == (
+    assert settings.recipe == Recipe(**{**RECIPE, "lr": 0.5})
+    assert (settings.method, settings.seed, settings.init_scale) == (
         "pathcond",
         3,
         0.1,

@@ -34,6 +34,7 @@ from wslib.pathcond.enorm import enorm_callback
 from wslib.pathcond.rescaling import PAPER_SWEEPS, PathCondResult
 from wslib.pathcond.training import (
     CODE,
+    TrainSettings,
     _fit_group,
     _train_group,
     prepare_model,
@@ -67,9 +68,28 @@ def data(name: str = "toy") -> Dataset:
     return toy_dataset(24, 12, [1, 8], 3, name=name)
 
 
+SETTINGS = ("seed", "init_scale", "task", "stop_at", "give_up_after")
+
+
+def as_call(args: dict[str, Any]) -> dict[str, Any]:
+    """:func:`train_run`'s keyword arguments for the flat ``args`` (``config``,
+    ``method``, ``recipe`` and the run's other settings, the data and the
+    call's own options): the settings gathered into one :class:`TrainSettings`."""
+    settings = TrainSettings(
+        model=args["config"],
+        method=args["method"],
+        recipe=args["recipe"],
+        **{k: args[k] for k in SETTINGS if k in args},
+    )
+    own = {
+        k: v for k, v in args.items() if k in ("ds", "device", "progress", "cache_dir")
+    }
+    return {"settings": settings, **own}
+
+
 def job(**changes: Any) -> dict[str, Any]:
     """:func:`train_run`'s arguments of a stackable run, with ``changes``."""
-    return {
+    flat = {
         "config": CONFIG,
         "method": "baseline",
         "ds": data(),
@@ -79,6 +99,7 @@ def job(**changes: Any) -> dict[str, Any]:
         "cache_dir": None,
         **changes,
     }
+    return as_call(flat)
 
 
 class Clock:
@@ -265,7 +286,11 @@ def test_a_run_is_rescaled_trained_and_evaluated_on_its_device(
     devices: dict[str, list[torch.device]],
 ) -> None:
     with DeviceDiscipline():
-        run = train_run(CONFIG, "pathcond", data(), RECIPE, device=DEVICE)
+        run = train_run(
+            TrainSettings(model=CONFIG, method="pathcond", recipe=RECIPE),
+            data(),
+            device=DEVICE,
+        )
     assert devices == {"rescale": [DEVICE], "evaluate": [DEVICE]}
     assert len(run["loss"]) == RECIPE.epochs
 
@@ -310,7 +335,12 @@ def test_a_run_reports_its_rescale_and_epoch_seconds(
     one, the whole training one, so an epoch took 1/epochs."""
     monkeypatch.setattr(training, "time", Clock())
     run = train_run(
-        CONFIG, "pathcond", data(), dataclasses.replace(RECIPE, epochs=epochs)
+        TrainSettings(
+            model=CONFIG,
+            method="pathcond",
+            recipe=dataclasses.replace(RECIPE, epochs=epochs),
+        ),
+        data(),
     )
     assert len(run["loss"]) == epochs
     assert run["rescale_seconds"] == 1.0
@@ -334,7 +364,9 @@ def test_a_stacked_run_reports_its_share_of_a_stacked_epoch(
 
 def test_enorm_rescales_after_every_step_of_its_run() -> None:
     ds = data()
-    run = train_run(CONFIG, "enorm", ds, RECIPE, seed=0)
+    run = train_run(
+        TrainSettings(model=CONFIG, method="enorm", recipe=RECIPE, seed=0), ds
+    )
     model = prepare_model(CONFIG, "enorm", seed=0).model
     hist = fit(
         model,
@@ -346,13 +378,23 @@ def test_enorm_rescales_after_every_step_of_its_run() -> None:
         on_step=enorm_callback(),
     )
     assert run["loss"] == hist["loss"]
-    assert run["loss"] != train_run(CONFIG, "baseline", ds, RECIPE, seed=0)["loss"]
+    assert (
+        run["loss"]
+        != train_run(
+            TrainSettings(model=CONFIG, method="baseline", recipe=RECIPE, seed=0), ds
+        )["loss"]
+    )
 
 
 def test_the_autoencoder_reconstructs_the_flattened_input() -> None:
     ds = data()
     config = mlp([4], in_shape=[1, 8], n_classes=8)
-    run = train_run(config, "baseline", ds, RECIPE, seed=0, task="autoencoder")
+    run = train_run(
+        TrainSettings(
+            model=config, method="baseline", recipe=RECIPE, seed=0, task="autoencoder"
+        ),
+        ds,
+    )
     model = prepare_model(config, "baseline", seed=0).model
     hist = fit(
         model,
@@ -377,13 +419,21 @@ def test_an_unknown_task_is_refused_naming_the_valid_ones() -> None:
         ValueError,
         match=re.escape("unknown task 'regress'; valid: ('classify', 'autoencoder')"),
     ):
-        train_run(CONFIG, "baseline", data(), RECIPE, task="regress")  # type: ignore[arg-type]
+        train_run(
+            TrainSettings(
+                model=CONFIG, method="baseline", recipe=RECIPE, task="regress"
+            ),
+            data(),
+        )  # type: ignore[arg-type]
 
 
 def test_a_model_that_does_not_fit_is_refused_naming_the_data_set() -> None:
     wrong = mlp([4], in_shape=[1, 8], n_classes=5)
     with pytest.raises(ValueError, match="the data set 'signals' has 3 classes"):
-        train_run(wrong, "baseline", data("signals"), RECIPE)
+        train_run(
+            TrainSettings(model=wrong, method="baseline", recipe=RECIPE),
+            data("signals"),
+        )
 
 
 def test_stacked_runs_the_cache_lacks_are_refused_when_computing_is_forbidden(
@@ -401,10 +451,14 @@ def test_stacked_runs_the_cache_lacks_are_refused_when_computing_is_forbidden(
 def test_a_run_shows_its_progress_bar_only_when_asked(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    train_run(CONFIG, "baseline", data(), RECIPE)
+    train_run(TrainSettings(model=CONFIG, method="baseline", recipe=RECIPE), data())
     _fit_group([job(), job(seed=1)], data())
     assert capsys.readouterr().err == ""
-    train_run(CONFIG, "baseline", data(), RECIPE, progress=True)
+    train_run(
+        TrainSettings(model=CONFIG, method="baseline", recipe=RECIPE),
+        data(),
+        progress=True,
+    )
     assert "train:" in capsys.readouterr().err
 
 
@@ -414,11 +468,11 @@ def fake_runs(monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     groups: list[list[int]] = []
 
     def group(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        groups.append([j["seed"] for j in jobs])
-        return [{"seed": j["seed"], "stacked": True} for j in jobs]
+        groups.append([j["settings"].seed for j in jobs])
+        return [{"seed": j["settings"].seed, "stacked": True} for j in jobs]
 
     monkeypatch.setattr(training, "_train_group", group)
-    monkeypatch.setattr(training, "train_run", lambda **j: {"seed": j["seed"]})
+    monkeypatch.setattr(training, "train_run", lambda **j: {"seed": j["settings"].seed})
     return groups
 
 
@@ -527,7 +581,7 @@ def run_cache_key(
         return {}
 
     monkeypatch.setattr(training, "cached_run", recorded)
-    train_run(**args, cache_dir=root)
+    train_run(**as_call(args), cache_dir=root)
     ((stored_in, key, code),) = calls
     assert stored_in == root and code == CODE  # keyed by the source of CODE only
     return key
@@ -544,7 +598,7 @@ def stacked_key(tmp_path: Path, args: dict[str, Any]) -> dict[str, Any]:
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(training, "stored_run", stored)
-        _train_group([{**args, "cache_dir": tmp_path}])
+        _train_group([{**as_call(args), "cache_dir": tmp_path}])
     (key,) = keys
     return key
 
@@ -553,9 +607,7 @@ def test_a_run_is_filed_under_the_key_of_the_stored_runs(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     assert run_cache_key(monkeypatch, tmp_path, KEYED) == expected_key(KEYED)
-    assert run_key(
-        **{k: v for k, v in KEYED.items() if k not in ("device", "progress")}
-    ) == expected_key(KEYED)
+    assert run_key(as_call(KEYED)["settings"], KEYED["ds"]) == expected_key(KEYED)
     stacked = stacked_key(tmp_path, KEYED)
     assert stacked == {**expected_key(KEYED), "stacked": True}
     autoencoder = {**KEYED, "task": "autoencoder"}  # stacked: a classifier

@@ -48,7 +48,7 @@ from wslib.pathcond.rescaling import (
     pathcond_rescale,
     rescalable_structure,
 )
-from wslib.pathcond.training import prepare_model, train_run
+from wslib.pathcond.training import TrainSettings, prepare_model, train_run
 
 ALL_ARCHS = {
     "mlp": mlp([64, 16, 64], **SIGNAL),
@@ -546,7 +546,11 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config, method):
     recipe = Recipe(
         epochs=1, batch_size=8, lr=1e-3, momentum=0, weight_decay=0, schedule="constant"
     )
-    run = train_run(config, method, ds, recipe, seed=0, device="cpu")
+    run = train_run(
+        TrainSettings(model=config, method=method, recipe=recipe, seed=0),
+        ds,
+        device="cpu",
+    )
     assert len(run["loss"]) == 1 and np.isfinite(run["loss"]).all()
     assert 0.0 <= run["test_acc"] <= 1.0
 
@@ -571,7 +575,12 @@ def test_autoencoder_run_mse():
         weight_decay=0,
         schedule="constant",
     )
-    run = train_run(config, "pathcond", ds, recipe, seed=0, task="autoencoder")
+    run = train_run(
+        TrainSettings(
+            model=config, method="pathcond", recipe=recipe, seed=0, task="autoencoder"
+        ),
+        ds,
+    )
     assert run["loss"][-1] < run["loss"][0]
     assert "test_loss" in run and np.isnan(run["test_acc"])
 
@@ -593,8 +602,16 @@ def test_a_run_whose_model_does_not_fit_the_data_is_refused(tmp_path) -> None:
     n_in = list(ds.x_train.shape[1:])
     wrong = mlp([8], in_shape=n_in, n_classes=ds.n_classes + 2)
     with pytest.raises(ValueError, match=f"has {ds.n_classes} classes"):
-        train_run(wrong, "baseline", ds, Recipe(epochs=1), cache_dir=tmp_path)
+        train_run(
+            TrainSettings(model=wrong, method="baseline", recipe=Recipe(epochs=1)),
+            ds,
+            cache_dir=tmp_path,
+        )
     shape = mlp([8], in_shape=[n_in[0], n_in[-1] + 1], n_classes=ds.n_classes)
     with pytest.raises(ValueError, match="has inputs of shape"):
-        train_run(shape, "baseline", ds, Recipe(epochs=1), cache_dir=tmp_path)
+        train_run(
+            TrainSettings(model=shape, method="baseline", recipe=Recipe(epochs=1)),
+            ds,
+            cache_dir=tmp_path,
+        )
     assert not list(tmp_path.rglob("*.pt"))

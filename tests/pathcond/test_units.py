@@ -142,9 +142,10 @@ def recorded(monkeypatch, toy) -> list[tuple]:
     def train_runs(jobs, workers=None, desc="runs", stack=None):
         out = []
         for job in jobs:
-            recipe = job["recipe"]
-            key = (tuple(job["config"]["widths"]), job["config"]["activation"])
-            calls.append((*key, job["method"], job["seed"], job["init_scale"]))
+            run = job["settings"]
+            recipe = run.recipe
+            key = (tuple(run.model["widths"]), run.model["activation"])
+            calls.append((*key, run.method, run.seed, run.init_scale))
             calls[-1] += (recipe.lr, recipe.epochs)
             out.append({"acc": [recipe.lr] * recipe.epochs})
         return out
@@ -206,9 +207,11 @@ def test_mlp_units_fill_the_cache_the_notebook_reads(toy, monkeypatch, tmp_path)
 def test_conv_units_train_exactly_the_notebook_s_runs(monkeypatch):
     calls: list[tuple] = []
 
-    def train_run(config, method, ds, recipe, seed=0, task="classify", cache_dir=None):
+    def train_run(settings, ds, cache_dir=None):
+        run = settings
         calls.append(
-            (config["name"], method, ds.name, recipe.epochs, seed, task, cache_dir)
+            (run.model["name"], run.method, ds.name, run.recipe.epochs, run.seed)
+            + (run.task, cache_dir)
         )
         return {"acc": [0.5]}
 

@@ -418,18 +418,20 @@ ZOO = Keyed(
 
 def train_base(tmp: Path) -> dict[str, Any]:
     return {
-        "config": MLP,
-        "method": "baseline",
+        "settings": training.TrainSettings(
+            model=MLP,
+            method="baseline",
+            recipe=Recipe(epochs=2, batch_size=8),
+            seed=0,
+            init_scale=1.0,
+            task="classify",
+            stop_at=0.9,
+            give_up_after=None,
+        ),
         "ds": toy_dataset(16),
-        "recipe": Recipe(epochs=2, batch_size=8),
-        "seed": 0,
-        "init_scale": 1.0,
         "device": "cpu",
-        "task": "classify",
         "progress": False,
         "cache_dir": tmp / "runs",
-        "stop_at": 0.9,
-        "give_up_after": None,
     }
 
 
@@ -456,31 +458,42 @@ def stacked_key(args: dict[str, Any]) -> list[str]:
 
 
 TRAIN_RUN = {
-    "config": In(to=mlp([7, 5])),
-    "method": In(to="kaiming"),
+    **prefixed(
+        "settings",
+        {
+            "model": In(to=mlp([7, 5])),
+            "method": In(to="kaiming"),
+            **prefixed("recipe", RECIPE),
+            "seed": In(),
+            "init_scale": In(),
+            "task": In(to="autoencoder"),
+            "stop_at": In(),
+            "give_up_after": In(to=3),
+        },
+    ),
     "ds.name": In(via="the data set's name, beside its content"),
     **prefixed("ds", DATASET_BY_CONTENT),
     # a run refuses a model whose head does not fit the data set's classes, so
     # the classes change with the model's, which is in the key
-    "ds.n_classes": In(to=4, also={"config.n_classes": 4}, via="config.n_classes"),
-    **prefixed("recipe", RECIPE),
-    "seed": In(),
-    "init_scale": In(),
+    "ds.n_classes": In(
+        to=4, also={"settings.model.n_classes": 4}, via="settings.model.n_classes"
+    ),
     "device": Out(
         "CPU and CUDA agree to the rounding of reductions "
         "(wslib.core.train.seed_everything): one run, one key",
         to="meta",
     ),
-    "task": In(to="autoencoder"),
     "progress": Out("a progress bar only"),
     "cache_dir": Out(
         "where the entry is stored, not what it holds",
         to=lambda a: a["cache_dir"].with_name("runs2"),
     ),
-    "stop_at": In(),
-    "give_up_after": In(to=3),
 }
-TRAIN_SETTINGS = {"ds": Dataset, "recipe": Recipe}
+TRAIN_SETTINGS = {
+    "settings": training.TrainSettings,
+    "settings__recipe": Recipe,
+    "ds": Dataset,
+}
 
 RUN_CACHE = Keyed(
     name="run cache: pathcond train_run",
@@ -499,7 +512,7 @@ STACKED = Keyed(
     settings=lambda: expand(params(training.train_run), **TRAIN_SETTINGS),
     declared={
         **TRAIN_RUN,
-        "task": Out(
+        "settings.task": Out(
             "stacked runs are classifiers: stackable() sends any other task to "
             "train_run, whose key holds it",
             to="autoencoder",

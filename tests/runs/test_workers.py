@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from tests.kit import mlp, toy_dataset
 from wslib.core.train import Recipe
-from wslib.pathcond.training import train_run
+from wslib.pathcond.training import TrainSettings, train_run
 from wslib.runs.stats import epochs_to
 from wslib.runs.workers import default_workers, run_jobs
 
@@ -19,7 +21,12 @@ def test_results_do_not_depend_on_the_number_of_workers():
         epochs=2, batch_size=16, lr=0.1, momentum=0, weight_decay=0, schedule="constant"
     )
     jobs = [
-        {"config": config, "method": method, "ds": ds, "recipe": recipe, "seed": seed}
+        {
+            "settings": TrainSettings(
+                model=config, method=method, recipe=recipe, seed=seed
+            ),
+            "ds": ds,
+        }
         for method in ("baseline", "pathcond")
         for seed in (0, 1)
     ]
@@ -80,8 +87,9 @@ def test_jobs_carry_a_data_key_and_each_worker_loads_the_data_set_once() -> None
     args = grid.arguments(grid.job("c", "baseline", 0))
     assert isinstance(args["ds"], DataKey) and len(pickle.dumps(args)) < 2000
     assert grid.dataset is ds
-    two = run_jobs(train_run, [args, {**args, "seed": 1}], workers=2)
-    one = [train_run(**args), train_run(**{**args, "seed": 1})]
+    other = {**args, "settings": dataclasses.replace(args["settings"], seed=1)}
+    two = run_jobs(train_run, [args, other], workers=2)
+    one = [train_run(**args), train_run(**other)]
     assert [r["loss"] for r in two] == [r["loss"] for r in one]
 
 

@@ -120,7 +120,7 @@ class AutoNEBSettings(Settings):
     n_init: int = 3
     cycles: int = 4
     steps_per_cycle: int = 100
-    lrs: tuple[float, ...] = (0.1, 0.05, 0.02, 0.01)
+    lrs: Sequence[float] = (0.1, 0.05, 0.02, 0.01)
     spring: float = 1.0
     batch_size: int = 128
     insert_tol: float = 0.05
@@ -132,7 +132,6 @@ class AutoNEBSettings(Settings):
     precision: PrecisionName = "fp32"
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "lrs", tuple(self.lrs))  # a list from a profile
         if len(self.lrs) != self.cycles:
             raise ValueError(
                 f"lrs needs one learning rate per cycle ({self.cycles}), "

@@ -27,10 +27,16 @@ from wslib.pathcond.rescaling import (
     optimize_rescaling,
     pathcond_rescale,
 )
-from wslib.pathcond.training import INIT_METHODS, prepare_model, train_run
+from wslib.pathcond.training import (
+    INIT_METHODS,
+    TrainSettings,
+    prepare_model,
+    train_run,
+)
 
 __all__ = [
     "INIT_METHODS",
+    "TrainSettings",
     "am_over_gm",
     "check_architecture",
     "diag_g",

@@ -28,7 +28,7 @@ from wslib.core.train import Recipe, float64_outputs, model_device, seed_everyth
 from wslib.pathcond.lifting import PathLifting, explicit_path_lifting, mlp_path_labels
 from wslib.pathcond.protocols import Run
 from wslib.pathcond.rescaling import am_over_gm, diag_g, pathcond_rescale
-from wslib.pathcond.training import InitMethod, prepare_model, train_run
+from wslib.pathcond.training import InitMethod, TrainSettings, prepare_model, train_run
 
 
 @dataclass
@@ -209,7 +209,16 @@ def trajectories(
     the function, as PathCond does).
     """
     runs: dict[str, Run] = {
-        method: train_run(config, method, ds, recipe, seed=seed, init_scale=init_scale)
+        method: train_run(
+            TrainSettings(
+                model=config,
+                method=method,
+                recipe=recipe,
+                seed=seed,
+                init_scale=init_scale,
+            ),
+            ds,
+        )
         for method in tqdm(methods, desc="training")
     }
     for method in methods:

@@ -22,7 +22,7 @@ from wslib.core.data import Dataset, load_dataset
 from wslib.core.describe import data_label, describe_model, describe_sgd, percent
 from wslib.core.train import Recipe
 from wslib.pathcond.protocols import Run, rescale_cost
-from wslib.pathcond.training import InitMethod, train_run
+from wslib.pathcond.training import InitMethod, TrainSettings, train_run
 from wslib.runs.published import PATHCOND, beside_paper, run_setting
 from wslib.runs.stats import format_epochs, format_mean_std, mean_std, summarise_epochs
 
@@ -50,15 +50,14 @@ def train_archs(
     runs: dict[tuple[str, str, int], Run] = {}
     for arch, method, s in tqdm(jobs, desc="runs"):
         spec = archs[arch]
-        runs[(arch, method, s)] = train_run(
-            spec["model"],
-            method,
-            data[arch],
-            Recipe(**spec["recipe"]),
+        settings = TrainSettings(
+            model=spec["model"],
+            method=method,
+            recipe=Recipe(**spec["recipe"]),
             seed=s,
             task=spec["task"],
-            cache_dir=cache_dir,
         )
+        runs[(arch, method, s)] = train_run(settings, data[arch], cache_dir=cache_dir)
     return runs
 
 

@@ -17,7 +17,7 @@ from wslib.core.data import DataKey, Dataset
 from wslib.core.models import ActivationName
 from wslib.core.train import Recipe
 from wslib.pathcond.protocols import Run
-from wslib.pathcond.training import InitMethod, train_runs
+from wslib.pathcond.training import InitMethod, TrainSettings, train_runs
 
 Pair = tuple[str, InitMethod]  # (configuration, method)
 
@@ -124,22 +124,21 @@ class RunGrid:
     def arguments(self, job: Job) -> dict[str, Any]:
         """The keyword arguments of :func:`~wslib.pathcond.training.train_run` for ``job``."""
         recipe = Recipe(**{**self.recipe, "lr": job.lr, "epochs": job.epochs})
-        return {
-            "config": mlp_config(
+        settings = TrainSettings(
+            model=mlp_config(
                 self.base,
                 job.widths,
                 activation=job.activation,
                 output_bias=job.output_bias,
             ),
-            "method": job.method,
-            "ds": self.ds,
-            "recipe": recipe,
-            "seed": job.seed,
-            "init_scale": job.init_scale,
-            "cache_dir": self.cache_dir,
-            "stop_at": job.stop_at,
-            "give_up_after": job.give_up_after,
-        }
+            method=job.method,
+            recipe=recipe,
+            seed=job.seed,
+            init_scale=job.init_scale,
+            stop_at=job.stop_at,
+            give_up_after=job.give_up_after,
+        )
+        return {"settings": settings, "ds": self.ds, "cache_dir": self.cache_dir}
 
     def train(self, jobs: Sequence[Job], *, desc: str = "runs") -> list[Run]:
         """Train the ``jobs`` not trained yet (one :func:`~wslib.pathcond.training.train_runs` call); return all runs."""

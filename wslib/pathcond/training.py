@@ -6,7 +6,8 @@ import functools
 import json
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, get_args
 
@@ -19,6 +20,7 @@ from wslib.core.configs import check_fits_data
 from wslib.core.data import DataKey, Dataset
 from wslib.core.files import tensor_digest
 from wslib.core.models import build_model
+from wslib.core.settings import Settings
 from wslib.core.stacked import fit_stacked, stack_signature
 from wslib.core.train import (
     Recipe,
@@ -38,6 +40,7 @@ from wslib.runs.workers import run_jobs
 #: The modules whose source keys a cached training run.
 CODE = (
     "wslib.core.configs",
+    "wslib.core.settings",
     "wslib.core.models",
     "wslib.core.pooling",
     "wslib.core.neurons",
@@ -140,26 +143,42 @@ def prepare_model(
     return Prepared(model, time.perf_counter() - start, solver)
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainSettings(Settings):
+    """Everything but the data that determines a training run of :func:`train_run`.
+
+    ``model`` (a model config) prepared by ``method`` (see
+    :func:`prepare_model`, with ``init_scale`` and ``seed``) and trained with
+    ``recipe`` on ``seed`` for ``task``. With ``stop_at``, the run ends after
+    the first epoch whose running training accuracy reaches it, or with
+    ``give_up_after`` after that epoch if it has not (see
+    :func:`wslib.core.train.fit`).
+    """
+
+    model: Mapping[str, Any]
+    method: InitMethod
+    recipe: Recipe
+    seed: int = 0
+    init_scale: float = 1.0
+    task: TaskName = "classify"
+    stop_at: float | None = None
+    give_up_after: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"unknown task {self.task!r}; valid: {TASKS}")
+
+
 def train_run(
-    config: dict[str, Any],
-    method: InitMethod,
+    settings: TrainSettings,
     ds: Dataset | DataKey,
-    recipe: Recipe,
     *,
-    seed: int = 0,
-    init_scale: float = 1.0,
     device: str | torch.device | None = None,
-    task: TaskName = "classify",
     progress: bool = False,
     cache_dir: str | Path | None = None,
-    stop_at: float | None = None,
-    give_up_after: int | None = None,
 ) -> dict[str, Any]:
-    """Prepare a model by ``method`` and train it with ``recipe`` (ENorm: after every step).
-
-    With ``stop_at``, the run ends after the first epoch whose running training
-    accuracy reaches it, or with ``give_up_after`` after that epoch if it has
-    not (see :func:`wslib.core.train.fit`).
+    """The run ``settings`` describe (:class:`TrainSettings`) on ``ds``: a model
+    prepared by its method and trained with its recipe (ENorm: after every step).
 
     With ``cache_dir``, the result is stored there (see :mod:`wslib.runs.cache`)
     under the run's full description (data set and its content, model, method,
@@ -174,92 +193,54 @@ def train_run(
     PathCond solver's :func:`solver_report` (did it converge, in how many
     sweeps, how far from converged: its last relative drop of F).
     """
-    if task not in TASKS:
-        raise ValueError(f"unknown task {task!r}; valid: {TASKS}")
     if isinstance(ds, DataKey):
         ds = ds.load()
-    classes = ds.n_classes if task == "classify" else None
-    check_fits_data(config, tuple(ds.x_train.shape[1:]), classes, ds.name)
-    key = run_key(
-        config, method, ds, recipe, seed, init_scale, task, stop_at, give_up_after
-    )
-    run = functools.partial(
-        _train_run,
-        config,
-        method,
-        ds,
-        recipe,
-        seed,
-        init_scale,
-        device,
-        task,
-        progress,
-        stop_at,
-        give_up_after,
-    )
-    return cached_run(cache_dir, key, run, code=CODE)
+    classes = ds.n_classes if settings.task == "classify" else None
+    check_fits_data(dict(settings.model), tuple(ds.x_train.shape[1:]), classes, ds.name)
+    run = functools.partial(_train_run, settings, ds, device, progress)
+    return cached_run(cache_dir, run_key(settings, ds), run, code=CODE)
 
 
-def run_key(
-    config: dict[str, Any],
-    method: InitMethod,
-    ds: Dataset,
-    recipe: Recipe,
-    seed: int,
-    init_scale: float,
-    task: TaskName,
-    stop_at: float | None,
-    give_up_after: int | None = None,
-) -> dict[str, Any]:
+def run_key(settings: TrainSettings, ds: Dataset) -> dict[str, Any]:
     """A training run's full description: its key in the run cache."""
     return {
         "data": {
             "name": ds.name,
             "content": tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test),
         },
-        "model": config,
-        "method": method,
-        "recipe": recipe.to_dict(),
-        "seed": seed,
-        "init_scale": init_scale,
-        "task": task,
-        "stop_at": stop_at,
-        "give_up_after": give_up_after,
+        **settings.key(),
     }
 
 
 def _train_run(
-    config: dict[str, Any],
-    method: InitMethod,
+    settings: TrainSettings,
     ds: Dataset,
-    recipe: Recipe,
-    seed: int,
-    init_scale: float,
     device: str | torch.device | None,
-    task: TaskName,
     progress: bool,
-    stop_at: float | None,
-    give_up_after: int | None,
 ) -> dict[str, Any]:
     model, rescale_seconds, solver = prepare_model(
-        config, method, init_scale=init_scale, seed=seed, device=device
+        dict(settings.model),
+        settings.method,
+        init_scale=settings.init_scale,
+        seed=settings.seed,
+        device=device,
     )
-    on_step = enorm_callback() if method == "enorm" else None
-    auto = task == "autoencoder"
+    on_step = enorm_callback() if settings.method == "enorm" else None
+    auto = settings.task == "autoencoder"
     y_train = ds.x_train.flatten(1) if auto else ds.y_train
     start = time.perf_counter()
     hist = fit(
         model,
         ds.x_train,
         y_train,
-        recipe,
-        seed=seed,
+        settings.recipe,
+        seed=settings.seed,
         device=device,
         progress=progress,
         on_step=on_step,
         loss_fn=F.mse_loss if auto else None,
-        stop_at=stop_at,
-        give_up_after=give_up_after,
+        stop_at=settings.stop_at,
+        give_up_after=settings.give_up_after,
     )
     epoch_seconds = (time.perf_counter() - start) / max(len(hist["loss"]), 1)
     if auto:
@@ -288,13 +269,13 @@ def stackable(job: dict[str, Any]) -> bool:
     classifier trained by SGD without augmentation, initialised by any method
     but ENorm (which rescales after each step of its own run).
     """
-    recipe = job["recipe"]
+    settings: TrainSettings = job["settings"]
     return (
-        job["config"].get("name") == "mlp"
-        and job["method"] != "enorm"
-        and job.get("task", "classify") == "classify"
-        and recipe.optimizer == "sgd"
-        and not recipe.augment
+        settings.model.get("name") == "mlp"
+        and settings.method != "enorm"
+        and settings.task == "classify"
+        and settings.recipe.optimizer == "sgd"
+        and not settings.recipe.augment
     )
 
 
@@ -305,7 +286,8 @@ def train_runs(
     desc: str = "runs",
     stack: bool | None = None,
 ) -> list[dict[str, Any]]:
-    """``[train_run(**job) for job in jobs]``, stacked where that pays.
+    """``[train_run(**job) for job in jobs]`` (each job: the keyword arguments
+    of :func:`train_run`), stacked where that pays.
 
     With ``stack`` (default: on CUDA), the :func:`stackable` runs of one model
     shape and one recipe but for the learning rate train as one stacked model;
@@ -325,9 +307,9 @@ def train_runs(
     )
     groups: dict[str, list[int]] = {}
     for i in together:
-        job = jobs[i]
-        stop = [job.get("stop_at"), job.get("give_up_after")]
-        shape = [job["config"], stack_signature(job["recipe"]), stop]
+        settings = jobs[i]["settings"]
+        stop = [settings.stop_at, settings.give_up_after]
+        shape = [dict(settings.model), stack_signature(settings.recipe), stop]
         groups.setdefault(json.dumps(shape, sort_keys=True), []).append(i)
     for ids in tqdm(groups.values(), desc=f"{desc}, stacked", disable=not groups):
         results.update(zip(ids, _train_group([jobs[i] for i in ids])))
@@ -339,21 +321,8 @@ def _train_group(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     data = jobs[0]["ds"]
     ds = data.load() if isinstance(data, DataKey) else data
     root = jobs[0].get("cache_dir")
-    keys = [
-        {
-            **run_key(
-                j["config"],
-                j["method"],
-                ds,
-                j["recipe"],
-                j["seed"],
-                j["init_scale"],
-                "classify",
-                j.get("stop_at"),
-                j.get("give_up_after"),
-            ),
-            "stacked": True,
-        }
+    keys = [  # a stacked group trains classifiers (_fit_group): keyed as such
+        {**run_key(replace(j["settings"], task="classify"), ds), "stacked": True}
         for j in jobs
     ]
     stored = [stored_run(root, key, code=CODE) for key in keys]
@@ -374,15 +343,12 @@ def _fit_group(jobs: list[dict[str, Any]], ds: Dataset) -> list[dict[str, Any]]:
     if not jobs:
         return []
     device = jobs[0].get("device")
+    runs: list[TrainSettings] = [j["settings"] for j in jobs]
     prepared = [
         prepare_model(
-            j["config"],
-            j["method"],
-            init_scale=j["init_scale"],
-            seed=j["seed"],
-            device=device,
+            dict(r.model), r.method, init_scale=r.init_scale, seed=r.seed, device=device
         )
-        for j in jobs
+        for r in runs
     ]
     models = [p.model for p in prepared]
     start = time.perf_counter()
@@ -390,12 +356,12 @@ def _fit_group(jobs: list[dict[str, Any]], ds: Dataset) -> list[dict[str, Any]]:
         models,
         ds.x_train,
         ds.y_train,
-        [j["recipe"] for j in jobs],
-        [j["seed"] for j in jobs],
+        [r.recipe for r in runs],
+        [r.seed for r in runs],
         device=device,
         progress=False,
-        stop_at=jobs[0].get("stop_at"),
-        give_up_after=jobs[0].get("give_up_after"),
+        stop_at=runs[0].stop_at,
+        give_up_after=runs[0].give_up_after,
     )
     epochs = max(len(h["loss"]) for h in histories)
     share = (time.perf_counter() - start) / len(jobs) / max(epochs, 1)
