@@ -84,6 +84,10 @@ class MissingResults(RuntimeError):
     """A notebook ran without writing its results file."""
 
 
+class KernelFailure(RuntimeError):
+    """A chapter's kernel died or did not start: no cell failed, the run did."""
+
+
 def available_profiles() -> list[str]:
     """Profiles are the YAML files in ``notebooks/params``."""
     return sorted(p.stem for p in PARAMS.glob("*.yaml"))
@@ -467,17 +471,22 @@ def run_notebook(
         nbformat.write(
             chapters.with_setup_cell(chapters.read(chapter_path(nb))), source
         )
-        papermill.execute_notebook(
-            source,
-            executed,
-            parameters=params,
-            kernel_name="python3",
-            cwd=ROOT,
-            progress_bar=progress_bar,
-            extra_arguments=[
-                "--IPKernelApp.log_level=ERROR"
-            ],  # no kernel start-up warnings
-        )
+        try:
+            papermill.execute_notebook(
+                source,
+                executed,
+                parameters=params,
+                kernel_name="python3",
+                cwd=ROOT,
+                progress_bar=progress_bar,
+                extra_arguments=[
+                    "--IPKernelApp.log_level=ERROR"
+                ],  # no kernel start-up warnings
+            )
+        except PapermillExecutionError:
+            raise
+        except (RuntimeError, TimeoutError) as error:  # DeadKernelError included
+            raise KernelFailure(f"{type(error).__name__}: {error}") from error
     seconds = time.perf_counter() - start
     if not results_file.exists():
         raise MissingResults(f"notebook {nb} did not write {params['results_path']}")
@@ -524,8 +533,8 @@ def report_failure(nb: str, error: PapermillExecutionError, executed: Path) -> N
 def run_one(nb: str, args: argparse.Namespace, alone: bool) -> bool:
     """Run one notebook; report a failure in a few lines. True on success.
 
-    A failure outside the chapter's cells (its kernel died, or did not start
-    in time) is that chapter's failure too: the other chapters go on.
+    A :class:`KernelFailure` (its kernel died, or did not start in time) is
+    that chapter's failure too: the other chapters go on.
     """
     executed = ROOT / run_dir("build", args.profile, args.seed) / f"{nb}.ipynb"
     try:
@@ -536,10 +545,10 @@ def run_one(nb: str, args: argparse.Namespace, alone: bool) -> bool:
     except MissingResults as error:
         print(f"\nerror: {error}", file=sys.stderr)
         return False
-    except Exception as error:  # outside a cell: the kernel died or never started
+    except KernelFailure as error:
         print(
             f"\nerror: notebook {nb} failed outside its cells\n"
-            f"    {type(error).__name__}: {str(error).strip() or repr(error)}\n"
+            f"    {str(error).strip()}\n"
             "    (a kernel that died was most often out of memory; a kernel that "
             "did not start, a machine too busy: run the chapter again)",
             file=sys.stderr,

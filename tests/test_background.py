@@ -23,6 +23,10 @@ def test_jobs_queued_apart_share_one_folder_and_stop_removes_it():
     folder, each in a subfolder of its own, and ``stop`` removes all of it."""
     jobs = Background({"a": lambda folder: folder, "b": lambda folder: folder})
     first = jobs.result("a")
+    thread = jobs._thread
+    if thread is not None:  # let the first thread end: "b" then starts another
+        thread.join()
+    assert jobs._thread is None
     second = jobs.result("b")
     assert jobs.root is not None
     assert first.parent == second.parent == jobs.root

@@ -95,3 +95,15 @@ def test_nested_settings_dataclasses_and_mappings_enter_as_plain_data():
     assert key["table"] == {"1": [2, 3]}
     changed = dataclasses.replace(kind(), inner=Example(steps=9))
     assert changed.key()["inner"]["steps"] == 9
+
+
+def test_numbers_are_keyed_as_their_declared_type_and_arrays_as_lists():
+    """An integer given for a float field is keyed as that float (one run, one
+    key), a sequence of floats as floats; a numpy array as a list."""
+    given = Example(lr=1, rates=[1, 2], total=3)
+    assert given.key() == Example(lr=1.0, rates=(1.0, 2.0), total=3).key()
+    assert type(given.key()["lr"]) is float and type(given.key()["total"]) is int
+    assert [type(r) for r in given.key()["rates"]] == [float, float]
+    array = Example(rates=np.array([0.5, 1.0]))
+    assert array.key()["rates"] == [0.5, 1.0]
+    assert plain(np.arange(3)) == [0, 1, 2] and plain(range(2)) == [0, 1]

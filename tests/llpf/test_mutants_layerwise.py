@@ -1215,3 +1215,33 @@ def test_refinement_takes_r_min_steps_even_below_the_threshold() -> None:
     assert loss == pytest.approx(sum(losses) / 3, rel=1e-6)
     for n in NAMES:
         torch.testing.assert_close(work.state_dict()[n], plain.state_dict()[n])
+
+
+# --- settings refused where they are written ----------------------------------------------
+
+
+@pytest.mark.parametrize("kind", [M2MSettings, M2OSettings])
+def test_settings_refuse_a_refine_that_is_not_one(kind) -> None:
+    with pytest.raises(TypeError, match="refine must be a Refine.*got NoneType"):
+        kind(refine=None)
+
+
+def test_a_final_gap_whose_step_rounds_to_zero_is_refused() -> None:
+    model, a, b = pair_states(MLP)
+    x, y = toy_tensors(16)
+    settings = M2MSettings(ticks=10, final_gap=0.9999999999999999)
+    with pytest.raises(ValueError, match="gives a step of 0"):
+        m2m(model, a, b, x, y, settings, persist=QUIET)
+
+
+def test_hybrid_checks_the_m2m_phase_before_the_m2o_phase_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_m2o(*args: Any, **kwargs: Any) -> LLPFPath:
+        raise AssertionError("the M2O phase ran before M2M's settings were checked")
+
+    monkeypatch.setattr(layerwise, "m2o", no_m2o)
+    model, a, b = pair_states(MLP)
+    x, y = toy_tensors(16)
+    with pytest.raises(ValueError, match="schedule must be"):
+        hybrid(model, a, b, x, y, schedule="cubic", persist=QUIET)

@@ -207,8 +207,7 @@ def test_mlp_units_fill_the_cache_the_notebook_reads(toy, monkeypatch, tmp_path)
 def test_conv_units_train_exactly_the_notebook_s_runs(monkeypatch):
     calls: list[tuple] = []
 
-    def train_run(settings, ds, cache_dir=None):
-        run = settings
+    def train_run(run, ds, cache_dir=None):
         calls.append(
             (run.model["name"], run.method, ds.name, run.recipe.epochs, run.seed)
             + (run.task, cache_dir)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args, get_origin, get_type_hints
+
+import numpy as np
 
 
 def not_in_key(default: Any, why: str) -> Any:
@@ -24,16 +26,18 @@ def not_in_key(default: Any, why: str) -> Any:
 
 def plain(value: Any) -> Any:
     """``value`` as JSON-serialisable data: integers as ``int``, other real
-    numbers as ``float`` (numpy scalars included), sequences as lists,
-    mappings as dicts, settings as their key, another dataclass as the dict
-    of its fields."""
+    numbers as ``float`` (numpy scalars included), sequences and arrays as
+    lists, mappings as dicts, settings as their key, another dataclass as the
+    dict of its fields."""
     if isinstance(value, bool):  # an Integral, but kept as a flag
         return value
     if isinstance(value, numbers.Integral):
         return int(value)
     if isinstance(value, numbers.Real):
         return float(value)
-    if isinstance(value, (tuple, list)):
+    if isinstance(value, np.ndarray):
+        return plain(value.tolist())
+    if isinstance(value, Sequence) and not isinstance(value, str):
         return [plain(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
@@ -52,9 +56,22 @@ class Settings:
 
     def key(self) -> dict[str, Any]:
         """Every field but those declared :func:`not_in_key`, by name, as plain
-        data (the part of a key the settings give)."""
+        data (the part of a key the settings give). A field declared ``float``
+        (or a sequence of floats) is keyed as floats when given integers, so
+        ``momentum=0`` and ``momentum=0.0`` share their key."""
+        hints = get_type_hints(type(self))
         return {
-            f.name: plain(getattr(self, f.name))
+            f.name: as_declared(plain(getattr(self, f.name)), hints[f.name])
             for f in dataclasses.fields(self)
             if "why_not_in_key" not in f.metadata
         }
+
+
+def as_declared(value: Any, hint: Any) -> Any:
+    """Plain ``value`` with its numbers as floats where ``hint`` declares floats
+    (``float``, ``float | None`` or a sequence of ``float``)."""
+    if float in (hint, *get_args(hint)) and isinstance(value, int | float):
+        return value if isinstance(value, bool) else float(value)
+    if get_origin(hint) in (Sequence, list, tuple) and isinstance(value, list):
+        return [as_declared(v, get_args(hint)[0]) for v in value]
+    return value

@@ -97,6 +97,7 @@ CODE = (
     "wslib.core.pooling",
     "wslib.core.neurons",
     "wslib.core.norms",
+    "wslib.core.settings",
     "wslib.core.train",
     "wslib.llpf.layerwise",
     "wslib.llpf.path",
@@ -493,6 +494,14 @@ def _check_ticks(ticks: int) -> None:
         raise ValueError(f"ticks must be >= 1, got {ticks}")
 
 
+def _check_refine(refine: object) -> None:
+    if not isinstance(refine, Refine):
+        raise TypeError(
+            f"refine must be a Refine (the refinement's SGD settings), got "
+            f"{type(refine).__name__}; leave it out for Refine()"
+        )
+
+
 # --- Algorithm 1: model to model --------------------------------------------------------------
 
 
@@ -533,6 +542,7 @@ class M2MSettings(Settings):
 
     def __post_init__(self) -> None:
         _check_ticks(self.ticks)
+        _check_refine(self.refine)
         if self.step is None and not 0 < self.final_gap < 1:
             raise ValueError(f"final_gap must be in (0, 1), got {self.final_gap}")
         if self.step is not None and not 0 < self.step <= 1:
@@ -601,6 +611,11 @@ def m2m(
     step = settings.step
     if step is None:
         step = 1 - settings.final_gap ** (1 / max(1, ticks - 1 - starts[-1]))
+        if step <= 0:  # final_gap so close to 1 that the step rounds to 0
+            raise ValueError(
+                f"final_gap {settings.final_gap} over {ticks} ticks gives a step of "
+                "0: no tick would move; use a smaller final_gap or a step"
+            )
     target = tensor_variances(start, names)
     dest_dev = {n: dest[n].to(model_device(model)) for n in names}
 
@@ -701,7 +716,8 @@ class M2OSettings(Settings):
     :class:`ComplianceSGD`). With ``target_variance`` (name -> variance,
     each at most the start's unless ``grow``), a tensor's move never takes it
     past its target, and the tensor stops moving for good once its variance
-    right after a move is within ``target_tol`` (relative) of the target.
+    right after a move (before refinement, which may push it away again) is
+    within ``target_tol`` (relative) of the target.
     ``grow=True`` (the authors' "to variance sphere" mode) lets a tensor
     whose target is above its variance grow by ``1 / (1 - shrink)`` a tick
     instead. ``seed`` and ``record_every`` are as in :class:`M2MSettings`.
@@ -719,6 +735,7 @@ class M2OSettings(Settings):
 
     def __post_init__(self) -> None:
         _check_ticks(self.ticks)
+        _check_refine(self.refine)
         if not 0 < self.shrink < 1:
             raise ValueError(f"shrink must be in (0, 1), got {self.shrink}")
 
@@ -877,8 +894,9 @@ def hybrid(
     checkpointed in the folders ``<checkpoint>-m2o`` and ``<checkpoint>-m2m``
     (a killed run resumes in the phase it was in), and ``on_tick(tick,
     model)`` is called after every tick of both, ``tick`` counted along the
-    whole path (as in the path's ``ticks``). Extra keyword arguments go to
-    :func:`m2m`.
+    whole path (as in the path's ``ticks``). Extra keyword arguments are
+    fields of the M2M phase's :class:`M2MSettings`; both phases' settings are
+    checked before either runs.
     """
     check_same_architecture(model, start, dest)
     persist = persist or Persist()
@@ -895,14 +913,14 @@ def hybrid(
         seed=seed,
         record_every=record_every,
     )
-    first = m2o(model, start, x, y, to_sphere, persist=_phase_persist(persist, "m2o"))
     to_dest = M2MSettings(
         ticks=m2m_ticks,
         refine=refine,
         seed=seed,
         record_every=record_every,
         **m2m_options,
-    )
+    )  # both phases' settings are checked before either runs
+    first = m2o(model, start, x, y, to_sphere, persist=_phase_persist(persist, "m2o"))
     second = m2m(
         model,
         first.states[-1],

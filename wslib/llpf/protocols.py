@@ -373,9 +373,9 @@ def method_run(
     """One evaluated path from ``pair[0]`` to ``pair[1]``.
 
     ``settings["method"]`` is ``"llpf"`` (the rest as in :func:`m2m_path`,
-    checkpointed under ``name``), ``"curve"`` (the rest to
-    :func:`~wslib.llpf.curves.fit_curve`) or ``"autoneb"`` (the rest to
-    :func:`~wslib.llpf.autoneb.autoneb`); the two baselines take exactly
+    checkpointed under ``name``), ``"curve"`` (the rest are fields of
+    :class:`~wslib.llpf.curves.CurveSettings`) or ``"autoneb"`` (of
+    :class:`~wslib.llpf.autoneb.AutoNEBSettings`); the two baselines take exactly
     ``budget`` gradient steps and are checkpointed in the setup's checkpoint
     folder (:func:`baseline_checkpoint`), so a killed run resumes.
     """

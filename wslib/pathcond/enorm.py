@@ -117,7 +117,8 @@ def enorm_step(
     """
     if p <= 0:
         raise ValueError(f"p must be positive, got {p}")
-    structure = structure or _structure(model)
+    if structure is None:
+        structure = _structure(model)
     state = model.state_dict()
     for group in structure.groups:
         if not group.rescalable:

@@ -181,9 +181,9 @@ def train_run(
     prepared by its method and trained with its recipe (ENorm: after every step).
 
     With ``cache_dir``, the result is stored there (see :mod:`wslib.runs.cache`)
-    under the run's full description (data set and its content, model, method,
-    recipe, seed, init scale, task) and the source of :data:`CODE`, and a later
-    call with the same description and code loads it.
+    under the run's full description (:func:`run_key`: the data set's name and
+    content, and ``settings.key()``) and the source of :data:`CODE`, and a
+    later call with the same description and code loads it.
 
     Returns the per-epoch training ``loss`` and running ``acc`` (from
     :func:`wslib.core.train.fit`), ``test_loss``, ``test_acc`` (NaN for the
