@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +25,8 @@ class Example(Settings):
     name: str = "a"
     total: int | None = None
     flag: bool = False
+    limit: float | None = None
+    extra: Any = (1, 2)
 
 
 def outer() -> type[Settings]:
@@ -50,6 +53,8 @@ def test_the_key_holds_every_field_by_name():
         "name": "a",
         "total": None,
         "flag": False,
+        "limit": None,
+        "extra": [1, 2],
     }
 
 
@@ -100,9 +105,11 @@ def test_nested_settings_dataclasses_and_mappings_enter_as_plain_data():
 def test_numbers_are_keyed_as_their_declared_type_and_arrays_as_lists():
     """An integer given for a float field is keyed as that float (one run, one
     key), a sequence of floats as floats; a numpy array as a list."""
-    given = Example(lr=1, rates=[1, 2], total=3)
-    assert given.key() == Example(lr=1.0, rates=(1.0, 2.0), total=3).key()
+    given = Example(lr=1, rates=[1, 2], total=3, limit=2)
+    same = Example(lr=1.0, rates=(1.0, 2.0), total=3, limit=2.0)
+    assert given.key() == same.key()
     assert type(given.key()["lr"]) is float and type(given.key()["total"]) is int
+    assert type(given.key()["limit"]) is float and given.key()["extra"] == [1, 2]
     assert [type(r) for r in given.key()["rates"]] == [float, float]
     array = Example(rates=np.array([0.5, 1.0]))
     assert array.key()["rates"] == [0.5, 1.0]

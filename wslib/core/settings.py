@@ -71,7 +71,7 @@ def as_declared(value: Any, hint: Any) -> Any:
     """Plain ``value`` with its numbers as floats where ``hint`` declares floats
     (``float``, ``float | None`` or a sequence of ``float``)."""
     if float in (hint, *get_args(hint)) and isinstance(value, int | float):
-        return value if isinstance(value, bool) else float(value)
+        return float(value)
     if get_origin(hint) in (Sequence, list, tuple) and isinstance(value, list):
         return [as_declared(v, get_args(hint)[0]) for v in value]
     return value
