@@ -71,15 +71,20 @@ class Background:
         return self._results[name]
 
     def stop(self) -> None:
-        """Stop the job still running, if one ever started (every process this
-        one started is stopped: the tests are over), and remove the jobs' folders."""
+        """Stop the job still running, if one is (every process this one
+        started is stopped: the tests are over), and remove the jobs' folders.
+
+        When every job has ended nothing is stopped: another instance's jobs
+        (the session's, while a test of this class runs) go on.
+        """
         with self._lock:
+            running = [n for n in self._chosen if not self._done[n].is_set()]
             self._chosen.clear()
         if (
             self.root is None
         ):  # e.g. pytest-xdist's controller: its children are workers
             return
-        for child in psutil.Process().children(recursive=True):
+        for child in psutil.Process().children(recursive=True) if running else []:
             try:
                 child.kill()
             except psutil.NoSuchProcess:

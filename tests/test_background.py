@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +47,18 @@ def test_a_failed_job_reports_its_error_and_the_others_still_run():
         jobs.result("bad")
     assert jobs.result("good") == 2
     jobs.stop()
+
+
+def test_stopping_ended_jobs_leaves_other_processes_alone():
+    """A test's own Background, its jobs ended, stops nothing: the session's
+    background runs (children of the same process) go on."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        jobs = Background({"a": lambda folder: 1})
+        assert jobs.result("a") == 1
+        jobs.stop()
+        with pytest.raises(subprocess.TimeoutExpired):  # still running
+            other.wait(timeout=1)
+    finally:
+        other.kill()
+        other.wait()

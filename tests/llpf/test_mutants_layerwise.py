@@ -1221,16 +1221,19 @@ def test_refinement_takes_r_min_steps_even_below_the_threshold() -> None:
 
 
 @pytest.mark.parametrize("kind", [M2MSettings, M2OSettings])
-def test_settings_refuse_a_refine_that_is_not_one(kind) -> None:
-    with pytest.raises(TypeError, match="refine must be a Refine.*got NoneType"):
-        kind(refine=None)
+@pytest.mark.parametrize(
+    ("given", "named"), [(None, "NoneType"), ({"lr": 0.1}, "dict")]
+)
+def test_settings_refuse_a_refine_that_is_not_one(kind, given, named) -> None:
+    with pytest.raises(TypeError, match=f"refine must be a Refine.*got {named};"):
+        kind(refine=given)
 
 
 def test_a_final_gap_whose_step_rounds_to_zero_is_refused() -> None:
     model, a, b = pair_states(MLP)
     x, y = toy_tensors(16)
     settings = M2MSettings(ticks=10, final_gap=0.9999999999999999)
-    with pytest.raises(ValueError, match="gives a step of 0"):
+    with pytest.raises(ValueError, match="gives a step of 0: no tick would move"):
         m2m(model, a, b, x, y, settings, persist=QUIET)
 
 
