@@ -483,8 +483,6 @@ def run_notebook(
                     "--IPKernelApp.log_level=ERROR"
                 ],  # no kernel start-up warnings
             )
-        except PapermillExecutionError:
-            raise
         except (RuntimeError, TimeoutError) as error:  # DeadKernelError included
             raise KernelFailure(f"{type(error).__name__}: {error}") from error
     seconds = time.perf_counter() - start

@@ -6,7 +6,7 @@ import functools
 import json
 import time
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, get_args
@@ -155,7 +155,7 @@ class TrainSettings(Settings):
     :func:`wslib.core.train.fit`).
     """
 
-    model: Mapping[str, Any]
+    model: dict[str, Any]
     method: InitMethod
     recipe: Recipe
     seed: int = 0
@@ -196,7 +196,7 @@ def train_run(
     if isinstance(ds, DataKey):
         ds = ds.load()
     classes = ds.n_classes if settings.task == "classify" else None
-    check_fits_data(dict(settings.model), tuple(ds.x_train.shape[1:]), classes, ds.name)
+    check_fits_data(settings.model, tuple(ds.x_train.shape[1:]), classes, ds.name)
     run = functools.partial(_train_run, settings, ds, device, progress)
     return cached_run(cache_dir, run_key(settings, ds), run, code=CODE)
 
@@ -219,7 +219,7 @@ def _train_run(
     progress: bool,
 ) -> dict[str, Any]:
     model, rescale_seconds, solver = prepare_model(
-        dict(settings.model),
+        settings.model,
         settings.method,
         init_scale=settings.init_scale,
         seed=settings.seed,
@@ -309,7 +309,7 @@ def train_runs(
     for i in together:
         settings = jobs[i]["settings"]
         stop = [settings.stop_at, settings.give_up_after]
-        shape = [dict(settings.model), stack_signature(settings.recipe), stop]
+        shape = [settings.model, stack_signature(settings.recipe), stop]
         groups.setdefault(json.dumps(shape, sort_keys=True), []).append(i)
     for ids in tqdm(groups.values(), desc=f"{desc}, stacked", disable=not groups):
         results.update(zip(ids, _train_group([jobs[i] for i in ids])))
@@ -346,7 +346,7 @@ def _fit_group(jobs: list[dict[str, Any]], ds: Dataset) -> list[dict[str, Any]]:
     runs: list[TrainSettings] = [j["settings"] for j in jobs]
     prepared = [
         prepare_model(
-            dict(r.model), r.method, init_scale=r.init_scale, seed=r.seed, device=device
+            r.model, r.method, init_scale=r.init_scale, seed=r.seed, device=device
         )
         for r in runs
     ]
