@@ -47,7 +47,8 @@ RUNS += ["results", "units", "stages"]
 MODULES = [
     *(f"core/{m}" for m in CORE),
     *(f"runs/{m}" for m in RUNS),
-    *(f"llpf/{m}" for m in ("layerwise", "autoneb", "curves", "evaluation")),
+    *(f"llpf/{m}" for m in ("layerwise", "ticks", "stages", "autoneb", "curves")),
+    "llpf/evaluation",
     *(f"pathcond/{m}" for m in ("rescaling", "lifting", "enorm", "training")),
     *(f"fusion/{m}" for m in ("levels", "hfkf", "baselines", "residual")),
     "synthesis/alignment",

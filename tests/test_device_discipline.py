@@ -20,7 +20,8 @@ from wslib.core.interpolation import linear_path
 from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit
 from wslib.fusion.hfkf import fuse
-from wslib.llpf.layerwise import M2MSettings, Refine, m2m
+from wslib.llpf.layerwise import M2MSettings, m2m
+from wslib.llpf.ticks import Refine
 from wslib.pathcond.rescaling import pathcond_rescale
 from wslib.pathcond.training import TrainSettings, train_run
 from wslib.runs.resumable import Persist

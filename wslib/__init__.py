@@ -31,7 +31,8 @@ The package is layered; a package imports only those listed before it::
                      stages (the seeds make book SEEDS=auto adds where a claim
                      is undecided)
     wslib.plotting   one style and one colour per method for the whole book
-    wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), path
+    wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), ticks
+                     (the tick loop they share), stages (their layer order), path
                      (the result type of every path finder), curves (Bezier),
                      autoneb, evaluation; protocols (the chapters' runs), setup
                      (what the chapters share), ch02_layerwise, ch03_m2m,

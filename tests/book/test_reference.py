@@ -110,7 +110,7 @@ def test_a_stale_name_stops_the_build(apilinks) -> None:
     with pytest.raises(LookupError, match="'nowhere' is not in wslib"):
         apilinks.link_text("`wslib.nowhere.f`", "ch9")
     with pytest.raises(LookupError, match="no entry in the API reference"):
-        apilinks.link_text("`wslib.llpf.layerwise._run_loop`", "ch3")
+        apilinks.link_text("`wslib.llpf.ticks._snapshot`", "ch3")
 
 
 def test_names_link_to_the_module_that_defines_them(apilinks) -> None:

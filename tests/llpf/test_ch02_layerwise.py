@@ -18,7 +18,7 @@ from wslib.llpf.ch02_layerwise import (
     layerwise_table,
     stage_list,
 )
-from wslib.llpf.layerwise import data_flow_stage_names, data_flow_stages
+from wslib.llpf.stages import data_flow_stage_names, data_flow_stages
 
 
 def test_layerwise_lines_move_one_stage_at_a_time() -> None:

@@ -15,8 +15,9 @@ import torch
 
 from tests.kit import QUIET, mlp
 from wslib.core.models import build_model
-from wslib.llpf.layerwise import M2MSettings, Refine, m2m
+from wslib.llpf.layerwise import M2MSettings, m2m
 from wslib.llpf.path import LLPFPath
+from wslib.llpf.ticks import Refine
 from wslib.runs.resumable import Persist
 from wslib.runs.store import MARK, checksum
 

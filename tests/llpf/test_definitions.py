@@ -25,14 +25,12 @@ from wslib.llpf.layerwise import (
     ComplianceSGD,
     M2MSettings,
     M2OSettings,
-    Refine,
     hybrid,
     m2m,
     m2o,
     movable_names,
-    refine_point,
-    tensor_variances,
 )
+from wslib.llpf.ticks import Refine, refine_point, tensor_variances
 from wslib.runs.resumable import Persist
 
 FROZEN = Refine(lr=1e-12, batch_size=16, r_min=1, r_max=1, threshold=1e9)

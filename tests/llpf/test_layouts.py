@@ -31,7 +31,7 @@ from wslib.core.interpolation import evaluate_states
 from wslib.core.train import data_layout, on_device
 from wslib.llpf.autoneb import AutoNEBSettings, autoneb
 from wslib.llpf.curves import CurveSettings, fit_curve
-from wslib.llpf.layerwise import Refine, refine_point
+from wslib.llpf.ticks import Refine, refine_point
 
 CUDA, CPU = torch.device("cuda"), torch.device("cpu")
 

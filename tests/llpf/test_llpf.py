@@ -19,18 +19,9 @@ from wslib.core.norms import norm_parameter_names
 from wslib.llpf.autoneb import AutoNEBSettings
 from wslib.llpf.curves import CurveSettings
 from wslib.llpf.evaluation import evaluate_path
-from wslib.llpf.layerwise import (
-    M2MSettings,
-    M2OSettings,
-    Refine,
-    data_flow_stages,
-    hybrid,
-    m2m,
-    m2o,
-    project_on_spheres,
-    stage_starts,
-    tensor_variances,
-)
+from wslib.llpf.layerwise import M2MSettings, M2OSettings, hybrid, m2m, m2o
+from wslib.llpf.stages import data_flow_stages, stage_starts
+from wslib.llpf.ticks import Refine, project_on_spheres, tensor_variances
 from wslib.runs.resumable import Persist
 
 REFINE = Refine(lr=0.05, batch_size=16, r_min=2, r_max=4, threshold=0.0)

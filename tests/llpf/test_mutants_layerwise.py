@@ -23,21 +23,19 @@ from torch import nn
 
 from tests.kit import MLP, QUIET, pair_states, same_state, toy_tensors, warning_sites
 from wslib.core.files import stable_hash, tensor_digest
-from wslib.llpf import layerwise
+from wslib.llpf import layerwise, ticks
 from wslib.llpf.layerwise import (
     ComplianceSGD,
     M2MSettings,
     M2OSettings,
-    Refine,
     hybrid,
     m2m,
     m2o,
-    refine_point,
     sphere_variance_ratio,
-    stage_starts,
-    tensor_variances,
 )
 from wslib.llpf.path import LLPFPath
+from wslib.llpf.stages import stage_starts
+from wslib.llpf.ticks import Refine, refine_point, tensor_variances
 from wslib.runs.resumable import Persist
 from wslib.runs.units import CACHED_ONLY, NotCached
 
@@ -673,7 +671,7 @@ def test_m2o_out_of_ticks_names_the_tensor_farthest_from_its_target(
 
 @pytest.fixture
 def loop_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
-    """The keyword arguments of every ``_run_loop`` call (which returns an empty path);
+    """The keyword arguments of every ``run_loop`` call (which returns an empty path);
     the code's version reads ``"code"``."""
     calls: list[dict] = []
 
@@ -681,7 +679,7 @@ def loop_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
         calls.append({"model": model, **options})
         return LLPFPath()
 
-    monkeypatch.setattr(layerwise, "_run_loop", fake_loop)
+    monkeypatch.setattr(layerwise, "run_loop", fake_loop)
     monkeypatch.setattr(layerwise, "code_version", lambda *modules: "code")
     return calls
 
@@ -1030,7 +1028,7 @@ def test_checkpoint_problems_name_the_field_and_its_type() -> None:
         "memo": [],
         "parts": {"state-000000.pt": a},
     }
-    problem = layerwise._checkpoint_problem
+    problem = ticks._checkpoint_problem
     assert problem(good, a) is None
     assert problem({**good, "steps": "3"}, a) == "steps is a str"
     assert problem({**good, "memo": {"x"}}, a) == "memo is a set"
@@ -1047,8 +1045,8 @@ def test_checkpoint_problems_name_the_field_and_its_type() -> None:
 
 def test_shapes_of_a_state_are_none_for_what_is_no_tensor() -> None:
     state = {"w": torch.zeros(2, 3), "n": 5}
-    assert layerwise._shapes(state) == {"w": torch.Size([2, 3]), "n": None}
-    assert layerwise._shapes([1]) is None
+    assert ticks._shapes(state) == {"w": torch.Size([2, 3]), "n": None}
+    assert ticks._shapes([1]) is None
 
 
 # --- host and device ----------------------------------------------------------------------------
@@ -1094,7 +1092,7 @@ def test_m2m_warns_only_of_a_jump_more_than_jump_warn_of_the_start_distance(
     monkeypatch: pytest.MonkeyPatch, jump_warn: float, warns: bool
 ) -> None:
     """Distances read 0.5 throughout: the jump is 100% of the start's distance (< 1)."""
-    monkeypatch.setattr(layerwise, "_distance", lambda *args: 0.5)
+    monkeypatch.setattr(layerwise, "state_distance", lambda *args: 0.5)
     model, a, b = pair_states(MLP)
     x, y = toy_tensors(16)
     with warnings.catch_warnings(record=True) as caught:
@@ -1158,7 +1156,7 @@ def test_m2m_hands_each_refined_point_to_on_refined_before_its_projection() -> N
 
 
 def test_m2m_places_the_data_on_the_device_once_not_every_tick() -> None:
-    """``_run_loop`` moves ``x`` and ``y`` to the model's device once for all ticks."""
+    """``run_loop`` moves ``x`` and ``y`` to the model's device once for all ticks."""
     from tests.devicecheck import DEVICE, DeviceDiscipline
 
     class CopyCount(DeviceDiscipline):

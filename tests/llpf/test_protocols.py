@@ -12,12 +12,10 @@ from wslib.core.train import evaluate
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
     M2MSettings,
-    data_flow_stage_names,
     hybrid,
     m2m,
     movable_names,
     sphere_variance_ratio,
-    tensor_variances,
 )
 from wslib.llpf.path import LLPFPath
 from wslib.llpf.protocols import (
@@ -35,6 +33,8 @@ from wslib.llpf.protocols import (
     threshold_loss,
     variance_along,
 )
+from wslib.llpf.stages import data_flow_stage_names
+from wslib.llpf.ticks import tensor_variances
 from wslib.runs.resumable import Persist
 
 FAST = {"ticks": 4, "lr": 0.05, "r_max": 3, "record_every": 2}

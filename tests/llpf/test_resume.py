@@ -12,18 +12,11 @@ import pytest
 import torch
 from torch import nn
 
-import wslib.llpf.layerwise as layerwise
+import wslib.llpf.ticks as ticks
 from tests.kit import QUIET
 from wslib.core.data import Dataset
 from wslib.core.models import build_model
-from wslib.llpf.layerwise import (
-    ComplianceSGD,
-    LLPFPath,
-    M2MSettings,
-    Refine,
-    m2m,
-    refine_point,
-)
+from wslib.llpf.layerwise import ComplianceSGD, LLPFPath, M2MSettings, m2m
 from wslib.llpf.protocols import (
     PathSetup,
     batch_mode_loss,
@@ -31,6 +24,7 @@ from wslib.llpf.protocols import (
     hybrid_run,
     threshold_loss,
 )
+from wslib.llpf.ticks import Refine, refine_point
 
 ROOT = Path(__file__).resolve().parents[2]
 IN = [1, 8]
@@ -77,7 +71,7 @@ def run_hybrid(folder: Path) -> dict:
 KILLED = """
 import os, signal, sys
 from pathlib import Path
-import wslib.llpf.layerwise as L
+import wslib.llpf.ticks as L
 import wslib.runs.store as S
 from tests.llpf.test_resume import run_hybrid
 
@@ -102,13 +96,13 @@ run_hybrid(folder)
 
 def counting_refinements(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     calls: list[int] = []
-    real = layerwise.refine_point
+    real = ticks.refine_point
 
     def counted(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(layerwise, "refine_point", counted)
+    monkeypatch.setattr(ticks, "refine_point", counted)
     return calls
 
 

@@ -55,9 +55,10 @@ from tests.conftest import load_script
 from tests.kit import MLP, mlp, seeded_model, seeded_models, toy_dataset, toy_tensors
 from wslib.core.data import Dataset
 from wslib.core.train import Recipe
-from wslib.llpf.layerwise import Refine, movable_names, tensor_variances
+from wslib.llpf.layerwise import movable_names
 from wslib.llpf.path import LLPFPath
 from wslib.llpf.protocols import PathSetup
+from wslib.llpf.ticks import Refine, tensor_variances
 from wslib.runs.resumable import Persist
 from wslib.runs.zoo import CONFIG_KEYS, Zoo, normalise_config
 
@@ -270,7 +271,7 @@ def path_keys(fn: Callable[..., Any], args: dict[str, Any]) -> list[str]:
     call = own(args)
     options = call.pop("m2m_options", {})
     with (
-        patch.object(layerwise, "_run_loop", loop),
+        patch.object(layerwise, "run_loop", loop),
         code_edit(layerwise, args["(code)"]),
     ):
         fn(**call, **options)
@@ -297,7 +298,7 @@ DATASET_BY_CONTENT = {  # wslib.core.data.Dataset, keyed by the digest of its te
     "y_test": In(),
     "n_classes": Out("never read by the run: the model's head sets the classes"),
 }
-REFINE = {  # wslib.llpf.layerwise.Refine
+REFINE = {  # wslib.llpf.ticks.Refine
     "lr": In(),
     "batch_size": In(),
     "r_min": In(),

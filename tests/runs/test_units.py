@@ -15,7 +15,8 @@ from tests.conftest import load_script
 from tests.kit import drawn_models, mlp
 from tests.runs.test_zoo import CONFIG
 from wslib.core.seeds import derive_seeds
-from wslib.llpf.layerwise import M2MSettings, Refine, m2m
+from wslib.llpf.layerwise import M2MSettings, m2m
+from wslib.llpf.ticks import Refine
 from wslib.runs.cache import cached_run
 from wslib.runs.resumable import Persist
 from wslib.runs.units import CACHED_ONLY, NotCached, Unit, by_stage, refuse_compute

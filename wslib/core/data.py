@@ -17,6 +17,8 @@ them is deterministic given its ``seed``.
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import pickle
 import random
 import warnings
@@ -26,8 +28,6 @@ from typing import Any, Literal, cast, get_args
 
 import numpy as np
 import torch
-from sklearn.datasets import load_digits
-from sklearn.model_selection import train_test_split
 
 from wslib.core.files import atomic_write, stable_hash
 from wslib.core.workspace import workspace
@@ -206,10 +206,7 @@ def _load_mnist1d(
     -------
     Dataset
     """
-    from mnist1d.data import get_dataset_args
-
-    args = get_dataset_args(as_dict=True)
-    args.pop("url")
+    args = _mnist1d_defaults(root / "mnist1d")
     if num_samples is not None:
         args["num_samples"] = num_samples
     if seed is not None:
@@ -218,6 +215,26 @@ def _load_mnist1d(
     x_train = torch.as_tensor(arrays["x"], dtype=torch.float32).unsqueeze(1)
     x_test = torch.as_tensor(arrays["x_test"], dtype=torch.float32).unsqueeze(1)
     return _make_dataset("mnist1d", x_train, arrays["y"], x_test, arrays["y_test"], 10)
+
+
+def _mnist1d_defaults(folder: Path) -> dict[str, Any]:
+    """The ``mnist1d`` generator's default arguments, its download URL left out.
+
+    Importing the package takes over a second (it imports scipy.interpolate),
+    paid by every chapter kernel and script that reads the cached arrays; so
+    the defaults are read once per installed version of the package and kept
+    in ``folder/defaults-<version>.json`` (numbers, lists and booleans: the
+    same values after a JSON round trip, so the same cache key).
+    """
+    path = folder / f"defaults-{importlib.metadata.version('mnist1d')}.json"
+    if path.exists():
+        return json.loads(path.read_text())
+    from mnist1d.data import get_dataset_args
+
+    args = get_dataset_args(as_dict=True)
+    args.pop("url")
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(args)))
+    return args
 
 
 def _mnist1d_cache_path(folder: Path, args: dict) -> Path:
@@ -270,6 +287,11 @@ def _load_digits(test_fraction: float = 0.2, seed: int = 0) -> Dataset:
     -------
     Dataset
     """
+    # imported here: scikit-learn takes about a second to import, paid by
+    # every chapter kernel and script that reads data, and only digits needs it
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
     digits = load_digits()
     x = digits.images.astype(np.float32)[:, None] / 16.0
     x_tr, x_te, y_tr, y_te = train_test_split(

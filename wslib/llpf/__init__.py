@@ -2,6 +2,8 @@
 
 - :mod:`~wslib.llpf.path`: :class:`~wslib.llpf.path.LLPFPath`, the result of every path finder;
 - :mod:`~wslib.llpf.layerwise`: M2M, M2O and the hybrid (the paper's algorithms);
+- :mod:`~wslib.llpf.ticks`: the tick loop they share (refinement, checkpoints);
+- :mod:`~wslib.llpf.stages`: their layer order (which tensors move from which tick);
 - :mod:`~wslib.llpf.curves`: Bezier / PolyChain curves (Garipov et al.);
 - :mod:`~wslib.llpf.autoneb`: AutoNEB (Draxler et al.);
 - :mod:`~wslib.llpf.evaluation`: honest evaluation of any path;
@@ -22,9 +24,6 @@ from wslib.llpf.evaluation import dense_curve, evaluate_path
 from wslib.llpf.layerwise import (
     M2MSettings,
     M2OSettings,
-    Refine,
-    data_flow_stage_names,
-    data_flow_stages,
     hybrid,
     m2m,
     m2o,
@@ -32,6 +31,8 @@ from wslib.llpf.layerwise import (
     sphere_variance_ratio,
 )
 from wslib.llpf.path import LLPFPath, check_same_architecture
+from wslib.llpf.stages import data_flow_stage_names, data_flow_stages
+from wslib.llpf.ticks import Refine
 from wslib.runs.resumable import Persist  # the persist= option of the path finders
 
 __all__ = [

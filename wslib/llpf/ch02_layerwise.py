@@ -12,7 +12,7 @@ import pandas as pd
 from torch import nn
 
 from wslib.core.interpolation import linear_path
-from wslib.llpf.layerwise import data_flow_stage_names, data_flow_stages
+from wslib.llpf.stages import data_flow_stage_names, data_flow_stages
 
 if TYPE_CHECKING:
     from wslib.core.data import Dataset
@@ -27,7 +27,7 @@ def layerwise_lines(
     """The straight line from ``a`` to ``b`` for the whole model and for each stage alone.
 
     A stage's line moves only that stage's tensors (from
-    :func:`wslib.llpf.layerwise.data_flow_stages`), every other tensor stays at ``a``.
+    :func:`wslib.llpf.stages.data_flow_stages`), every other tensor stays at ``a``.
     Returns the whole model's :func:`~wslib.core.interpolation.linear_path`
     (training set) and one per stage name.
     """

@@ -20,8 +20,8 @@ from torch import nn
 
 from wslib.core.interpolation import evaluate_states, lerp_state
 from wslib.core.neurons import StateDict
-from wslib.llpf.layerwise import data_flow_stages
 from wslib.llpf.path import LLPFPath
+from wslib.llpf.stages import data_flow_stages
 
 
 def layer_distances(

@@ -49,16 +49,15 @@ from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
     M2MSettings,
     M2OSettings,
-    Refine,
-    data_flow_stage_names,
     hybrid,
     m2m,
     m2o,
     movable_names,
     sphere_variance_ratio,
-    tensor_variances,
 )
 from wslib.llpf.path import LLPFPath
+from wslib.llpf.stages import data_flow_stage_names
+from wslib.llpf.ticks import Refine, tensor_variances
 from wslib.runs.resumable import Persist
 
 if TYPE_CHECKING:
@@ -83,6 +82,8 @@ CODE = (
     "wslib.llpf.evaluation",
     "wslib.llpf.layerwise",
     "wslib.llpf.path",
+    "wslib.llpf.stages",
+    "wslib.llpf.ticks",
     "wslib.llpf.protocols",
     "wslib.runs.resumable",
     "wslib.runs.store",
