@@ -37,7 +37,7 @@ def test_comparison_key_follows_the_content_of_data_and_modes() -> None:
     other_data = comparison_key(
         PathSetup(toy_dataset(seed=1), 8, 2, 0.1), MLP, [a, b], methods, 0
     )
-    assert other_data["data"] != key["data"]
+    assert other_data["setup"]["data"] != key["setup"]["data"]
     c = build_model(MLP)
     assert (
         comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, c], methods, 0)

@@ -24,6 +24,7 @@ determines the result of these runs (the key of their run cache).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from torch import nn
 from wslib.core.files import note_entry, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import has_batchnorm
+from wslib.core.settings import plain
 from wslib.core.train import (
     PrecisionName,
     evaluate,
@@ -169,6 +171,20 @@ class PathSetup:
     margin: float
     dense: int = 1
     checkpoint_dir: str | Path | None = None
+
+    def key(self) -> dict[str, Any]:
+        """Every field, as plain data, for the key of a run made with this setup:
+        the data set by the digest of its tensors; ``checkpoint_dir`` left out
+        (where checkpoints are kept changes no result; each checkpoint is
+        guarded by its own key). A field added here enters the key by itself."""
+        ds = self.ds
+        fields = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("ds", "checkpoint_dir")
+        }
+        data = tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test)
+        return {"data": data, **plain(fields)}
 
     def refine(
         self, models: Sequence[nn.Module], settings: Mapping[str, Any]

@@ -78,21 +78,17 @@ def comparison_key(
 ) -> dict[str, Any]:
     """Everything that determines a run of the chapter (one method or a comparison).
 
-    The data and the two modes enter by the digest of their content, the
-    model by its config (its code enters the cache key through
+    The setup enters by :meth:`~wslib.llpf.protocols.PathSetup.key` (the
+    data by the digest of its content), the two modes by theirs, the model by
+    its config (its code enters the cache key through
     :data:`wslib.llpf.protocols.CODE`).
     """
-    ds = setup.ds
     return {
         "protocol": "compare_at_equal_steps" if budget is None else "method_run",
-        "data": tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test),
+        "setup": setup.key(),
         "model": dict(model),
         "modes": [tensor_digest(m.state_dict()) for m in pair],
         "path_seed": seed,
         "methods": {label: dict(v) for label, v in methods.items()},
         "budget": budget,
-        "r_min": setup.r_min,
-        "batch_size": setup.batch_size,
-        "threshold_margin": setup.margin,
-        "dense": setup.dense,
     }
