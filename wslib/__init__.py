@@ -44,7 +44,8 @@ The package is layered; a package imports only those listed before it::
                      on a GPU), grid (cached runs of MLP configurations),
                      protocols (what the chapters share); one module per
                      chapter with its protocol, tables, text and verdicts
-                     (ch06_pathlifting, ch07_mlp, ch08_conv); figures, units
+                     (ch06_pathlifting, ch07_mlp with ch07_results, ch08_conv);
+                     figures, units
                      (chapters 7-8 as independent cached pieces)
     wslib.fusion     HF / KF fusion: levels (levels, grouping on the models'
                      device, retrofitting), hfkf, residual, importance,

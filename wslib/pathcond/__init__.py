@@ -12,7 +12,8 @@
 - one module per chapter, holding its protocol and its results as text,
   tables and metrics: :mod:`~wslib.pathcond.ch06_pathlifting` (the lifting
   demos), :mod:`~wslib.pathcond.ch07_mlp` (the grid of MLP runs, the
-  learning-rate tuning, the costs), :mod:`~wslib.pathcond.ch08_conv` (the
+  learning-rate tuning, the costs; its results in
+  :mod:`~wslib.pathcond.ch07_results`), :mod:`~wslib.pathcond.ch08_conv` (the
   architectures);
 - :mod:`~wslib.pathcond.figures`: the chapters' figures;
 - :mod:`~wslib.pathcond.units`: chapters 7 and 8 as independent units of
