@@ -179,14 +179,7 @@ def autoneb(
     dev = model_device(probe)
     note_device(dev)
     flat = _Flat(probe)
-    key = None
-    if persist.checkpoint is not None:
-        key = checkpoint_key(
-            probe, a, b, x, y, **settings.key(), code=code_version(*CODE)
-        )
-    run = Resumable(
-        persist, "AutoNEB", key, settings.seed, settings.cycles, every=CHECKPOINT_EVERY
-    )
+    run = _resumable(probe, a, b, x, y, settings, persist)
     buffers = {n: v.clone() for n, v in probe.named_buffers()}
     va, vb = flat.flat(a).to(dev), flat.flat(b).to(dev)
     chain = [
@@ -215,28 +208,13 @@ def autoneb(
     autocast = precision_autocast(dev, settings.precision)
     run.begin("AutoNEB")
     for c in range(run.tick, settings.cycles):
-        lr = settings.lrs[c]
         iteration = 0
-        while True:
-            if settings.total_steps is None:
-                todo = len(chain) - 2 if iteration < settings.steps_per_cycle else 0
-            else:
-                todo = min(
-                    len(chain) - 2,
-                    round(settings.total_steps * (c + 1) / settings.cycles) - steps,
-                )
-            if todo <= 0:
-                break
+        while (todo := _todo(settings, c, iteration, len(chain), steps)) > 0:
             idx = batch_indices(len(x), settings.batch_size, run.gen, dev)
-            xb, yb = x[idx], y[idx]
-            grads = []
-            for i in range(1, todo + 1):
-                p = chain[i].detach().requires_grad_(True)
-                with autocast:
-                    loss = _loss(probe, flat, buffers, p, xb, yb)
-                (grad,) = torch.autograd.grad(loss, p)
-                grads.append(grad)
-            chain = neb_step(chain, grads, lr, settings.spring)
+            grads = _gradients(
+                chain[1 : todo + 1], probe, flat, buffers, x[idx], y[idx], autocast
+            )
+            chain = neb_step(chain, grads, settings.lrs[c], settings.spring)
             steps += todo
             iteration += 1
         chain = _insert_pivots(
@@ -253,13 +231,69 @@ def autoneb(
         run.count()
         run.settle(snapshot)
     run.end(snapshot)
+    return LLPFPath.of_run(_states(chain, flat, a, b), steps, run.seconds, "autoneb")
+
+
+def _resumable(
+    probe: nn.Module,
+    a: StateDict,
+    b: StateDict,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    settings: AutoNEBSettings,
+    persist: Persist,
+) -> Resumable:
+    """The run's progress, generator and checkpoint (keyed by the model, the
+    ends, the data, every setting and the code; no key without a checkpoint)."""
+    key = None
+    if persist.checkpoint is not None:
+        key = checkpoint_key(
+            probe, a, b, x, y, **settings.key(), code=code_version(*CODE)
+        )
+    return Resumable(
+        persist, "AutoNEB", key, settings.seed, settings.cycles, every=CHECKPOINT_EVERY
+    )
+
+
+def _todo(settings: AutoNEBSettings, c: int, iteration: int, n: int, steps: int) -> int:
+    """How many inner pivots of a chain of ``n`` take a step at ``iteration`` of
+    cycle ``c`` (0 or less: the cycle's steps are done), ``steps`` taken so far."""
+    if settings.total_steps is None:
+        return n - 2 if iteration < settings.steps_per_cycle else 0
+    return min(n - 2, round(settings.total_steps * (c + 1) / settings.cycles) - steps)
+
+
+def _gradients(
+    pivots: Sequence[torch.Tensor],
+    probe: nn.Module,
+    flat: _Flat,
+    buffers: dict[str, torch.Tensor],
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+    autocast: torch.autocast,
+) -> list[torch.Tensor]:
+    """The loss gradient at each of ``pivots`` on the batch ``xb``, ``yb``."""
+    grads = []
+    for pivot in pivots:
+        p = pivot.detach().requires_grad_(True)
+        with autocast:
+            loss = _loss(probe, flat, buffers, p, xb, yb)
+        (grad,) = torch.autograd.grad(loss, p)
+        grads.append(grad)
+    return grads
+
+
+def _states(
+    chain: Sequence[torch.Tensor], flat: _Flat, a: StateDict, b: StateDict
+) -> list[StateDict]:
+    """The chain's pivots as state dicts (``a``'s buffers; the last one is ``b``)."""
     states = []
     for vec in chain:
         state = {n: v.detach().cpu().clone() for n, v in a.items()}
         state.update({n: v.detach().cpu().clone() for n, v in flat.unflat(vec).items()})
         states.append(state)
     states[-1] = {n: v.detach().cpu().clone() for n, v in b.items()}
-    return LLPFPath.of_run(states, steps, run.seconds, "autoneb")
+    return states
 
 
 @torch.no_grad()

@@ -233,12 +233,7 @@ def fit_curve(
         list(bend.values()), lr=settings.lr, momentum=settings.momentum
     )
     if saved is not None:
-        with torch.no_grad():
-            for n in names:
-                bend[n].copy_(saved["bend"][n])
-            for n in buffers:
-                buffers[n].copy_(saved["buffers"][n])
-        opt.load_state_dict(saved["optimizer"])
+        _restore(saved, bend, buffers, opt)
 
     def snapshot() -> Payload:
         return {
@@ -257,26 +252,68 @@ def fit_curve(
         t = float(torch.rand((), generator=run.gen))
         idx = batch_indices(len(x), settings.batch_size, run.gen, dev)
         point = curve_point(pa, bend, pb, t, kind)
-        with autocast:
-            out = functional_call(probe, {**point, **buffers}, x[idx])
-            loss = nn.functional.cross_entropy(out, y[idx])
-        if settings.weight_decay > 0:
-            loss = loss + 0.5 * settings.weight_decay * sum(
-                (w**2).sum() for w in point.values()
-            )
+        loss = _loss(probe, point, buffers, x[idx], y[idx], settings, autocast)
         zero_grad()
         loss.backward()
         step()
         run.count()
         run.settle(snapshot)
     run.end(snapshot)
+    states = _sampled(a, b, bend, pa, pb, kind, settings.n_eval)
+    return LLPFPath.of_run(states, steps, run.seconds, kind)
+
+
+@torch.no_grad()
+def _restore(
+    saved: Payload, bend: StateDict, buffers: StateDict, opt: torch.optim.Optimizer
+) -> None:
+    """Put a checkpoint's bend, buffers and optimizer state back in place."""
+    for n in bend:
+        bend[n].copy_(saved["bend"][n])
+    for n in buffers:
+        buffers[n].copy_(saved["buffers"][n])
+    opt.load_state_dict(saved["optimizer"])
+
+
+def _loss(
+    probe: nn.Module,
+    point: StateDict,
+    buffers: StateDict,
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+    settings: CurveSettings,
+    autocast: torch.autocast,
+) -> torch.Tensor:
+    """The cross-entropy of ``probe`` at the curve's ``point`` on a batch (under
+    ``autocast``), plus ``weight_decay / 2`` times the point's squared norm
+    (in the point's precision) when the decay is positive."""
+    with autocast:
+        out = functional_call(probe, {**point, **buffers}, xb)
+        loss = nn.functional.cross_entropy(out, yb)
+    if settings.weight_decay > 0:
+        decay = sum((w**2).sum() for w in point.values())
+        loss = loss + 0.5 * settings.weight_decay * decay
+    return loss
+
+
+@torch.no_grad()
+def _sampled(
+    a: StateDict,
+    b: StateDict,
+    bend: StateDict,
+    pa: StateDict,
+    pb: StateDict,
+    kind: CurveKind,
+    n_eval: int,
+) -> list[StateDict]:
+    """The curve at ``n_eval`` evenly spaced ``t`` as state dicts (``a``'s buffers;
+    the endpoints exactly ``a`` and ``b``)."""
     states = []
-    with torch.no_grad():
-        for t in np.linspace(0.0, 1.0, settings.n_eval):
-            point = curve_point(pa, bend, pb, float(t), kind)
-            state = {k: v.detach().cpu().clone() for k, v in a.items()}
-            state.update({n: v.detach().cpu().clone() for n, v in point.items()})
-            states.append(state)
+    for t in np.linspace(0.0, 1.0, n_eval):
+        point = curve_point(pa, bend, pb, float(t), kind)
+        state = {k: v.detach().cpu().clone() for k, v in a.items()}
+        state.update({n: v.detach().cpu().clone() for n, v in point.items()})
+        states.append(state)
     states[0] = {k: v.detach().cpu().clone() for k, v in a.items()}
     states[-1] = {k: v.detach().cpu().clone() for k, v in b.items()}
-    return LLPFPath.of_run(states, steps, run.seconds, kind)
+    return states
