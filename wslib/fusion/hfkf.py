@@ -315,11 +315,7 @@ def fuse(
     fused, levels, level_map, weights = _checked_inputs(
         models, x, y, grouping, retrofit, fused, class_weights
     )
-    if scores is None:
-        scores = [
-            model_importance(m, x, y, importance, progress=progress) for m in models
-        ]
-    check_scores(scores, importance, len(models))
+    scores = _importance(models, x, y, importance, scores, progress)
     if isinstance(models[0], RESIDUAL_ARCHS):
         return fuse_residual(
             models, x, grouping, retrofit, fused, weights, scores, ridge, gradient, seed
@@ -341,6 +337,24 @@ def fuse(
     )
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _importance(
+    models: Sequence[nn.Module],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    importance: ImportanceName,
+    scores: Sequence[dict[str, torch.Tensor]] | None,
+    progress: bool,
+) -> Sequence[dict[str, torch.Tensor]]:
+    """``scores`` (computed with :func:`model_importance` when None), checked to be
+    one per model and of the kind ``importance`` names."""
+    if scores is None:
+        scores = [
+            model_importance(m, x, y, importance, progress=progress) for m in models
+        ]
+    check_scores(scores, importance, len(models))
+    return scores
 
 
 def _checked_inputs(
