@@ -9,6 +9,7 @@ import torch
 
 from tests.kit import QUIET, pair, toy_dataset
 from wslib.core.train import evaluate
+from wslib.llpf.ch03_m2m import peak_anatomy
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
     M2MSettings,
@@ -29,7 +30,6 @@ from wslib.llpf.protocols import (
     m2m_run,
     m2o_run,
     method_run,
-    peak_anatomy,
     threshold_loss,
     variance_along,
 )

@@ -635,9 +635,9 @@ COMPARISON = Keyed(
 PEAK_ANATOMY = Keyed(
     name="run cache: LLPF peak_anatomy",
     source="wslib/llpf/ch03_m2m.py cached_peak_anatomy (comparison_key); "
-    "computation wslib.llpf.protocols.peak_anatomy",
+    "computation wslib.llpf.ch03_m2m.peak_anatomy",
     settings=lambda: expand(
-        union(params(ch03.cached_peak_anatomy), params(protocols.peak_anatomy)),
+        union(params(ch03.cached_peak_anatomy), params(ch03.peak_anatomy)),
         **LLPF_SETTINGS,
     ),
     declared={

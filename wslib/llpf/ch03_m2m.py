@@ -6,24 +6,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 from torch import nn
 
-from wslib.llpf.protocols import (
-    CODE,
-    PathSetup,
-    peak_anatomy,
-)
+from wslib.core.train import evaluate
+from wslib.llpf.layerwise import M2MSettings, m2m
+from wslib.llpf.protocols import CODE, Pair, PathSetup
 from wslib.llpf.setup import comparison_key
 from wslib.runs.cache import cached_run
+from wslib.runs.resumable import Persist
 from wslib.runs.verdicts import LOSS_MARGIN, Decision, decide_summary
-
-if TYPE_CHECKING:
-    pass
-
 
 Result = Mapping[str, Any]
 
@@ -85,6 +80,70 @@ def seed_table(seed_runs: Mapping[str, Sequence[Result]]) -> pd.DataFrame:
     ).T
 
 
+def peak_anatomy(
+    setup: PathSetup, pair: Pair, settings: Mapping[str, Any], seed: int
+) -> dict[str, float]:
+    """Where an M2M path's peak excess comes from, measured on one run (no checkpoint).
+
+    At every tick the full training-set loss of the refined point is measured
+    before and after its projection on the variance spheres (eval mode:
+    meant for models without BatchNorm). At the recorded tick whose point
+    has the highest full loss: ``moving_average`` (what the stop rule saw),
+    ``before_projection``, ``after_projection``; with ``endpoint_loss``,
+    ``threshold`` and the evaluated path's ``peak_loss``. The parts
+    ``margin`` (threshold - endpoint), ``stop_gap`` (moving average -
+    threshold), ``full_set_gap`` (before projection - moving average),
+    ``projection`` (after - before) and ``elsewhere`` (peak - after: other
+    points, segment midpoints) add up to ``peak_excess``.
+    """
+    a, b = pair
+    refine = setup.refine(pair, settings)
+    ds = setup.ds
+    before: dict[int, float] = {}
+    after: dict[int, float] = {}
+
+    def full(store: dict[int, float]):
+        return lambda tick, model: store.__setitem__(
+            tick, evaluate(model, ds.x_train, ds.y_train)[0]
+        )
+
+    path = m2m(
+        a,
+        a.state_dict(),
+        b.state_dict(),
+        ds.x_train,
+        ds.y_train,
+        M2MSettings(
+            ticks=settings["ticks"],
+            refine=refine,
+            seed=seed,
+            record_every=settings["record_every"],
+        ),
+        on_refined=full(before),
+        persist=Persist(progress=False, on_tick=full(after)),
+    )
+    res = setup.evaluate(a, path)
+    recorded = [t for t in path.ticks[1:-1] if t in before]
+    tick = max(recorded or before, key=lambda t: after[t])
+    ends = float(max(res["train_loss"][0], res["train_loss"][-1]))
+    out = {
+        "tick": float(tick),
+        "endpoint_loss": ends,
+        "threshold": float(refine.threshold),
+        "moving_average": float(path.refine_loss[tick - 1]),
+        "before_projection": float(before[tick]),
+        "after_projection": float(after[tick]),
+        "peak_loss": float(res["peak_loss"]),
+        "peak_excess": float(res["peak_excess"]),
+    }
+    out["margin"] = out["threshold"] - ends
+    out["stop_gap"] = out["moving_average"] - out["threshold"]
+    out["full_set_gap"] = out["before_projection"] - out["moving_average"]
+    out["projection"] = out["after_projection"] - out["before_projection"]
+    out["elsewhere"] = out["peak_loss"] - out["after_projection"]
+    return out
+
+
 def cached_peak_anatomy(
     setup: PathSetup,
     model: Mapping[str, Any],
@@ -94,14 +153,15 @@ def cached_peak_anatomy(
     *,
     run_cache: str | Path | None = None,
 ) -> dict[str, float]:
-    """:func:`~wslib.llpf.protocols.peak_anatomy`, stored in ``run_cache`` under its key."""
+    """:func:`peak_anatomy`, stored in ``run_cache`` under its key (this module's
+    source in it too: the anatomy is measured here)."""
     key = comparison_key(setup, model, pair, {"anatomy": settings}, seed, budget=0)
     key["protocol"] = "peak_anatomy"
     return cached_run(
         run_cache,
         key,
         lambda: peak_anatomy(setup, pair, settings, seed),
-        code=CODE,
+        code=(*CODE, __name__),
     )
 
 
@@ -178,7 +238,7 @@ def m2m_metrics(
 ) -> dict[str, Any]:
     """Chapter 3's metrics: per model, over path seeds (``seeds``, :func:`seed_table`), the
     ablation (first seed; over seeds: :func:`ablation_seed_table`), the peak's parts
-    (:func:`~wslib.llpf.protocols.peak_anatomy`)."""
+    (:func:`peak_anatomy`)."""
     metrics: dict[str, Any] = {
         name: {
             "linear_barrier": float(lines[name]["barrier"]),

@@ -6,8 +6,6 @@ losses is under the larger training loss of its endpoints plus a margin
 (:meth:`PathSetup.evaluate`, see :mod:`wslib.llpf.evaluation`). On top:
 
 - :func:`m2m_path`, :func:`m2m_run`: one model-to-model path (chapter 3);
-- :func:`peak_anatomy`: an M2M path's peak excess split into measured parts
-  (chapter 3);
 - :func:`method_run`: one path of any method (LLPF, a Bezier / PolyChain
   curve, simplified AutoNEB) between two modes, baselines with exactly a
   given number of gradient steps;
@@ -307,70 +305,6 @@ def m2m_run(
     res = setup.evaluate(pair[0], path)
     res["stage_names"] = data_flow_stage_names(pair[0])
     return res
-
-
-def peak_anatomy(
-    setup: PathSetup, pair: Pair, settings: Mapping[str, Any], seed: int
-) -> dict[str, float]:
-    """Where an M2M path's peak excess comes from, measured on one run (no checkpoint).
-
-    At every tick the full training-set loss of the refined point is measured
-    before and after its projection on the variance spheres (eval mode:
-    meant for models without BatchNorm). At the recorded tick whose point
-    has the highest full loss: ``moving_average`` (what the stop rule saw),
-    ``before_projection``, ``after_projection``; with ``endpoint_loss``,
-    ``threshold`` and the evaluated path's ``peak_loss``. The parts
-    ``margin`` (threshold - endpoint), ``stop_gap`` (moving average -
-    threshold), ``full_set_gap`` (before projection - moving average),
-    ``projection`` (after - before) and ``elsewhere`` (peak - after: other
-    points, segment midpoints) add up to ``peak_excess``.
-    """
-    a, b = pair
-    refine = setup.refine(pair, settings)
-    ds = setup.ds
-    before: dict[int, float] = {}
-    after: dict[int, float] = {}
-
-    def full(store: dict[int, float]):
-        return lambda tick, model: store.__setitem__(
-            tick, evaluate(model, ds.x_train, ds.y_train)[0]
-        )
-
-    path = m2m(
-        a,
-        a.state_dict(),
-        b.state_dict(),
-        ds.x_train,
-        ds.y_train,
-        M2MSettings(
-            ticks=settings["ticks"],
-            refine=refine,
-            seed=seed,
-            record_every=settings["record_every"],
-        ),
-        on_refined=full(before),
-        persist=Persist(progress=False, on_tick=full(after)),
-    )
-    res = setup.evaluate(a, path)
-    recorded = [t for t in path.ticks[1:-1] if t in before]
-    tick = max(recorded or before, key=lambda t: after[t])
-    ends = float(max(res["train_loss"][0], res["train_loss"][-1]))
-    out = {
-        "tick": float(tick),
-        "endpoint_loss": ends,
-        "threshold": float(refine.threshold),
-        "moving_average": float(path.refine_loss[tick - 1]),
-        "before_projection": float(before[tick]),
-        "after_projection": float(after[tick]),
-        "peak_loss": float(res["peak_loss"]),
-        "peak_excess": float(res["peak_excess"]),
-    }
-    out["margin"] = out["threshold"] - ends
-    out["stop_gap"] = out["moving_average"] - out["threshold"]
-    out["full_set_gap"] = out["before_projection"] - out["moving_average"]
-    out["projection"] = out["after_projection"] - out["before_projection"]
-    out["elsewhere"] = out["peak_loss"] - out["after_projection"]
-    return out
 
 
 # The methods of method_run (settings["method"]; the tuple lists them at run time).
