@@ -56,8 +56,8 @@ The package is layered; a package imports only those listed before it::
 
     wslib.synthesis  across the papers (chapter 12): alignment (both
                      symmetries), conditioning (PathCond's criterion along
-                     a path), ch12_synthesis (the four questions' protocols
-                     and verdicts)
+                     a path), ch12_synthesis (the four questions' protocols),
+                     ch12_results (their verdicts in words, tables, metrics)
 
 The three paper packages never import each other (``tests/test_layers.py``).
 """

@@ -15,6 +15,7 @@ from wslib.core.neurons import permute_state, random_permutations
 from wslib.core.seeds import derive_seeds
 from wslib.core.train import Recipe, evaluate, fit
 from wslib.runs.verdicts import LOSS_MARGIN
+from wslib.synthesis import ch12_results
 from wslib.synthesis import ch12_synthesis as ex
 from wslib.synthesis.alignment import STEPS, pathcond_gauge, with_state
 
@@ -126,26 +127,31 @@ def alignment_fixture() -> dict:
 
 
 def test_alignment_verdicts_compare_with_weight_matching() -> None:
-    verdicts = ex.alignment_verdicts(alignment_fixture())
+    verdicts = ch12_results.alignment_verdicts(alignment_fixture())
     words = {s: v["word"] for s, v in verdicts["mlp"].items()}
     assert words == {
         "PathCond gauge + WM": "lower",
         "ENorm gauge + WM": "none",
         "WM + scale matching": "higher",
     }
-    assert ex.count_words(verdicts) == {"lower": 1, "higher": 1, "same": 0, "none": 1}
-    text = ex.alignment_sentence(verdicts)
+    assert ch12_results.count_words(verdicts) == {
+        "lower": 1,
+        "higher": 1,
+        "same": 0,
+        "none": 1,
+    }
+    text = ch12_results.alignment_sentence(verdicts)
     assert text.startswith("Removing the rescaling symmetry too helps only sometimes")
     assert "1 lowered" in text and "1 raised" in text and "1 are undecided" in text
 
 
 def test_alignment_sentence_heads() -> None:
     row = {"lower": {"word": "lower"}, "none": {"word": "none"}}
-    assert ex.alignment_sentence({"a": row, "b": {"x": {"word": "lower"}}}).startswith(
-        "Removing both symmetries helps"
-    )
+    assert ch12_results.alignment_sentence(
+        {"a": row, "b": {"x": {"word": "lower"}}}
+    ).startswith("Removing both symmetries helps")
     none = {"a": {"x": {"word": "none"}, "y": {"word": "higher"}}}
-    assert ex.alignment_sentence(none).startswith(
+    assert ch12_results.alignment_sentence(none).startswith(
         "Removing the rescaling symmetry too does not help"
     )
 
@@ -221,18 +227,20 @@ def test_summarise_pairs_wires_the_verdicts(runs: list[dict]) -> None:
     assert s["conditioning"]["LLPF"]["amgm"] == runs[0]["conditioning"]["LLPF"]["amgm"]
     assert s["gauge_loss_change_max"] < 1e-4
     assert -1.0 <= s["loss_amgm_correlation"] <= 1.0
-    assert "PathCond gauge left the loss" in ex.conditioning_sentence(s)
-    assert ex.basin_sentence(s["basin"]).startswith("With the linear retrofit")
-    assert list(ex.basin_table(s).index)[-1] == "parents, aligned"
-    assert list(ex.conditioning_table(s).index) == list(ex.PATHS)
+    assert "PathCond gauge left the loss" in ch12_results.conditioning_sentence(s)
+    assert ch12_results.basin_sentence(s["basin"]).startswith(
+        "With the linear retrofit"
+    )
+    assert list(ch12_results.basin_table(s).index)[-1] == "parents, aligned"
+    assert list(ch12_results.conditioning_table(s).index) == list(ex.PATHS)
 
 
 def test_conditioning_sentence_flags_a_changed_loss() -> None:
     verdict = {"LLPF": {"word": "lower"}, "Bezier": {"word": "none"}}
     summary = {"conditioning_verdict": verdict, "gauge_loss_change_max": 1e-3}
-    assert "a bug" in ex.conditioning_sentence(summary)
+    assert "a bug" in ch12_results.conditioning_sentence(summary)
     summary["gauge_loss_change_max"] = 1e-6
-    text = ex.conditioning_sentence(summary)
+    text = ch12_results.conditioning_sentence(summary)
     assert "LLPF path are better conditioned" in text and "unchanged" in text
 
 
@@ -244,7 +252,7 @@ def test_basin_sentence_words() -> None:
             "llpf_peak_excess": {"word": "lower"},
         },
     }
-    text = ex.basin_sentence(basin)
+    text = ch12_results.basin_sentence(basin)
     assert (
         "linear retrofit, the barrier from the fused model to a parent is lower" in text
     )
@@ -283,19 +291,21 @@ def test_gauge_fusion_fuses_the_gauged_models(monkeypatch: pytest.MonkeyPatch) -
             assert not torch.allclose(
                 g.state_dict()["linears.0.weight"], m.linears[0].weight
             )
-    assert "(regime, method) cases" in ex.gauge_sentence(result)
+    assert "(regime, method) cases" in ch12_results.gauge_sentence(result)
 
 
 def test_gauge_sentence_counts() -> None:
     cell = {"verdict": {"word": "none"}}
     gauge = {"full": {"a": cell, "b": {"verdict": {"word": "higher"}}}}
-    text = ex.gauge_sentence(gauge)
+    text = ch12_results.gauge_sentence(gauge)
     assert text.startswith("The gauge changes fusion in some cases")
     assert "of 2 (regime, method) cases" in text and "without in 1" in text
     assert "undecided in 1" in text
-    assert ex.gauge_sentence({"full": {"a": cell}}).startswith("The runs do not decide")
+    assert ch12_results.gauge_sentence({"full": {"a": cell}}).startswith(
+        "The runs do not decide"
+    )
     same = {"full": {"a": {"verdict": {"word": "same"}}}}
-    assert ex.gauge_sentence(same).startswith("The gauge makes no difference")
+    assert ch12_results.gauge_sentence(same).startswith("The gauge makes no difference")
 
 
 def test_shard_models_seeds_and_parts() -> None:
