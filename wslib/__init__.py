@@ -51,7 +51,8 @@ The package is layered; a package imports only those listed before it::
                      device, retrofitting), hfkf, residual, importance,
                      baselines; protocols (what the chapters share),
                      ch09_cost, ch10_regimes, ch11_beyond (each chapter's
-                     protocol and tables), published (this run's numbers for
+                     protocol and tables; chapter 10's summaries and tables
+                     in ch10_results), published (this run's numbers for
                      the paper's Table 1)
 
     wslib.synthesis  across the papers (chapter 12): alignment (both

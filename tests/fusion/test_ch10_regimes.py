@@ -17,7 +17,7 @@ from tests.fusion.toy_studies import (
     toy_study,
 )
 from tests.kit import balanced_dataset, seeded_model
-from wslib.fusion import ch10_regimes, protocols
+from wslib.fusion import ch10_regimes, ch10_results, protocols
 from wslib.fusion.baselines import (
     HF_KF,
     fuse_by,
@@ -49,18 +49,18 @@ def test_head_rules_fuse_with_each_head_target() -> None:
 
 
 def test_summarise_runs_mean_and_std_over_seeds() -> None:
-    summary = ch10_regimes.summarise_runs(toy_runs())
+    summary = ch10_results.summarise_runs(toy_runs())
     row = toy_cell(summary, "full", 2, "kf_linear", "uniform")
     assert row["mean"] == 0.8125
     assert row["std"] == pytest.approx(np.std([0.75, 0.875], ddof=1))
     assert toy_cell(summary, "full", 2, "averaging", "uniform")["std"] == 0.0
-    one_seed = ch10_regimes.summarise_runs(toy_runs().query("seed == 0"))
+    one_seed = ch10_results.summarise_runs(toy_runs().query("seed == 0"))
     assert (one_seed["std"] == 0).all()
 
 
 def test_accuracy_table_cells_order_and_gaps() -> None:
-    summary = ch10_regimes.summarise_runs(toy_runs())
-    table = ch10_regimes.accuracy_table(
+    summary = ch10_results.summarise_runs(toy_runs())
+    table = ch10_results.accuracy_table(
         summary, ["sharded", "full"], [2, 4], METHODS_10, IMPORTANCES
     )
     assert list(table.columns) == [
@@ -78,10 +78,10 @@ def test_accuracy_table_cells_order_and_gaps() -> None:
 
 
 def test_the_page_table_marks_the_best_fused_model_of_each_column() -> None:
-    summary = ch10_regimes.summarise_runs(toy_runs())
+    summary = ch10_results.summarise_runs(toy_runs())
     args = (summary, ["sharded", "full"], [2, 4], METHODS_10, IMPORTANCES)
-    styled = ch10_regimes.styled_accuracy_table(*args)
-    assert styled.data.equals(ch10_regimes.accuracy_table(*args))
+    styled = ch10_results.styled_accuracy_table(*args)
+    assert styled.data.equals(ch10_results.accuracy_table(*args))
     styles = styled._compute().ctx  # (row, column) -> CSS of the cell
     means = summary.set_index(["method", "importance", "regime", "n"])["mean"]
     for j, (regime, n) in enumerate(styled.data.columns):
@@ -92,14 +92,14 @@ def test_the_page_table_marks_the_best_fused_model_of_each_column() -> None:
         ]
         column = means.xs((regime, n), level=("regime", "n"))
         fused = column.drop(
-            list(ch10_regimes.NOT_FUSED), level="method", errors="ignore"
+            list(ch10_results.NOT_FUSED), level="method", errors="ignore"
         )
         assert set(bold) == set(fused[fused == fused.max()].index), (regime, n)
 
 
 def test_nested_accuracies_for_the_results_file() -> None:
-    summary = ch10_regimes.summarise_runs(toy_runs())
-    acc = ch10_regimes.nested_accuracies(summary, ["full", "sharded"], [2, 4, 6])
+    summary = ch10_results.summarise_runs(toy_runs())
+    acc = ch10_results.nested_accuracies(summary, ["full", "sharded"], [2, 4, 6])
     assert acc["full"]["6"] == {}
     cell = acc["sharded"]["2"]["kf_linear"]["uniform"]
     assert cell["mean"] == 0.5625
@@ -109,36 +109,36 @@ def test_nested_accuracies_for_the_results_file() -> None:
 
 
 def test_best_importance_picks_the_best_on_validation() -> None:
-    summary = ch10_regimes.summarise_runs(toy_runs())
-    best = ch10_regimes.best_importance(summary, "hf_linear")
+    summary = ch10_results.summarise_runs(toy_runs())
+    best = ch10_results.best_importance(summary, "hf_linear")
     assert best.n.tolist() == [2, 2]  # HF ran with two models only here
     assert set(best.importance) == {"conductance"}
     assert sorted(best["mean"]) == [0.75, 1.0]
     assert "deeplift" not in set(
-        ch10_regimes.best_importance(summary, "kf_linear").importance
+        ch10_results.best_importance(summary, "kf_linear").importance
     )
-    assert set(ch10_regimes.best_importance(summary, "kf_gradient").importance) == {
+    assert set(ch10_results.best_importance(summary, "kf_gradient").importance) == {
         "deeplift"
     }
-    no_val = ch10_regimes.summarise_runs(toy_runs().drop(columns="val"))
+    no_val = ch10_results.summarise_runs(toy_runs().drop(columns="val"))
     assert no_val["val"].isna().all()
     with pytest.warns(UserWarning, match="lacks validation accuracies"):
-        by_test = ch10_regimes.best_importance(no_val, "kf_gradient")
+        by_test = ch10_results.best_importance(no_val, "kf_gradient")
     assert "deeplift" not in set(by_test.importance)
 
 
 def test_importance_gains_and_pivot() -> None:
-    summary = ch10_regimes.summarise_runs(toy_runs())
+    summary = ch10_results.summarise_runs(toy_runs())
     assert "otfusion" in set(
-        ch10_regimes.importance_pivot(summary).index.get_level_values("method")
+        ch10_results.importance_pivot(summary).index.get_level_values("method")
     )
-    wide = ch10_regimes.importance_pivot(summary, methods=HF_KF)
+    wide = ch10_results.importance_pivot(summary, methods=HF_KF)
     assert set(wide.index.get_level_values("method")) == {
         "hf_linear",
         "kf_linear",
         "kf_gradient",
     }
-    gains = ch10_regimes.importance_gains(summary, IMPORTANCES, methods=HF_KF)
+    gains = ch10_results.importance_gains(summary, IMPORTANCES, methods=HF_KF)
     assert list(gains.columns) == ["conductance", "deeplift"]
     kf = gains.xs("kf_linear", level="method")
     assert (kf["conductance"] == 0.0).all()
@@ -148,14 +148,14 @@ def test_importance_gains_and_pivot() -> None:
 
 
 def test_summary_cell_and_headline_numbers() -> None:
-    summary = ch10_regimes.summarise_runs(toy_runs())
-    assert ch10_regimes.summary_cell(summary, "full", 2, "ensemble") == 87.5
+    summary = ch10_results.summarise_runs(toy_runs())
+    assert ch10_results.summary_cell(summary, "full", 2, "ensemble") == 87.5
     assert math.isnan(
-        ch10_regimes.summary_cell(
+        ch10_results.summary_cell(
             summary, "full", 4, "hf_linear", importance="conductance"
         )
     )
-    head = ch10_regimes.headline_numbers(summary, [2, 4], IMPORTANCES)
+    head = ch10_results.headline_numbers(summary, [2, 4], IMPORTANCES)
     words = {k: head.pop(k) for k in list(head) if isinstance(head[k], str)}
     hf_gap = head.pop("hf_lin_minus_grad")
     assert math.isnan(hf_gap)  # no HF-Gradient runs in this table
@@ -193,7 +193,7 @@ def test_summary_cell_and_headline_numbers() -> None:
         # per-cell gaps of 0 to -12.5 points over 3 cells: the interval reaches zero
         "gradient_vs_linear": "is undecided against",
     }
-    assert ch10_regimes.select_variant(summary, "sharded", 2, ["hf_linear"]) == (
+    assert ch10_results.select_variant(summary, "sharded", 2, ["hf_linear"]) == (
         "hf_linear (conductance)",
         75.0,
     )
@@ -213,16 +213,16 @@ def test_summary_cell_and_headline_numbers() -> None:
         protocols.beats([80.0], [70.0]) == "beats (one seed: undecided, spread unknown)"
     )
     # within GRADIENT_TIE = 0.5 on the 90% interval: a match
-    assert ch10_regimes.gradient_word([-0.1, 0.1, 0.05, -0.05]) == "matches"
-    assert ch10_regimes.gradient_word([-3.0, -3.1, -2.9]) == "is behind"
-    assert ch10_regimes.gradient_word([3.0, 3.1, 2.9]) == "is ahead of"
-    assert ch10_regimes.gradient_word([0.6]).startswith("is ahead of (one seed")
+    assert ch10_results.gradient_word([-0.1, 0.1, 0.05, -0.05]) == "matches"
+    assert ch10_results.gradient_word([-3.0, -3.1, -2.9]) == "is behind"
+    assert ch10_results.gradient_word([3.0, 3.1, 2.9]) == "is ahead of"
+    assert ch10_results.gradient_word([0.6]).startswith("is ahead of (one seed")
     with pytest.raises(ValueError, match="no runs of"):
-        ch10_regimes.select_variant(summary, "sharded", 4, ["hf_linear"])
+        ch10_results.select_variant(summary, "sharded", 4, ["hf_linear"])
 
 
 def test_mean_seconds_and_method_groups() -> None:
-    assert ch10_regimes.mean_seconds({"a": [1.0, 3.0], "b": []}) == {"a": 2.0}
+    assert ch10_results.mean_seconds({"a": [1.0, 3.0], "b": []}) == {"a": 2.0}
     groups = ch10_regimes.method_groups(
         ["averaging", "ensemble", "hf_linear", "kf_gradient"]
     )

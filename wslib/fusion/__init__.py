@@ -7,7 +7,8 @@
 - :mod:`~wslib.fusion.baselines`: averaging, ensembles, distillation, OTFusion, Git Re-Basin;
 - :mod:`~wslib.fusion.protocols`: what the fusion chapters share (base models, fusion sets);
 - :mod:`~wslib.fusion.ch09_cost`, :mod:`~wslib.fusion.ch10_regimes`,
-  :mod:`~wslib.fusion.ch11_beyond`: the protocol of each fusion chapter and its tables.
+  :mod:`~wslib.fusion.ch11_beyond`: the protocol of each fusion chapter and its tables
+  (chapter 10's summaries and tables in :mod:`~wslib.fusion.ch10_results`).
 """
 
 from wslib.fusion.baselines import USES_IMPORTANCE, Ensemble, distill, fuse_by

@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from wslib.fusion.ch10_regimes import best_importance
+from wslib.fusion.ch10_results import best_importance
 from wslib.runs.published import FUSION, beside_paper, run_setting
 
 
