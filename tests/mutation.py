@@ -49,7 +49,7 @@ MODULES = [
     *(f"runs/{m}" for m in RUNS),
     *(f"llpf/{m}" for m in ("layerwise", "ticks", "stages", "autoneb", "curves")),
     "llpf/evaluation",
-    *(f"pathcond/{m}" for m in ("rescaling", "lifting", "enorm", "training")),
+    *(f"pathcond/{m}" for m in ("rescaling", "solver", "lifting", "enorm", "training")),
     *(f"fusion/{m}" for m in ("levels", "hfkf", "baselines", "residual")),
     "synthesis/alignment",
 ]

@@ -39,7 +39,7 @@ The package is layered; a package imports only those listed before it::
                      ch04_baselines, ch05_spheres (each chapter's tables and
                      metrics), figures, units (chapters 3-5 as independent
                      cached pieces)
-    wslib.pathcond   PathCond: rescaling (diag G, the solver), lifting (explicit
+    wslib.pathcond   PathCond: rescaling (diag G), solver, lifting (explicit
                      path-lifting), enorm, training (cached runs, stacked
                      on a GPU), grid (cached runs of MLP configurations),
                      protocols (what the chapters share); one module per

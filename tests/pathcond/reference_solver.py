@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from wslib.core.neurons import NeuronGroup, NeuronStructure
-from wslib.pathcond.rescaling import METHODS, PathCondResult, RescalingMethod
+from wslib.pathcond.solver import METHODS, PathCondResult, RescalingMethod
 
 
 @dataclass

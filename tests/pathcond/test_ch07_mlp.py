@@ -55,7 +55,8 @@ from wslib.pathcond.ch07_results import (
     tuned_verdict_text,
 )
 from wslib.pathcond.grid import RunGrid
-from wslib.pathcond.rescaling import PAPER_SWEEPS, am_over_gm
+from wslib.pathcond.rescaling import am_over_gm
+from wslib.pathcond.solver import PAPER_SWEEPS
 from wslib.runs.stats import RateSearch, summarise_epochs
 
 # --- the protocol -----------------------------------------------------------------

@@ -18,13 +18,8 @@ from tests.devicecheck import DEVICE, DeviceDiscipline
 from tests.kit import seeded_model
 from tests.pathcond.reference_solver import reference_rescaling
 from tests.pathcond.test_pathcond import ALL_ARCHS
-from wslib.pathcond.rescaling import (
-    METHODS,
-    PAPER_SWEEPS,
-    diag_g,
-    optimize_rescaling,
-    rescalable_structure,
-)
+from wslib.pathcond.rescaling import diag_g, rescalable_structure
+from wslib.pathcond.solver import METHODS, PAPER_SWEEPS, optimize_rescaling
 
 SETTINGS = [(PAPER_SWEEPS, 0.0), (1000, 1e-12)]
 

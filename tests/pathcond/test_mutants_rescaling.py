@@ -33,12 +33,10 @@ from wslib.pathcond.rescaling import (
     check_architecture,
     check_range,
     diag_g,
-    incidence_matrix,
-    objective,
-    optimize_rescaling,
     pathcond_rescale,
     rescalable_structure,
 )
+from wslib.pathcond.solver import incidence_matrix, objective, optimize_rescaling
 
 SUPPORTED = (
     "PathCond supports Linear/Conv layers, BatchNorm, ReLU (GELU/SiLU approximately), "

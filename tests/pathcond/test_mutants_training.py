@@ -31,7 +31,7 @@ from wslib.core.files import tensor_digest
 from wslib.core.train import Recipe, fit, model_device, predict
 from wslib.pathcond import training
 from wslib.pathcond.enorm import enorm_callback
-from wslib.pathcond.rescaling import PAPER_SWEEPS, PathCondResult
+from wslib.pathcond.solver import PAPER_SWEEPS, PathCondResult
 from wslib.pathcond.training import (
     CODE,
     TrainSettings,

@@ -42,12 +42,10 @@ from wslib.pathcond.protocols import rescale_cost
 from wslib.pathcond.rescaling import (
     am_over_gm,
     diag_g,
-    incidence_matrix,
-    objective,
-    optimize_rescaling,
     pathcond_rescale,
     rescalable_structure,
 )
+from wslib.pathcond.solver import incidence_matrix, objective, optimize_rescaling
 from wslib.pathcond.training import TrainSettings, prepare_model, train_run
 
 ALL_ARCHS = {

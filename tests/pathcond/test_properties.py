@@ -29,12 +29,8 @@ from wslib.core.models import build_model
 from wslib.core.neurons import neuron_structure
 from wslib.pathcond.enorm import enorm_step, enorm_step_authors
 from wslib.pathcond.lifting import explicit_path_lifting, mlp_path_labels, path_lifting
-from wslib.pathcond.rescaling import (
-    diag_g,
-    optimize_rescaling,
-    pathcond_rescale,
-    rescalable_structure,
-)
+from wslib.pathcond.rescaling import diag_g, pathcond_rescale, rescalable_structure
+from wslib.pathcond.solver import optimize_rescaling
 
 PROPERTY = settings(max_examples=40, deadline=None, database=None)
 """A few seconds per property; no example database (it would write ``.hypothesis/``)."""

@@ -16,14 +16,16 @@ from tests.pathcond.tiny import perturbed
 from wslib.core.models import build_model
 from wslib.pathcond.enorm import enorm_step_authors
 from wslib.pathcond.rescaling import (
-    PAPER_SWEEPS,
     check_range,
     diag_g,
+    pathcond_rescale,
+    rescalable_structure,
+)
+from wslib.pathcond.solver import (
+    PAPER_SWEEPS,
     incidence_matrix,
     objective,
     optimize_rescaling,
-    pathcond_rescale,
-    rescalable_structure,
 )
 from wslib.pathcond.training import prepare_model
 

@@ -1,7 +1,8 @@
 """Path-conditioned rescaling (PathCond) of ReLU networks at initialisation.
 
-- :mod:`~wslib.pathcond.rescaling`: diag G in one backward pass, the objective
-  and its block coordinate descent, :func:`~wslib.pathcond.rescaling.pathcond_rescale`;
+- :mod:`~wslib.pathcond.rescaling`: diag G in one backward pass,
+  :func:`~wslib.pathcond.rescaling.pathcond_rescale`;
+- :mod:`~wslib.pathcond.solver`: the objective and its block coordinate descent;
 - :mod:`~wslib.pathcond.lifting`: the explicit path-lifting of tiny networks
   (the brute-force reference);
 - :mod:`~wslib.pathcond.enorm`: ENorm, the baseline rescaling;
@@ -25,9 +26,9 @@ from wslib.pathcond.rescaling import (
     am_over_gm,
     check_architecture,
     diag_g,
-    optimize_rescaling,
     pathcond_rescale,
 )
+from wslib.pathcond.solver import optimize_rescaling
 from wslib.pathcond.training import (
     INIT_METHODS,
     TrainSettings,

@@ -28,14 +28,8 @@ from wslib.core.models import ActivationName, build_model
 from wslib.core.seeds import derive_seed, derive_seeds
 from wslib.pathcond.grid import Job, Pair, RunGrid, has_output_bias, mlp_config
 from wslib.pathcond.protocols import RUNS_DIR, Run, rescale_cost
-from wslib.pathcond.rescaling import (
-    PAPER_SWEEPS,
-    RescalingMethod,
-    am_over_gm,
-    diag_g,
-    optimize_rescaling,
-    rescalable_structure,
-)
+from wslib.pathcond.rescaling import am_over_gm, diag_g, rescalable_structure
+from wslib.pathcond.solver import PAPER_SWEEPS, RescalingMethod, optimize_rescaling
 from wslib.pathcond.training import InitMethod, prepare_model
 from wslib.runs.stats import (
     RateSearch,
@@ -247,8 +241,8 @@ def solver_comparison(
 
     On ``cfg``'s MLP (default initialisation times its ``init_scale``, ``seed``),
     one ``g``: the block solver run to convergence, the block solver stopped
-    after :data:`~wslib.pathcond.rescaling.PAPER_SWEEPS` sweeps (the paper's setting) and
-    :data:`~wslib.pathcond.rescaling.PAPER_SWEEPS` sweeps of per-neuron coordinate descent (the
+    after :data:`~wslib.pathcond.solver.PAPER_SWEEPS` sweeps (the paper's setting) and
+    :data:`~wslib.pathcond.solver.PAPER_SWEEPS` sweeps of per-neuron coordinate descent (the
     authors' scheme, this library's implementation). Each is timed
     ``repeats`` times on one thread (medians). Also the median relative
     difference between the 10-sweep and the converged neuron scales.

@@ -16,9 +16,7 @@ from wslib.core.models import ActivationName, build_model
 from wslib.pathcond.ch07_mlp import PAIR_METHODS
 from wslib.pathcond.grid import Pair, RunGrid, has_output_bias, mlp_config
 from wslib.pathcond.protocols import Run
-from wslib.pathcond.rescaling import (
-    PAPER_SWEEPS,
-)
+from wslib.pathcond.solver import PAPER_SWEEPS
 from wslib.pathcond.training import InitMethod
 from wslib.runs.stats import (
     RateSearch,

@@ -31,7 +31,8 @@ from wslib.core.train import (
     seed_everything,
 )
 from wslib.pathcond.enorm import enorm_callback
-from wslib.pathcond.rescaling import PAPER_SWEEPS, PathCondResult, pathcond_rescale
+from wslib.pathcond.rescaling import pathcond_rescale
+from wslib.pathcond.solver import PAPER_SWEEPS, PathCondResult
 from wslib.runs.cache import cached_run, stored_run
 from wslib.runs.units import refuse_compute
 from wslib.runs.workers import run_jobs
@@ -49,6 +50,7 @@ CODE = (
     "wslib.core.train",
     "wslib.pathcond.enorm",
     "wslib.pathcond.rescaling",
+    "wslib.pathcond.solver",
     "wslib.pathcond.training",
 )
 # How a model is initialised before training (:data:`INIT_METHODS` lists them at run time).
@@ -62,7 +64,7 @@ TASKS: tuple[TaskName, ...] = get_args(TaskName)
 class Prepared(NamedTuple):
     """A model initialised by a method, with the seconds and outcome of its rescaling.
 
-    ``solver`` is PathCond's :class:`~wslib.pathcond.rescaling.PathCondResult`
+    ``solver`` is PathCond's :class:`~wslib.pathcond.solver.PathCondResult`
     (``None`` for the methods that do not rescale at initialisation).
     """
 
@@ -107,7 +109,7 @@ def prepare_model(
     weights (fan-in, ReLU gain) and zero biases; ``pathcond``: default
     initialisation rescaled by PathCond (solver run to convergence);
     ``pathcond_10``: the same with the paper's solver setting (stopped after
-    :data:`~wslib.pathcond.rescaling.PAPER_SWEEPS` sweeps); ``enorm``: default initialisation
+    :data:`~wslib.pathcond.solver.PAPER_SWEEPS` sweeps); ``enorm``: default initialisation
     (ENorm acts during training). Every parameter is first multiplied by
     ``init_scale`` (low-variance initialisation), before any rescaling.
     """
