@@ -48,7 +48,8 @@ The package is layered; a package imports only those listed before it::
                      figures, units
                      (chapters 7-8 as independent cached pieces)
     wslib.fusion     HF / KF fusion: levels (levels, grouping on the models'
-                     device, retrofitting), hfkf, residual, importance,
+                     device, retrofitting), hfkf, residual, taps (what a
+                     residual fusion reads and fits, in which order), importance,
                      baselines; protocols (what the chapters share),
                      ch09_cost, ch10_regimes, ch11_beyond (each chapter's
                      protocol and tables; chapter 10's summaries and tables

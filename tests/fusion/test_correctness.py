@@ -50,14 +50,8 @@ from wslib.fusion.levels import (
     solve_dtype,
     weighted_centroids,
 )
-from wslib.fusion.residual import (
-    block_output,
-    fit_block,
-    resnet_taps,
-    restat_batchnorm,
-    tap_matrix,
-    transformer_taps,
-)
+from wslib.fusion.residual import fit_block, restat_batchnorm
+from wslib.fusion.taps import block_output, resnet_taps, tap_matrix, transformer_taps
 
 MLP = mlp([12, 8], **SIGNAL)
 CNN = cnn1d([4, 6], **SIGNAL)

@@ -43,7 +43,7 @@ from wslib.fusion.levels import (
     neuron_matrix,
     weighted_centroids,
 )
-from wslib.fusion.residual import resnet_taps, transformer_taps
+from wslib.fusion.taps import resnet_taps, transformer_taps
 
 QUICK = GradientConfig(max_epochs=10, patience=3)
 MLP = mlp([24, 16], **SIGNAL)

@@ -38,18 +38,20 @@ from wslib.fusion import levels, residual
 from wslib.fusion.importance import neuron_importance
 from wslib.fusion.levels import FusionResult, GradientConfig, held_out_split
 from wslib.fusion.residual import (
-    Fit,
-    Step,
-    _arch,
     _as_output,
     _group_targets,
     _Piece,
     _rows,
     _solve_gradient,
     _write,
-    block_output,
     fit_block,
     fuse_residual,
+)
+from wslib.fusion.taps import (
+    Fit,
+    Step,
+    arch_plan,
+    block_output,
     importance_modules,
     residual_importance,
     resnet_plan,
@@ -230,7 +232,7 @@ def test_every_fit_and_group_of_the_plans_exists_in_the_model() -> None:
     for config in (RESNET, TRANSFORMER):
         model = seeded_model(config, 0)
         groups = {g.name for g in model.neuron_structure().groups}
-        _, plan, _ = _arch(model)
+        _, plan, _ = arch_plan(model)
         assert {s.group for s in plan} - {None} == groups
         for fit in (f for s in plan for f in s.fits if f.module != "pos"):
             model.get_submodule(fit.module)
@@ -257,7 +259,7 @@ def test_importance_modules_of_a_transformer() -> None:
     }
 
 
-@pytest.mark.parametrize("function", [_arch, importance_modules])
+@pytest.mark.parametrize("function", [arch_plan, importance_modules])
 def test_a_chain_model_is_refused(function: Any) -> None:
     with pytest.raises(TypeError) as info:
         function(seeded_model(mlp([3]), 0))
@@ -266,8 +268,8 @@ def test_a_chain_model_is_refused(function: Any) -> None:
 
 def test_arch_gives_the_taps_the_plan_and_the_token_layout() -> None:
     resnet, transformer = seeded_model(RESNET, 0), seeded_model(TRANSFORMER, 0)
-    assert _arch(resnet) == (resnet_taps, resnet_plan(resnet), False)
-    assert _arch(transformer) == (
+    assert arch_plan(resnet) == (resnet_taps, resnet_plan(resnet), False)
+    assert arch_plan(transformer) == (
         transformer_taps,
         transformer_plan(transformer),
         True,
@@ -621,7 +623,7 @@ def test_a_model_fused_with_its_copy_is_itself(config: dict, how: tuple) -> None
     assert result.model.training is False
     assert gap(outputs(result.model, x), outputs(model, x)) < 1e-4
     assert gap(outputs(result.model, fresh), outputs(model, fresh)) < 1e-3
-    taps_of, plan, _ = _arch(model)
+    taps_of, plan, _ = arch_plan(model)
     own, base = taps_of(result.model, x), taps_of(model, x)
     assert all(gap(own[s.tap], base[s.tap]) < 1e-3 for s in plan)
 
@@ -906,7 +908,7 @@ def test_with_a_float32_solve_nothing_on_the_device_is_float64(
             models, to_device(base_model(config, seed=5)), "gradient", HELD_OUT, x=x
         )
     assert gap(outputs(result.model, x), outputs(model, x)) < 1e-3
-    assert len(result.costs) == len({s.group for s in _arch(model)[1]} - {None})
+    assert len(result.costs) == len({s.group for s in arch_plan(model)[1]} - {None})
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -3,6 +3,7 @@
 - :mod:`~wslib.fusion.levels`: levels of a chain net, grouping, targets, retrofitting;
 - :mod:`~wslib.fusion.hfkf`: :func:`~wslib.fusion.hfkf.fuse`, HF / KF for every architecture;
 - :mod:`~wslib.fusion.residual`: ResNets and transformers, one residual stream at a time;
+- :mod:`~wslib.fusion.taps`: what a residual fusion reads (taps) and fits, in which order (the plan);
 - :mod:`~wslib.fusion.importance`: Conductance / DeepLIFT neuron importance;
 - :mod:`~wslib.fusion.baselines`: averaging, ensembles, distillation, OTFusion, Git Re-Basin;
 - :mod:`~wslib.fusion.protocols`: what the fusion chapters share (base models, fusion sets);

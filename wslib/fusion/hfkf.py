@@ -89,7 +89,8 @@ from wslib.fusion.levels import (
     solve_dtype,
     weighted_centroids,
 )
-from wslib.fusion.residual import fuse_residual, residual_importance
+from wslib.fusion.residual import fuse_residual
+from wslib.fusion.taps import residual_importance
 
 # --- the prior: the parents' weights, aligned --------------------------------------------------
 
