@@ -325,56 +325,20 @@ def fit(
     # the shuffling generator sits on the device (on a CPU: the CPU's stream)
     gen = torch.Generator(device=dev if dev.type == "cuda" else "cpu").manual_seed(seed)
     opt = make_optimizer(model, recipe)
-    sched = (
-        torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=recipe.epochs)
-        if recipe.schedule == "cosine"
-        else None
-    )
-    zero_grad, step = optimizer_step(opt, dev)
+    sched = _schedule(opt, recipe)
+    epoch_run = _Epoch(model, x, y, recipe, gen, autocast, optimizer_step(opt, dev))
     # read once (one sync); checked against the first batch's outputs
     labels = (int(y.min()), int(y.max())) if loss_fn is None and len(y) else None
     history: dict[str, list[float]] = {"loss": [], "acc": []}
     bar = tqdm(range(recipe.epochs), desc="train", disable=not progress, leave=False)
     for epoch in bar:
-        diverged = (  # weights turn NaN only after a NaN loss: no check before
-            on_step is None
-            and on_epoch is None
-            and bool(history["loss"])
-            and math.isnan(history["loss"][-1])
-            and all_nan(model)
-        )
+        # weights turn NaN only after a NaN loss: no check before
+        diverged = on_step is None and on_epoch is None and _diverged(history, model)
         model.train()
-        total_loss = torch.zeros((), dtype=torch.float64, device=dev)
-        correct = torch.zeros((), dtype=torch.long, device=dev)
-        for idx in batches(len(x), recipe.batch_size, generator=gen):
-            idx = idx.to(dev)  # already there on CUDA
-            xb, yb = x[idx], y[idx]
-            if recipe.augment:
-                xb = augment_images(xb, gen)
-            with autocast:
-                out = model(xb)
-                if labels is not None:
-                    check_labels(out.shape[-1], labels)
-                    labels = None
-                loss = (
-                    nn.functional.cross_entropy(out, yb)
-                    if loss_fn is None
-                    else loss_fn(out, yb)
-                )
-            zero_grad()
-            loss.backward()
-            step()
-            if on_step is not None:
-                on_step(model)
-            total_loss += loss.detach().double() * len(idx)
-            if loss_fn is None:
-                correct += (out.argmax(1) == yb).sum()
+        total_loss, correct = epoch_run.run(labels, loss_fn, on_step)
+        labels = None  # checked on the first batch
         if sched is not None:
-            with warnings.catch_warnings():
-                # the CPU step is ours (optimizer_step), so the scheduler, which
-                # watches the optimizer's own step, thinks none was taken
-                warnings.filterwarnings("ignore", "Detected call of `lr_scheduler")
-                sched.step()
+            _schedule_step(sched)
         history["loss"].append(total_loss.item() / len(x))
         history["acc"].append(
             correct.item() / len(x) if loss_fn is None else float("nan")
@@ -395,6 +359,87 @@ def fit(
             break
     model.eval()
     return history
+
+
+@dataclass
+class _Epoch:
+    """One epoch of :func:`fit`: what its batches need."""
+
+    model: nn.Module
+    x: torch.Tensor
+    y: torch.Tensor
+    recipe: Recipe
+    gen: torch.Generator
+    autocast: torch.autocast
+    steps: tuple[Callable[[], None], Callable[[], None]]  # zero_grad, step
+
+    def run(
+        self,
+        labels: tuple[int, int] | None,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
+        on_step: Callable[[nn.Module], None] | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Train on every batch once; the summed loss (float64) and the number of
+        correct predictions, on the device. ``labels`` (the range of ``y``) is
+        checked against the first batch's outputs when given."""
+        model, x, y, recipe, gen = self.model, self.x, self.y, self.recipe, self.gen
+        zero_grad, step = self.steps
+        dev = x.device
+        total_loss = torch.zeros((), dtype=torch.float64, device=dev)
+        correct = torch.zeros((), dtype=torch.long, device=dev)
+        for idx in batches(len(x), recipe.batch_size, generator=gen):
+            idx = idx.to(dev)  # already there on CUDA
+            xb, yb = x[idx], y[idx]
+            if recipe.augment:
+                xb = augment_images(xb, gen)
+            with self.autocast:
+                out = model(xb)
+                if labels is not None:
+                    check_labels(out.shape[-1], labels)
+                    labels = None
+                loss = _loss(out, yb, loss_fn)
+            zero_grad()
+            loss.backward()
+            step()
+            if on_step is not None:
+                on_step(model)
+            total_loss += loss.detach().double() * len(idx)
+            if loss_fn is None:
+                correct += (out.argmax(1) == yb).sum()
+        return total_loss, correct
+
+
+def _diverged(history: dict[str, list[float]], model: nn.Module) -> bool:
+    """Whether the last epoch's loss was NaN and every weight is NaN now (the
+    later epochs would repeat it)."""
+    return bool(history["loss"]) and math.isnan(history["loss"][-1]) and all_nan(model)
+
+
+def _loss(
+    out: torch.Tensor,
+    yb: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None,
+) -> torch.Tensor:
+    """Cross-entropy, or ``loss_fn(out, yb)`` when given."""
+    return nn.functional.cross_entropy(out, yb) if loss_fn is None else loss_fn(out, yb)
+
+
+def _schedule(
+    opt: torch.optim.Optimizer, recipe: Recipe
+) -> torch.optim.lr_scheduler.LRScheduler | None:
+    """The recipe's learning-rate schedule: cosine over its epochs, or None (constant)."""
+    if recipe.schedule == "cosine":
+        return torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=recipe.epochs)
+    return None
+
+
+def _schedule_step(sched: torch.optim.lr_scheduler.LRScheduler) -> None:
+    """Step the learning-rate schedule once (an epoch ended)."""
+    with warnings.catch_warnings():
+        # the CPU step is ours (optimizer_step), so the scheduler, which
+        # watches the optimizer's own step, thinks none was taken
+        warnings.filterwarnings("ignore", "Detected call of `lr_scheduler")
+        sched.step()
 
 
 def all_nan(model: nn.Module) -> bool:
