@@ -140,24 +140,42 @@ def fit_stacked(
                     params[k] = _sgd(k, p.detach(), g, recipe, rates, momenta)
             total_loss += loss.detach().double() * idx.shape[1]
             correct += (out.detach().argmax(-1) == yb).sum(1)
-        losses_epoch = (total_loss / len(x)).tolist()
-        accs = (correct.double() / len(x)).tolist()
-        for i, h in enumerate(histories):
-            if bool(active[i]):
-                h["loss"].append(losses_epoch[i])
-                h["acc"].append(accs[i])
+        accs = _record(histories, active, total_loss, correct, len(x))
         if stop_at is not None:
             active &= torch.tensor([a < stop_at for a in accs], device=dev)
             if not bool(active.any()):
                 break
         if give_up_after is not None and epoch + 1 >= give_up_after:
             break
-    with torch.no_grad():
-        for i, m in enumerate(models):
-            for k, p in m.named_parameters():
-                p.copy_(params[k][i])
-            m.eval()
+    _write_back(models, params)
     return histories
+
+
+def _record(
+    histories: list[dict[str, list[float]]],
+    active: torch.Tensor,
+    total_loss: torch.Tensor,
+    correct: torch.Tensor,
+    n_examples: int,
+) -> list[float]:
+    """Append the epoch's mean loss and accuracy to the history of each run still
+    training; every run's accuracy this epoch."""
+    losses = (total_loss / n_examples).tolist()
+    accs = (correct.double() / n_examples).tolist()
+    for i, h in enumerate(histories):
+        if bool(active[i]):
+            h["loss"].append(losses[i])
+            h["acc"].append(accs[i])
+    return accs
+
+
+@torch.no_grad()
+def _write_back(models: Sequence[nn.Module], params: dict[str, torch.Tensor]) -> None:
+    """Copy each run's slice of the stacked parameters into its model (eval mode)."""
+    for i, m in enumerate(models):
+        for k, p in m.named_parameters():
+            p.copy_(params[k][i])
+        m.eval()
 
 
 def _sgd(
