@@ -133,6 +133,24 @@ class StandIn(TorchFunctionMode):
         return out
 
 
+class IndexCopies(TorchFunctionMode):
+    """Record pinnings and whether each copy of an integer tensor blocks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pinned = 0
+        self.blocking: list[bool] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None) -> Any:  # noqa: ANN001
+        kwargs = kwargs or {}
+        if func is torch.Tensor.pin_memory:
+            self.pinned += 1
+            return args[0]
+        if func is torch.Tensor.to and not args[0].is_floating_point():
+            self.blocking.append(not kwargs.get("non_blocking", False))
+        return func(*args, **kwargs)
+
+
 @pytest.fixture
 def stand_in(monkeypatch: pytest.MonkeyPatch) -> list[torch.device]:
     """``torch.Generator`` made by :class:`StandInGenerator` (the devices asked for
@@ -455,3 +473,17 @@ def test_batch_indices_are_the_host_generators_draws_placed_on_the_device() -> N
         got = batch_indices(10, 6, HOST_GENERATOR().manual_seed(3), DEVICE)
         assert got.device == DEVICE
     assert torch.equal(got, want)
+
+
+@pytest.mark.usefixtures("stand_in")
+def test_on_cuda_batch_indices_go_through_pinned_memory_without_blocking() -> None:
+    """On CUDA the host's draw is pinned and copied to the device without
+    blocking (the host does not wait for the GPU at each step); the same draw."""
+    want = torch.randint(10, (6,), generator=HOST_GENERATOR().manual_seed(3))
+    copies = IndexCopies()
+    cuda = torch.device("cuda")
+    with StrictDevice(), StandIn("cuda"), copies:
+        got = batch_indices(10, 6, HOST_GENERATOR().manual_seed(3), cuda)
+        assert got.device == cuda
+    assert (copies.pinned, copies.blocking) == (1, [False])
+    assert torch.equal(got.cpu(), want)

@@ -7,6 +7,12 @@ import copy
 import pytest
 import torch
 
+from tests.core.test_mutants_train import (
+    StandIn,
+    StandInGenerator,
+    StrictDevice,
+    stand_in,  # noqa: F401  (a fixture)
+)
 from tests.devicecheck import DEVICE, DeviceDiscipline
 from tests.kit import mlp, resnet1d, seeded_models
 from wslib.core.stacked import fit_stacked, stack_signature
@@ -93,6 +99,26 @@ def test_on_a_stand_in_gpu_without_mixing():
     with DeviceDiscipline():
         got = fit_stacked(dev, x, y, recipes, [0, 1], device=DEVICE, progress=False)
     assert got == expected
+
+
+@pytest.mark.usefixtures("stand_in")
+@pytest.mark.parametrize(("kind", "generators"), [("cuda", "cuda"), ("mps", "cpu")])
+def test_on_a_stand_in_device_generators_and_batches_are_placed_right(
+    kind: str, generators: str
+) -> None:
+    """Each run's shuffling generator sits on CUDA (elsewhere on the host), and
+    the stacked batch indices are sent to the device (a host index would be
+    copied at every use): on another device than CUDA they are drawn on the
+    host, so the copy is needed."""
+    recipes = [Recipe(epochs=2, batch_size=16, lr=lr) for lr in (0.1, 0.05)]
+    x, y = _data()
+    host, dev = _models([0, 1]), _models([0, 1])
+    expected = fit_stacked(host, x, y, recipes, [0, 1], device="cpu", progress=False)
+    StandInGenerator.requested.clear()
+    with StrictDevice(), StandIn(kind):
+        got = fit_stacked(dev, x, y, recipes, [0, 1], device=kind, progress=False)
+    assert got == expected
+    assert StandInGenerator.requested == [torch.device(generators)] * 2
 
 
 def test_the_signature_leaves_out_the_rate_only():

@@ -11,14 +11,13 @@ device of :mod:`tests.core.test_mutants_train`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 import torch
-from torch.overrides import TorchFunctionMode
 
 from tests.core.test_mutants_train import (
     CNN,
+    IndexCopies,
     StandIn,
     StrictDevice,
     images,
@@ -116,24 +115,6 @@ def test_on_the_cpu_every_path_method_feeds_the_standard_layout() -> None:
         layouts = input_layouts(model)
         path_methods(model, x.to(memory_format=torch.channels_last), y)[method]()
         assert layouts and not any(layouts), method
-
-
-class IndexCopies(TorchFunctionMode):
-    """Record pinnings and whether each copy of an integer tensor blocks."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pinned = 0
-        self.blocking: list[bool] = []
-
-    def __torch_function__(self, func, types, args=(), kwargs=None) -> Any:  # noqa: ANN001
-        kwargs = kwargs or {}
-        if func is torch.Tensor.pin_memory:
-            self.pinned += 1
-            return args[0]
-        if func is torch.Tensor.to and not args[0].is_floating_point():
-            self.blocking.append(not kwargs.get("non_blocking", False))
-        return func(*args, **kwargs)
 
 
 @pytest.mark.usefixtures("stand_in")
