@@ -118,7 +118,7 @@ from wslib.fusion.taps import (
 
 
 class _Piece:
-    """Design rows and coefficients of one :class:`Fit` in the fused model."""
+    """Design rows and coefficients of one :class:`~wslib.fusion.taps.Fit` in the fused model."""
 
     def __init__(
         self, model: nn.Module, fit: Fit, source: torch.Tensor, dtype: torch.dtype
@@ -245,7 +245,7 @@ def _write(pieces: Sequence[_Piece], sol: torch.Tensor, bias: bool) -> None:
 
 
 def _as_output(target: torch.Tensor, like: torch.Tensor, tokens: bool) -> torch.Tensor:
-    """Inverse of :func:`tap_matrix`: ``(neurons, samples)`` back to the shape of ``like``."""
+    """Inverse of :func:`~wslib.fusion.taps.tap_matrix`: ``(neurons, samples)`` back to the shape of ``like``."""
     if tokens or like.dim() == 2:
         return target.T.reshape(like.shape)
     return target.reshape(like.shape[1], like.shape[0], *like.shape[2:]).movedim(0, 1)
@@ -285,9 +285,9 @@ def fit_block(
     config: GradientConfig,
     seed: int,
 ) -> dict[str, float]:
-    """Fit a whole block end to end: :func:`block_output` on ``x`` against ``target``.
+    """Fit a whole block end to end: :func:`~wslib.fusion.taps.block_output` on ``x`` against ``target``.
 
-    ``target`` is ``(neurons, samples)`` (:func:`tap_matrix` layout). All of
+    ``target`` is ``(neurons, samples)`` (:func:`~wslib.fusion.taps.tap_matrix` layout). All of
     the block's parameters move (eval mode: BatchNorm as its running affine
     map) under :func:`~wslib.fusion.levels.minimise`, which keeps the better
     of the start and the end on the selection loss (the held-out examples of

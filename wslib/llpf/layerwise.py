@@ -99,11 +99,11 @@ class M2MSettings(Settings):
     """The options of LLPF model to model (:func:`m2m`), checked when written.
 
     ``ticks``: number of ticks; the last one lands on the destination.
-    ``refine``: the refinement's SGD settings (:class:`Refine`). ``stages``:
+    ``refine``: the refinement's SGD settings (:class:`~wslib.llpf.ticks.Refine`). ``stages``:
     parameter names per stage, input to output (None:
-    :func:`data_flow_stages`); every parameter must be in exactly one.
+    :func:`~wslib.llpf.stages.data_flow_stages`); every parameter must be in exactly one.
     ``stage_ticks``, ``all_at_once``: when each stage starts moving (see
-    :func:`stage_starts`). ``step``, ``final_gap``: fraction of the
+    :func:`~wslib.llpf.stages.stage_starts`). ``step``, ``final_gap``: fraction of the
     remaining distance moved per tick; None chooses ``1 - final_gap ** (1 /
     (ticks - 1 - last start))``. ``schedule``: ``"geometric"`` (constant
     fraction ``step``) or ``"linear"`` (fraction ``1 / (ticks - t)``, equal
@@ -225,7 +225,7 @@ def m2m(
 def _checked_stages(
     model: nn.Module, stages: Sequence[Sequence[str]] | None, names: list[str]
 ) -> list[list[str]]:
-    """``stages`` (None: :func:`data_flow_stages`), checked to list every parameter once."""
+    """``stages`` (None: :func:`~wslib.llpf.stages.data_flow_stages`), checked to list every parameter once."""
     found = [list(s) for s in (stages or data_flow_stages(model))]
     flat = [n for s in found for n in s]
     if sorted(flat) != sorted(names):
@@ -325,7 +325,7 @@ class M2OSettings(Settings):
 
     Every tick multiplies each movable parameter by ``1 - shrink``, for at
     most ``ticks`` ticks; ``refine`` is the refinement's SGD
-    (:class:`Refine`), with angular ``compliance`` (see
+    (:class:`~wslib.llpf.ticks.Refine`), with angular ``compliance`` (see
     :class:`ComplianceSGD`). With ``target_variance`` (name -> variance,
     each at most the start's unless ``grow``), a tensor's move never takes it
     past its target, and the tensor stops moving for good once its variance

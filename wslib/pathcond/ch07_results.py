@@ -575,7 +575,7 @@ def add_cost_metrics(
 
 
 def solver_text(rows: Sequence[dict[str, Any]], *, sweeps: int = PAPER_SWEEPS) -> str:
-    """The solver comparison of :func:`solver_comparison` in words."""
+    """The solver comparison of :func:`~wslib.pathcond.ch07_mlp.solver_comparison` in words."""
     parts = []
     for r in rows:
         block, neuron = f"block, {sweeps} sweeps", f"per neuron, {sweeps} sweeps"

@@ -210,7 +210,7 @@ def draw_size_sweep(
 ) -> Figure:
     """Epochs to the threshold against the number of parameters (log-log), per method.
 
-    ``points`` is a :func:`wslib.pathcond.ch07_mlp.size_points` result; open
+    ``points`` is a :func:`wslib.pathcond.ch07_results.size_points` result; open
     markers where some run did not reach the threshold (a lower bound).
     """
     fig, ax = plt.subplots(figsize=(5.5, 4))

@@ -308,7 +308,7 @@ def pathcond_rescale(
     """Rescale ``model`` in place by PathCond; its function does not change.
 
     Computes ``g = diag(G)`` (:func:`diag_g`), minimises F
-    (:func:`optimize_rescaling`) and applies neuron scales ``exp(z/2)`` with
+    (:func:`~wslib.pathcond.solver.optimize_rescaling`) and applies neuron scales ``exp(z/2)`` with
     :func:`wslib.core.neurons.rescale_state` (BatchNorm gamma/beta carry the scale,
     so the function is unchanged in train and eval mode). GELU/SiLU networks
     are rescaled too, with a warning (their function changes slightly).

@@ -226,7 +226,7 @@ def optimize_rescaling(
 ) -> PathCondResult:
     """Minimise F(z) by coordinate descent with closed-form steps, in float64 on g's device.
 
-    The solver runs where ``g`` lies (:func:`diag_g` computes it on the
+    The solver runs where ``g`` lies (:func:`~wslib.pathcond.rescaling.diag_g` computes it on the
     model's device), so the rescaling's cost is timed on the device that
     trains the model; ``tests/pathcond/reference_solver.py`` keeps a numpy
     version as the float64 reference the tests compare it with.
@@ -234,7 +234,7 @@ def optimize_rescaling(
     Parameters
     ----------
     g
-        ``diag(G)`` per parameter tensor (from :func:`diag_g`).
+        ``diag(G)`` per parameter tensor (from :func:`~wslib.pathcond.rescaling.diag_g`).
     structure
         The neuron structure; only rescalable groups get a scale.
     method

@@ -17,7 +17,7 @@ RESCALING_STEPS = ("PathCond gauge + WM", "ENorm gauge + WM", "WM + scale matchi
 
 
 def alignment_verdicts(alignment: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """``[arch][step]``: each rescaling step's barriers against weight matching's (:func:`compare`)."""
+    """``[arch][step]``: each rescaling step's barriers against weight matching's (:func:`~wslib.synthesis.ch12_synthesis.compare`)."""
     return {
         arch: {
             step: compare(
