@@ -34,7 +34,7 @@ def alignment_verdicts(alignment: Mapping[str, Mapping[str, Any]]) -> dict[str, 
 def count_words(
     verdicts: Mapping[str, Mapping[str, Mapping[str, Any]]],
 ) -> dict[str, int]:
-    """How many verdicts of a two-level table say each word of :data:`WORDS`."""
+    """How many verdicts of a two-level table say each word of :data:`~wslib.synthesis.ch12_synthesis.WORDS`."""
     words = [v["word"] for row in verdicts.values() for v in row.values()]
     return {w: words.count(w) for w in WORDS}
 
