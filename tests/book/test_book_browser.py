@@ -6,6 +6,7 @@ with apt-get when missing. Screenshots for humans go to ``build/screenshots/``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -148,11 +149,19 @@ def test_formulas_are_typeset_without_network(
 ) -> None:
     """MathJax comes from the book's own _static folder, not from a CDN."""
     browser.get(f"{site}/chapters/07_pathcond_mlp.html")
-    scripts = [
-        s.get_attribute("src") or ""
-        for s in browser.find_elements(By.TAG_NAME, "script")
-    ]
-    mathjax = [src for src in scripts if "mathjax" in src.lower()]
+
+    def mathjax_sources(driver: webdriver.Chrome) -> list[str]:
+        scripts = [
+            s.get_attribute("src") or ""
+            for s in driver.find_elements(By.TAG_NAME, "script")
+        ]
+        return [src for src in scripts if "mathjax" in src.lower()]
+
+    # read once the page's scripts are there (one CI run read none, flakily:
+    # the same build passes; a page without MathJax still fails after 30 s)
+    with contextlib.suppress(TimeoutException):
+        WebDriverWait(browser, 30).until(mathjax_sources)
+    mathjax = mathjax_sources(browser)
     assert mathjax and all(
         src.startswith(f"{site}/_static/mathjax/") for src in mathjax
     ), mathjax
