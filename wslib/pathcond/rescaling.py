@@ -31,13 +31,9 @@ the derivative; the running statistics are not used. So:
   leaves ``Phi`` unchanged and multiplies ``g`` by ``exp(B z)`` exactly, with
   pre-BN weights in the zero rows of ``B`` ("free" slots).
 
-Log-scales ``z`` (one per hidden neuron; scale ``lam = exp(z/2)``) change
-``g`` into ``g * exp(B z)``, with ``B`` the parameter x neuron incidence
-(+1 on "in" slots, the consumer weights; -1 on "out" slots, the producer
-weights and biases). PathCond minimises the convex
-``F(z) = p log(sum_i g_i exp((Bz)_i)) - sum_i (Bz)_i`` by block coordinate
-descent (:func:`wslib.pathcond.solver.optimize_rescaling`), then applies the
-rescaling in place (:func:`pathcond_rescale`); training then proceeds as usual.
+PathCond chooses log-scales ``z`` from ``g`` by the convex problem of
+:mod:`wslib.pathcond.solver`, then applies the rescaling in place
+(:func:`pathcond_rescale`); training then proceeds as usual.
 """
 
 from __future__ import annotations
