@@ -34,7 +34,7 @@ import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-RUNNER = ("run.py", "chapters.py", "profile_values.py")
+RUNNER = ("run.py", "chapters.py", "kernels.py", "profile_values.py")
 """The scripts every chapter's run goes through (``notebooks/``)."""
 EVERY_CHAPTER = {"notebooks/params/smoke.yaml", "pyproject.toml", "environment.yml"}
 """Files whose change touches every chapter (besides the runner)."""

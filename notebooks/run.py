@@ -60,6 +60,7 @@ from pprint import pformat
 from typing import Any, NoReturn
 
 import chapters
+import kernels
 import nbformat
 import papermill
 import profile_values
@@ -227,6 +228,12 @@ def thread_gflops(repeats: int = 5000) -> float:
 def cpu_speed_text() -> str:
     """:func:`thread_gflops` in words, for the line that reports a wall time."""
     return f"this CPU: {thread_gflops():.0f} GFLOPS on one thread, float32"
+
+
+def code_cells(nb: str) -> list[nbformat.NotebookNode]:
+    """The code cells of chapter ``nb``."""
+    cells = chapters.read(chapter_path(nb)).cells
+    return [c for c in cells if c.cell_type == "code"]
 
 
 def run_dir(top: str, profile: str, seed: int | None) -> Path:
@@ -455,9 +462,17 @@ def code_fingerprint(nb: str) -> str:
 
 
 def run_notebook(
-    nb: str, profile: str, seed: int | None, progress_bar: bool = True
+    nb: str,
+    profile: str,
+    seed: int | None,
+    progress_bar: bool = True,
+    kernel_manager: type | None = None,
 ) -> float:
-    """Execute one notebook, add its run info and return its wall time in seconds."""
+    """Execute one notebook, add its run info and return its wall time in seconds.
+
+    ``kernel_manager``: the Jupyter kernel manager class that starts its kernel
+    (:func:`kernels.server`'s); None for Jupyter's own.
+    """
     out_dir = ROOT / run_dir("build", profile, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / f"{nb}.ipynb"
@@ -479,6 +494,7 @@ def run_notebook(
                 kernel_name="python3",
                 cwd=ROOT,
                 progress_bar=progress_bar,
+                **({"kernel_manager_class": kernel_manager} if kernel_manager else {}),
                 extra_arguments=[
                     "--IPKernelApp.log_level=ERROR"
                 ],  # no kernel start-up warnings
@@ -528,15 +544,24 @@ def report_failure(nb: str, error: PapermillExecutionError, executed: Path) -> N
     )
 
 
-def run_one(nb: str, args: argparse.Namespace, alone: bool) -> bool:
-    """Run one notebook; report a failure in a few lines. True on success.
+def run_one(
+    nb: str, args: argparse.Namespace, alone: bool, kernel_manager: type | None = None
+) -> bool:
+    """Run one notebook (its kernel started by ``kernel_manager``, see
+    :func:`run_notebook`); report a failure in a few lines. True on success.
 
     A :class:`KernelFailure` (its kernel died, or did not start in time) is
     that chapter's failure too: the other chapters go on.
     """
     executed = ROOT / run_dir("build", args.profile, args.seed) / f"{nb}.ipynb"
     try:
-        seconds = run_notebook(nb, args.profile, args.seed, progress_bar=alone)
+        seconds = run_notebook(
+            nb,
+            args.profile,
+            args.seed,
+            progress_bar=alone,
+            kernel_manager=kernel_manager,
+        )
     except PapermillExecutionError as error:
         report_failure(nb, error, executed)
         return False
@@ -606,7 +631,10 @@ def run_all(args: argparse.Namespace) -> list[str]:
     jobs = args.jobs  # at most the number of notebooks (main)
     one_thread_kernels(jobs)
     failed: list[str] = []
-    with ThreadPoolExecutor(jobs) as pool:
+    modules = kernels.imported_modules(
+        [c.source for nb in args.notebooks for c in code_cells(nb)]
+    )
+    with kernels.server(ROOT, modules) as manager, ThreadPoolExecutor(jobs) as pool:
         running: dict[Future, str] = {}
         queue = (
             longest_first(args.notebooks, args.profile)
@@ -614,7 +642,7 @@ def run_all(args: argparse.Namespace) -> list[str]:
             else list(args.notebooks)
         )
         try:
-            _run_queue(args, pool, queue, running, failed)
+            _run_queue(args, pool, queue, running, failed, manager)
         except KeyboardInterrupt:
             stop_children()
             for nb in running.values():
@@ -633,6 +661,7 @@ def _run_queue(
     queue: list[str],
     running: dict[Future, str],
     failed: list[str],
+    kernel_manager: type | None,
 ) -> None:
     """Submit ``queue`` to ``pool``, ``args.jobs`` at a time, until every notebook ended."""
     jobs = args.jobs
@@ -640,7 +669,8 @@ def _run_queue(
         while queue and len(running) < jobs:
             nb = queue.pop(0)
             print(f"== {nb} (profile {args.profile})", flush=True)
-            running[pool.submit(run_one, nb, args, jobs == 1)] = nb
+            alone = jobs == 1
+            running[pool.submit(run_one, nb, args, alone, kernel_manager)] = nb
         done, _ = wait(running, return_when=FIRST_COMPLETED)
         for future in done:
             nb = running.pop(future)

@@ -1,0 +1,173 @@
+"""notebooks/kernels.py: a forked kernel is the kernel Jupyter would have started.
+
+The smoke book's chapters all run in forked kernels (the suite runs on Linux
+without CUDA); the smoke metrics test (``test_notebooks``) compares them with
+the book's expectations. Here: what a chapter's cells can see of their
+process (folder, import path, environment, matplotlib backend, figures) is
+the same with and without the server, and Jupyter's signals and kills reach
+a forked kernel through its stub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from tests.conftest import ROOT, load_script, write_notebook
+
+KERNELS = load_script("notebooks/kernels.py")
+
+PROBE = """\
+import json, os, sys
+import matplotlib
+import matplotlib.pyplot as plt
+
+plt.plot([0, 1])
+plt.show()
+seen = {
+    "cwd": os.getcwd(),
+    "path": sys.path,
+    "probe": os.environ.get("WSLIB_PROBE"),
+    "backend": matplotlib.get_backend(),
+    "session_leader": os.getsid(0) == os.getpid(),
+    "interrupt": str(__import__("signal").getsignal(__import__("signal").SIGINT)),
+}
+with open("seen.json", "w") as file:
+    json.dump(seen, file)
+from wslib.runs.results import write_results
+
+write_results(results_path, {}, {})
+"""
+
+
+@pytest.fixture()
+def repo(tmp_path: Path) -> Path:
+    """A repository root with the scripts and one probing chapter."""
+    notebooks = tmp_path / "notebooks"
+    (notebooks / "params").mkdir(parents=True)
+    for script in (ROOT / "notebooks").glob("*.py"):
+        shutil.copy(script, notebooks / script.name)
+    (notebooks / "params" / "cpu.yaml").write_text("{}\n")
+    parameters = 'profile = "cpu"\nresults_path = "r.json"\nseed = 0'
+    write_notebook(notebooks / "00_probe.md", parameters, PROBE)
+    return tmp_path
+
+
+def probe(repo: Path, fork: str) -> tuple[dict, list[str]]:
+    """What the probing chapter saw, and the output types of its cells."""
+    env = {**os.environ, KERNELS.SWITCH: fork, "WSLIB_PROBE": "seen"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "notebooks/run.py", "--profile", "cpu"],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads((repo / "seen.json").read_text())
+    executed = nbformat.read(repo / "build/cpu/00_probe.ipynb", as_version=4)
+    kinds = [
+        k
+        for c in executed.cells
+        for o in c.get("outputs", [])
+        for k in o.get("data", {})
+    ]
+    return seen, sorted(kinds)
+
+
+def test_a_forked_kernel_sees_what_a_started_kernel_sees(repo: Path) -> None:
+    forked = probe(repo, "1")
+    started = probe(repo, "0")
+    assert forked == started
+    assert forked[0]["probe"] == "seen" and forked[0]["session_leader"]
+    assert "image/png" in forked[1]  # the figure is shown inline
+
+
+def test_the_server_is_used_only_where_forking_is_safe(monkeypatch) -> None:
+    import torch
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv(KERNELS.SWITCH, raising=False)
+    assert KERNELS.wanted()
+    monkeypatch.setenv(KERNELS.SWITCH, "0")
+    assert not KERNELS.wanted()
+    monkeypatch.delenv(KERNELS.SWITCH)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert not KERNELS.wanted()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert not KERNELS.wanted()
+
+
+def test_imported_modules_are_read_from_the_cells_in_order() -> None:
+    cells = [
+        "import os, numpy as np\nfrom wslib.core import seeds",
+        "%matplotlib inline\nimport skipped",  # IPython syntax: not parsed
+        "from . import local\nimport os\ndef f():\n    import json",
+    ]
+    assert KERNELS.imported_modules(cells) == ["os", "numpy", "wslib.core", "json"]
+
+
+async def kernel_pid(client) -> int:
+    """The process id of ``client``'s kernel, as the kernel itself reports it."""
+    printed: list[str] = []
+    await client.execute_interactive(
+        "import os; print(os.getpid())",
+        output_hook=lambda msg: printed.append(msg["content"].get("text", "")),
+        timeout=30,
+    )
+    return int("".join(printed))
+
+
+def gone(pid: int, within: float = 10.0) -> bool:
+    """Whether process ``pid`` ends within ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+async def interrupt_then_kill_the_stub(manager: type, cwd: Path) -> None:
+    km = manager(kernel_name="python3")
+    await km.start_kernel(cwd=str(cwd))
+    client = km.client()
+    client.start_channels()
+    try:
+        await client.wait_for_ready(timeout=60)
+        pid = await kernel_pid(client)
+        assert pid != km.provisioner.process.pid  # the stub is not the kernel
+        msg_id = client.execute("import time; time.sleep(60)")
+        await asyncio.sleep(1)
+        await km.interrupt_kernel()
+        reply = await client.get_shell_msg(timeout=20)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        km.provisioner.process.send_signal(signal.SIGKILL)  # as Jupyter kills a kernel
+        assert gone(pid)
+    finally:
+        client.stop_channels()
+        await km.shutdown_kernel(now=True)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="kernels are forked on Linux only")
+def test_interrupts_reach_the_kernel_and_a_killed_stub_ends_it(tmp_path: Path) -> None:
+    with KERNELS.server(tmp_path, ["json"]) as manager:
+        assert manager is not None
+        asyncio.run(interrupt_then_kill_the_stub(manager, tmp_path))
