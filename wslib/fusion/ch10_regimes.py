@@ -7,6 +7,7 @@ headline numbers are in :mod:`wslib.fusion.ch10_results`.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import time
 from collections.abc import Iterable, Sequence
@@ -53,6 +54,15 @@ SELF_FUSION_METHODS: tuple[MethodName, ...] = (
     "kf_linear",
 )
 """Methods that must return a model fused with an exact copy of itself unchanged."""
+
+
+NOT_KEYED = {
+    "zoo": "where the base models are stored: they enter by arch, recipe and regime",
+    "data": "enters by the digest of its contents",
+    "regimes": "only the setting's own regime enters",
+    "run_cache": "where the result is stored, not what it is",
+}
+"""The fields of :class:`RegimeStudy` that do not enter a setting's key, and why."""
 
 
 @dataclass
@@ -190,21 +200,21 @@ class RegimeStudy:
         return {"rows": rows, "times": times}
 
     def setting_key(self, regime: str, n: int, s: int) -> dict[str, Any]:
-        """Everything besides the code that determines :meth:`fuse_setting`'s result."""
+        """Everything besides the code that determines :meth:`fuse_setting`'s result:
+        every field but those of :data:`NOT_KEYED`, the data set by digest, the
+        setting's regime, ``n`` and seed."""
+        fields = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in NOT_KEYED
+        }
         return {
             "protocol": "wslib.fusion.ch10_regimes.RegimeStudy.fuse_setting",
             "data": self.digest,
-            "arch": self.arch,
-            "recipe": self.recipe,
             "regime": self.regimes[regime],
             "n": n,
             "seed": s,
-            "fusion_per_class": self.fusion_per_class,
-            "val_per_class": self.val_per_class,
-            "methods": self.methods,
-            "importances": self.importances,
-            "ridge": self.ridge,
-            "gradient": self.gradient,
+            **fields,
         }
 
     def cached_setting(self, regime: str, n: int, s: int) -> dict[str, Any]:
