@@ -37,7 +37,9 @@ LISTS ?=
 MODULE ?=
 # pytest-xdist workers for make test: on 2 cores the suite is bound by its
 # notebook runs, which already compute side by side (1283 s on 2 workers against
-# 1117 s serial, measured on the build machine), so the default is 1 (serial)
+# 1117 s serial, measured on the build machine; with forked kernels 1039 s serial
+# and over 24 min on 2 workers, whose background runs start only when a test
+# reads them), so the default is 1 (serial)
 TEST_WORKERS ?= 1
 XDIST = $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup)
 GHP_IMPORT ?= $(VENV)/bin/ghp-import
