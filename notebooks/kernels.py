@@ -50,6 +50,7 @@ SWITCH = "WSLIB_FORK_KERNELS"
 """Set to 0 to start every chapter's kernel as a fresh process."""
 INLINE = "module://matplotlib_inline.backend_inline"
 """The matplotlib backend ipykernel sets before a chapter's first cell."""
+STOPPED = "no kernel server: each chapter starts its own kernel"
 HEADER = struct.Struct("!Q")  # the length of a request, sent with the stub's streams
 
 
@@ -73,11 +74,13 @@ def imported_modules(sources: list[str]) -> list[str]:
 def serve(path: str, modules: list[str]) -> None:
     """Import ``modules``, then fork a kernel for each stub that connects to ``path``."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # run.py stops the kernels on Ctrl-C
-    signal.signal(
-        signal.SIGCHLD, signal.SIG_IGN
-    )  # no zombies: the stubs watch the kernels
+    # no zombies: the stubs, not the server, watch the kernels
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
+    try:
+        listener.bind(path)
+    except OSError as error:  # e.g. a temporary folder too long for a socket
+        sys.exit(f"note: {STOPPED}: it cannot listen at {path}: {error}")
     listener.listen(16)  # stubs that connect now wait for the imports
     os.environ.setdefault("MPLBACKEND", INLINE)
     del sys.path[0]  # this script's folder: ipykernel_launcher's path starts after it
@@ -178,31 +181,36 @@ def wanted() -> bool:
 @contextlib.contextmanager
 def server(cwd: Path, modules: list[str]) -> Iterator[type | None]:
     """A kernel server importing ``modules``, run in ``cwd`` while the block runs;
-    yields the kernel manager class that starts kernels from it (None where
-    kernels are not forked: :func:`wanted`)."""
+    yields the kernel manager class that starts kernels from it, or None where
+    kernels are not forked (:func:`wanted`) or the server did not start (a
+    temporary folder too long for a socket's path, say: a note says why)."""
     if not wanted():
         yield None
         return
     with tempfile.TemporaryDirectory(prefix="wslib-kernels-") as folder:
-        path = str(Path(folder) / "server")
+        path = Path(folder) / "server"
         process = subprocess.Popen(
-            [sys.executable, __file__, "serve", path, *modules], cwd=cwd
+            [sys.executable, __file__, "serve", str(path), *modules],
+            cwd=cwd,
         )
         try:
-            _wait_for(Path(path), process)
-            yield manager_class(path)
+            listening = _listening(path, process)
+            if not listening and process.poll() is None:  # else it said why
+                print(f"note: {STOPPED} (no answer within a minute)", file=sys.stderr)
+            yield manager_class(str(path)) if listening else None
         finally:
             process.terminate()
             process.wait()
 
 
-def _wait_for(path: Path, process: subprocess.Popen) -> None:
-    """Return once the server listens at ``path`` (it binds before it imports)."""
-    deadline = time.monotonic() + 60
+def _listening(path: Path, process: subprocess.Popen, wait: float = 60) -> bool:
+    """Whether the server listens at ``path`` within ``wait`` s (it binds before it imports)."""
+    deadline = time.monotonic() + wait
     while not path.exists():
         if process.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the kernel server did not start ({__file__})")
+            return False
         time.sleep(0.01)
+    return True
 
 
 def manager_class(path: str) -> type:

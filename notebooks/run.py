@@ -31,6 +31,11 @@ not compute it twice: the second waits for the first (``entry_lock``). The
 notebooks' worker pools (``wslib.runs.workers``) share the cores
 (``WSLIB_CPU_WORKERS``; on CUDA one worker each).
 
+Each chapter's kernel is forked from a server that has already imported the
+modules the chapters import (``notebooks/kernels.py``: on Linux without CUDA;
+``WSLIB_FORK_KERNELS=0`` starts every kernel afresh): start-up was about half
+of a smoke chapter's run.
+
 The ``gpu`` profile refuses to start without a usable CUDA device (it would
 quietly run on the CPU for days), naming the CUDA version torch was built
 for; ``--allow-cpu`` runs it anyway.

@@ -112,6 +112,25 @@ def test_the_server_is_used_only_where_forking_is_safe(monkeypatch) -> None:
     assert not KERNELS.wanted()
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="kernels are forked on Linux only")
+def test_a_server_that_cannot_listen_leaves_each_chapter_its_own_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture
+) -> None:
+    """A socket's path is at most 107 bytes: a long temporary folder (some
+    clusters set one) must not stop the run."""
+    import tempfile
+
+    deep = tmp_path / ("x" * 100)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    monkeypatch.setattr(KERNELS, "wanted", lambda: True)
+    with KERNELS.server(tmp_path, []) as manager:
+        assert manager is None
+    err = capfd.readouterr().err
+    assert "no kernel server: each chapter starts its own kernel" in err
+    assert "Traceback" not in err
+
+
 def test_imported_modules_are_read_from_the_cells_in_order() -> None:
     cells = [
         "import os, numpy as np\nfrom wslib.core import seeds",
