@@ -11,6 +11,7 @@ a forked kernel through its stub.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -152,15 +153,16 @@ async def kernel_pid(client) -> int:
 
 
 def gone(pid: int, within: float = 10.0) -> bool:
-    """Whether process ``pid`` ends within ``within`` seconds."""
+    """Whether process ``pid`` has ended or ends within ``within`` seconds."""
     deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    while True:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
-    return False
 
 
 async def interrupt_then_kill_the_stub(manager: type, cwd: Path) -> None:
@@ -168,6 +170,7 @@ async def interrupt_then_kill_the_stub(manager: type, cwd: Path) -> None:
     await km.start_kernel(cwd=str(cwd))
     client = km.client()
     client.start_channels()
+    pid = None
     try:
         await client.wait_for_ready(timeout=60)
         pid = await kernel_pid(client)
@@ -183,6 +186,9 @@ async def interrupt_then_kill_the_stub(manager: type, cwd: Path) -> None:
     finally:
         client.stop_channels()
         await km.shutdown_kernel(now=True)
+        if pid is not None and not gone(pid, within=0):  # the test failed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="kernels are forked on Linux only")
