@@ -51,6 +51,7 @@ SWITCH = "WSLIB_FORK_KERNELS"
 INLINE = "module://matplotlib_inline.backend_inline"
 """The matplotlib backend ipykernel sets before a chapter's first cell."""
 STOPPED = "no kernel server: each chapter starts its own kernel"
+"""What run.py says when the server did not start."""
 HEADER = struct.Struct("!Q")  # the length of a request, sent with the stub's streams
 
 
@@ -89,11 +90,15 @@ def serve(path: str, modules: list[str]) -> None:
             importlib.import_module(name)
     while True:
         conn, _ = listener.accept()
-        header, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
-        request = json.loads(_receive(conn, HEADER.unpack(header)[0]))
-        if os.fork() == 0:
-            listener.close()
-            _run_kernel(conn, fds, request)
+        fds: list[int] = []
+        try:  # a stub that died mid-request costs its own chapter only
+            header, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
+            request = json.loads(_receive(conn, HEADER.unpack(header)[0]))
+            if os.fork() == 0:
+                listener.close()
+                _run_kernel(conn, fds, request)
+        except (OSError, ValueError, struct.error):
+            pass
         conn.close()
         for fd in fds:
             os.close(fd)
@@ -138,6 +143,8 @@ def _run_kernel(conn: socket.socket, fds: list[int], request: dict[str, Any]) ->
         atexit._run_exitfuncs()
         sys.stdout.flush()
         sys.stderr.flush()
+        with contextlib.suppress(OSError):
+            conn.sendall(b"%d\n" % code)  # the stub exits with it
         os._exit(code)
 
 
@@ -153,9 +160,10 @@ def connect(path: str, argv: list[str]) -> int:
     signals to it and return when it ends."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
-    body = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()})
+    request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+    body = json.dumps(request).encode()
     socket.send_fds(conn, [HEADER.pack(len(body))], [0, 1, 2])
-    conn.sendall(body.encode())
+    conn.sendall(body)
     reader = conn.makefile("rb")
     pid = int(reader.readline())
 
@@ -165,8 +173,8 @@ def connect(path: str, argv: list[str]) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, relay)
-    reader.read()  # until the kernel exits and its end of the connection closes
-    return 0
+    status = reader.read()  # until the kernel's end of the connection closes
+    return int(status) if status.strip() else 1  # nothing: killed by a signal
 
 
 def wanted() -> bool:

@@ -132,6 +132,23 @@ def test_a_server_that_cannot_listen_leaves_each_chapter_its_own_kernel(
     assert "Traceback" not in err
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="kernels are forked on Linux only")
+@pytest.mark.parametrize("args", [["--version"], ["--no-such-flag"]])
+def test_a_stub_ends_as_its_kernel_ends(tmp_path: Path, args: list[str]) -> None:
+    """Its exit status and output are those of ``python -m ipykernel_launcher``."""
+
+    def ended(command: list[str]) -> tuple[int, str]:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        return done.returncode, done.stdout
+
+    started = ended([sys.executable, "-m", "ipykernel_launcher", *args])
+    with KERNELS.server(tmp_path, []) as manager:
+        assert manager is not None
+        stub = manager(kernel_name="python3").format_kernel_cmd()[:6]
+        assert ended([*stub, *args]) == started
+    assert started[0] == (0 if args == ["--version"] else 2)
+
+
 def test_imported_modules_are_read_from_the_cells_in_order() -> None:
     cells = [
         "import os, numpy as np\nfrom wslib.core import seeds",
