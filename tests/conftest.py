@@ -115,6 +115,17 @@ def write_notebook(path: Path, parameters: str, body: str) -> None:
     chapters.write(notebook, path)
 
 
+def script_repo(root: Path) -> Path:
+    """A repository root at ``root`` with copies of the scripts (run.py, sweep.py,
+    ...: they import their siblings) and an empty cpu profile; its notebooks folder."""
+    notebooks = root / "notebooks"
+    (notebooks / "params").mkdir(parents=True)
+    for script in (ROOT / "notebooks").glob("*.py"):
+        shutil.copy(script, notebooks / script.name)
+    (notebooks / "params" / "cpu.yaml").write_text("{}\n")
+    return notebooks
+
+
 READER_FOLDERS = ("build", "results", "book/_build", "book/_student", "data")
 """The reader's folders: no test writes there (``test_isolation`` checks)."""
 WORK = Path(tempfile.mkdtemp(prefix="wslib-tests-"))

@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.conftest import ROOT, load_script, write_notebook
+from tests.conftest import ROOT, load_script, script_repo, write_notebook
 
 KERNELS = load_script("notebooks/kernels.py")
 
@@ -54,11 +53,7 @@ write_results(results_path, {}, {})
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
     """A repository root with the scripts and one probing chapter."""
-    notebooks = tmp_path / "notebooks"
-    (notebooks / "params").mkdir(parents=True)
-    for script in (ROOT / "notebooks").glob("*.py"):
-        shutil.copy(script, notebooks / script.name)
-    (notebooks / "params" / "cpu.yaml").write_text("{}\n")
+    notebooks = script_repo(tmp_path)
     parameters = 'profile = "cpu"\nresults_path = "r.json"\nseed = 0'
     write_notebook(notebooks / "00_probe.md", parameters, PROBE)
     return tmp_path

@@ -7,14 +7,13 @@ of run.py and sweep.py, as separate processes, the way ``make sweep`` does.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, write_notebook
+from tests.conftest import script_repo, write_notebook
 
 BODY = (
     "from wslib.runs.results import write_results\n\n"
@@ -30,12 +29,7 @@ def tiny_notebook(path: Path, body: str = BODY) -> None:
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
     """A repository root with the scripts (run.py, part.py, sweep.py, ...), one tiny notebook and a cpu profile."""
-    notebooks = tmp_path / "notebooks"
-    (notebooks / "params").mkdir(parents=True)
-    for script in (ROOT / "notebooks").glob("*.py"):  # the scripts import siblings
-        shutil.copy(script, notebooks / script.name)
-    (notebooks / "params" / "cpu.yaml").write_text("{}\n")
-    tiny_notebook(notebooks / "00_tiny.md")
+    tiny_notebook(script_repo(tmp_path) / "00_tiny.md")
     return tmp_path
 
 
