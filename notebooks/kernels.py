@@ -32,6 +32,7 @@ import ast
 import atexit
 import contextlib
 import importlib
+import itertools
 import json
 import os
 import signal
@@ -53,6 +54,15 @@ INLINE = "module://matplotlib_inline.backend_inline"
 STOPPED = "no kernel server: each chapter starts its own kernel"
 """What run.py says when the server did not start."""
 HEADER = struct.Struct("!Q")  # the length of a request, sent with the stub's streams
+FIRST_USE = {
+    "ipykernel.kernelapp": ["ipykernel.debugger"],
+    "myst_nb": ["myst_nb.ext.glue"],
+    "torch": ["torch._dynamo"],
+}
+"""Modules that a loaded module imports only when first used (an optimizer's
+first step imports ``torch._dynamo``: about 1 CPU-s in each kernel). The
+server imports them when a second kernel is asked for: a run of one chapter
+(a sweep's job) would gain nothing, and later kernels find them loaded."""
 
 
 def imported_modules(sources: list[str]) -> list[str]:
@@ -85,11 +95,11 @@ def serve(path: str, modules: list[str]) -> None:
     listener.listen(16)  # stubs that connect now wait for the imports
     os.environ.setdefault("MPLBACKEND", INLINE)
     del sys.path[0]  # this script's folder: ipykernel_launcher's path starts after it
-    for name in ["ipykernel.kernelapp", *modules]:
-        with contextlib.suppress(BaseException):  # the chapter's cell will raise it
-            importlib.import_module(name)
-    while True:
+    _import(["ipykernel.kernelapp", *modules])
+    for served in itertools.count():
         conn, _ = listener.accept()
+        if served == 1:
+            _import([m for k, v in FIRST_USE.items() if k in sys.modules for m in v])
         fds: list[int] = []
         try:  # a stub that died mid-request costs its own chapter only
             header, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
@@ -102,6 +112,13 @@ def serve(path: str, modules: list[str]) -> None:
         conn.close()
         for fd in fds:
             os.close(fd)
+
+
+def _import(modules: list[str]) -> None:
+    """Import ``modules``; one that fails is left to the chapter's cell to report."""
+    for name in modules:
+        with contextlib.suppress(BaseException):
+            importlib.import_module(name)
 
 
 def _receive(conn: socket.socket, size: int) -> bytes:

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -152,10 +153,11 @@ SMOKE_FIXTURES |= {"seed_results"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """A pytest-xdist worker (``make test`` runs one per core) computes on one
-    thread: the workers share the cores, as the notebooks' kernels do."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        torch.set_num_threads(1)
+    """The tests compute on one thread: the other cores run the background
+    jobs (or, under pytest-xdist, the other workers), as the notebooks'
+    kernels share the cores. On two threads the small tensors of the tests
+    gain nothing and the threads spin while the other process computes."""
+    torch.set_num_threads(1)
 
 
 ISOLATION = "tests/book/test_isolation.py::test_the_readers_folders_are_untouched"
@@ -228,11 +230,21 @@ def workspace() -> Path:
     return WORK
 
 
+SESSION_ENV = dict(os.environ)
+"""The environment the tests started with. A test may change ``os.environ``
+while it runs (``run.py``'s ``main`` sets its kernels' variables); the
+scripts that tests and background jobs start see this one instead."""
+
+
+def script_env(workspace: Path, **env: str) -> dict[str, str]:
+    """:data:`SESSION_ENV` for a script run in ``workspace``, importing its ``wslib``."""
+    return {**SESSION_ENV, "PYTHONPATH": str(workspace), **env}
+
+
 def run_in(workspace: Path, script: list[str], **env: str) -> None:
     """``python <script>`` in ``workspace``, importing the workspace's ``wslib``."""
-    environ = {**os.environ, "PYTHONPATH": str(workspace), **env}
     done = subprocess.run(
-        [sys.executable, *script], cwd=workspace, env=environ, check=False
+        [sys.executable, *script], cwd=workspace, env=script_env(workspace, **env)
     )
     if done.returncode != 0:
         pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")
@@ -276,8 +288,7 @@ def run_seeds(folder: Path) -> Path:
     failed = []
     for seed in SWEEP_SEEDS[1:]:
         script = ["notebooks/run.py", "--profile", SMOKE, "--seed", str(seed)]
-        env = {**os.environ, "PYTHONPATH": str(checkout)}
-        env[ENTRY_LOG] = str(folder / f"seed-{seed}.log")
+        env = script_env(checkout, **{ENTRY_LOG: str(folder / f"seed-{seed}.log")})
         done = subprocess.run(
             [sys.executable, *script],
             cwd=checkout,
@@ -363,7 +374,13 @@ def student_book(smoke_book: Path, workspace: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
-def checkout_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test starts with the checkout as the workspace; a runner test that
-    sets ``WSLIB_WORKSPACE`` (notebooks/run.py does) leaves it set for no other."""
-    monkeypatch.delenv(WORKSPACE_ENV, raising=False)
+def checkout_workspace() -> Iterator[None]:
+    """Every test starts with the checkout as the workspace and the session's
+    environment, and leaves it so: a runner test whose ``run.py`` sets
+    ``WSLIB_WORKSPACE`` or its kernels' variables leaves them set for no other
+    (nor for the background jobs' scripts)."""
+    os.environ.pop(WORKSPACE_ENV, None)
+    yield
+    for name in set(os.environ) - set(SESSION_ENV) - {"PYTEST_CURRENT_TEST"}:
+        del os.environ[name]  # pytest's own variable: it removes it itself
+    os.environ.update(SESSION_ENV)

@@ -19,7 +19,13 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import ROOT, chapters, load_script, run_main
+from tests.conftest import (
+    ROOT,
+    SESSION_ENV,
+    chapters,
+    load_script,
+    run_main,
+)
 from tests.kit import mlp
 from wslib.core.configs import complete_model_configs
 
@@ -48,6 +54,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(SCRIPT), *args],
         cwd=ROOT,
+        env=SESSION_ENV,
         capture_output=True,
         text=True,
         timeout=600,
@@ -84,6 +91,7 @@ def test_a_missing_parameter_file_is_named(check):
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow  # it runs a chapter
 def test_quick_run_on_the_cpu_runs_every_phase_and_reports_each(check, tmp_path):
     report = tmp_path / "report.json"
     out = _run("--allow-cpu", "--quick", "--report", str(report))

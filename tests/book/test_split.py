@@ -11,7 +11,6 @@ pieces, with the same keys and values, as the notebook would have.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import ROOT, SMOKE, WORK, load_script, run_main
+from tests.conftest import ROOT, SMOKE, WORK, load_script, run_main, script_env
 
 PART = load_script("notebooks/part.py")
 SPLIT = sorted(PART.SPLIT)
@@ -49,9 +48,7 @@ def checkout(tmp_path: Path) -> Path:
 
 
 def run(checkout: Path, *args: str, cached_only: bool = False) -> None:
-    env = {**os.environ, "PYTHONPATH": str(checkout)}
-    if cached_only:
-        env["WSLIB_CACHED_ONLY"] = "1"
+    env = script_env(checkout, **({"WSLIB_CACHED_ONLY": "1"} if cached_only else {}))
     done = subprocess.run(
         [sys.executable, *args],
         cwd=checkout,
@@ -76,6 +73,7 @@ def metrics(path: Path) -> Any:
     return untimed(json.loads(path.read_text())["metrics"])
 
 
+@pytest.mark.slow  # it runs notebooks, and compares with the smoke book
 @pytest.mark.parametrize("nb", SPLIT)
 def test_units_fill_every_cache_the_notebook_reads(
     checkout: Path, smoke_book: Path, nb: str
@@ -89,7 +87,7 @@ def test_units_fill_every_cache_the_notebook_reads(
 def test_a_missing_unit_is_named(checkout: Path) -> None:
     """A cached-only run at a seed whose units never ran names what is missing."""
     nb = SPLIT[0]
-    env = {**os.environ, "PYTHONPATH": str(checkout), "WSLIB_CACHED_ONLY": "1"}
+    env = script_env(checkout, WSLIB_CACHED_ONLY="1")
     done = subprocess.run(
         [sys.executable, "notebooks/run.py", "--profile", SMOKE, "--seed", "9", nb],
         cwd=checkout,

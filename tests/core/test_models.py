@@ -121,15 +121,6 @@ def _changed(state: dict, new_state: dict, group: NeuronGroup) -> bool:
     return any(not torch.equal(state[s.name], new_state[s.name]) for s in group.slots)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny models gain nothing from intra-op threads, which thrash on a busy small CPU."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(params=list(CONFIGS), scope="module")
 def key(request) -> str:
     return request.param
