@@ -19,13 +19,7 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import (
-    ROOT,
-    SESSION_ENV,
-    chapters,
-    load_script,
-    run_main,
-)
+from tests.conftest import ROOT, SESSION_ENV, chapters, load_script, run_main
 from tests.kit import mlp
 from wslib.core.configs import complete_model_configs
 
