@@ -6,11 +6,13 @@ the run of the gpu-smoke profile need nothing else of the session: they
 start when the tests are collected, run one after another on half of the
 cores, each in a workspace of its own (a seed's results must not enter the
 smoke book's ledger while it is built), and the fixtures that read them
-wait for them; the tests that use those fixtures run last. Unbound (tried
-once), the suite took 900 s and 1,699 CPU-s instead of 861 s and 1,619: the
-two sides' processes crowded each other's core. More jobs here (the split
-chapters' units) made the suite no faster either: the core the jobs use is
-busy for most of the run already. Under pytest-xdist a job starts when a
+wait for them; the tests that use those fixtures run last. More jobs here
+made the suite no faster (measured once each, serial, 2 cores): 877 s and
+1,528 CPU-s as it is; 861 s and 1,619 with the split chapters' units in the
+background too (the jobs' core is busy for most of the run already); 900 s
+and 1,699 with those, ``plan.py``'s jobs and the gpu check's quick run, the
+jobs not bound to their half of the cores (the two sides' processes
+crowded each other's core). Under pytest-xdist a job starts when a
 fixture first asks for it: a worker cannot know beforehand which tests it
 will be given.
 """
