@@ -22,6 +22,11 @@ libraries are not safe to fork, and a process that has touched CUDA cannot
 be forked; there every chapter starts its own kernel as before.
 ``WSLIB_FORK_KERNELS=0`` turns the server off anywhere.
 
+Before each fork the server freezes its objects (``gc.freeze``): a kernel's
+garbage collections then skip the millions of objects of the imported modules
+instead of walking them again in every chapter (the 12 smoke chapters, one at
+a time: 95 → 83 CPU-s, metrics identical).
+
 This module imports only the standard library at the top: the stub must start
 in milliseconds.
 """
@@ -31,6 +36,7 @@ from __future__ import annotations
 import ast
 import atexit
 import contextlib
+import gc
 import importlib
 import itertools
 import json
@@ -100,6 +106,7 @@ def serve(path: str, modules: list[str]) -> None:
         conn, _ = listener.accept()
         if served == 1:
             _import([m for k, v in FIRST_USE.items() if k in sys.modules for m in v])
+        gc.freeze()  # the kernels' collections skip the imported modules' objects
         fds: list[int] = []
         try:  # a stub that died mid-request costs its own chapter only
             header, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)

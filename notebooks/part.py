@@ -18,6 +18,7 @@ notebook, parameter or unit.
 from __future__ import annotations
 
 import argparse
+import gc
 import importlib
 import os
 import sys
@@ -113,4 +114,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    gc.freeze()  # the units' collections skip the objects of the modules imported so far
     sys.exit(main())

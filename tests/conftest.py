@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib.util
 import io
 import os
@@ -174,6 +175,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the background jobs that the selected tests will read (after
     ``-m`` and ``-k`` chose them: ``make test-fast`` starts none). Not in a
     pytest-xdist worker, which is given its tests one by one."""
+    gc.freeze()  # the collections of the tests' own objects skip the imported modules
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         needed = [
             BACKGROUND_FIXTURES.get(f) for i in session.items for f in fixture_names(i)
