@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import gc
 import importlib.util
 import io
@@ -92,7 +94,14 @@ def run_main(script: ModuleType, *args: str) -> Ran:
 
 
 def chapter(nb: str) -> nbformat.NotebookNode:
-    """The source of chapter ``nb`` (``notebooks/<nb>.md``) as a Jupyter notebook."""
+    """The source of chapter ``nb`` (``notebooks/<nb>.md``) as a Jupyter notebook
+    (a copy of its parse: a test may change it)."""
+    return copy.deepcopy(_parsed_chapter(nb))
+
+
+@functools.cache
+def _parsed_chapter(nb: str) -> nbformat.NotebookNode:
+    """Chapter ``nb`` parsed once per session (jupytext takes about 0.1 s a chapter)."""
     return chapters.read(ROOT / "notebooks" / f"{nb}{chapters.SUFFIX}")
 
 

@@ -219,13 +219,18 @@ def test_every_profile_runs_the_architectures_its_claims_read(profile):
     finds that architecture in every profile (else its row would be censored)."""
     estimate = load_script("notebooks/gpu_estimate.py")
     params_file = ROOT / "notebooks" / "params" / f"{profile}.yaml"
+    chapters = sorted({claim.chapter for claim in CLAIMS})  # read each chapter once
+    cpu = {
+        ch: estimate.chapter_params(ch, ROOT / "notebooks/params/cpu.yaml")
+        for ch in chapters
+    }
+    own = {ch: estimate.chapter_params(ch, params_file) for ch in chapters}
     missing = []
     for claim in CLAIMS:
-        cpu = estimate.chapter_params(claim.chapter, ROOT / "notebooks/params/cpu.yaml")
-        models = cpu.get("models")
+        models = cpu[claim.chapter].get("models")
         if not isinstance(models, dict):
             continue
-        other = estimate.chapter_params(claim.chapter, params_file).get("models", {})
+        other = own[claim.chapter].get("models", {})
         for metric in filter(None, (claim.metric, claim.minus, claim.per)):
             arch = metric.split("/")[0]
             if arch in models and arch not in other:
