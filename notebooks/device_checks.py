@@ -156,7 +156,7 @@ def diag_g_check(device: torch.device) -> Check:
 
 def theorem1_check(device: torch.device) -> Check:
     """Fusion cost = clustering + approximation error (Theorem 1), on random points."""
-    from wslib.fusion.levels import cost_decomposition
+    from wslib.fusion.grouping import cost_decomposition
 
     gen = torch.Generator(device=device).manual_seed(4)
     points = torch.randn(60, 40, generator=gen, device=device, dtype=torch.float64)

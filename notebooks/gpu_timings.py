@@ -107,7 +107,7 @@ def time_solve(
     n: int, rows: int, cols: int, targets: int, device: torch.device
 ) -> float:
     """Seconds of one ridge solve of an ``(n * rows, cols)`` design (float64) on ``device``."""
-    from wslib.fusion.levels import ridge_solve
+    from wslib.fusion.retrofit import ridge_solve
 
     gen = torch.Generator(device=device).manual_seed(0)
     design = torch.randn(
@@ -129,7 +129,11 @@ def time_grouping(device: torch.device, quick: bool) -> tuple[str, float]:
     centroids, costs) and the host side (k-means) together. Returns its
     description and the seconds.
     """
-    from wslib.fusion.levels import cost_decomposition, group_labels, weighted_centroids
+    from wslib.fusion.grouping import (
+        cost_decomposition,
+        group_labels,
+        weighted_centroids,
+    )
 
     width, columns = (8, 2_000) if quick else (64, 1000 * 32 * 32)
     gen = torch.Generator(device=device).manual_seed(0)

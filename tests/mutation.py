@@ -50,7 +50,8 @@ MODULES = [
     *(f"llpf/{m}" for m in ("layerwise", "ticks", "stages", "autoneb", "curves")),
     "llpf/evaluation",
     *(f"pathcond/{m}" for m in ("rescaling", "solver", "lifting", "enorm", "training")),
-    *(f"fusion/{m}" for m in ("levels", "hfkf", "baselines", "residual", "taps")),
+    *(f"fusion/{m}" for m in ("levels", "checks", "grouping", "retrofit", "hfkf")),
+    *(f"fusion/{m}" for m in ("baselines", "residual", "taps")),
     "synthesis/alignment",
 ]
 """The modules mutated by default, as ``package/module`` under ``wslib``: the

@@ -172,7 +172,7 @@ def test_distillation_students_train_on_the_teachers_device(
 ) -> None:
     """Chapter 11's students (width and depth compression) are built where the teacher is."""
     from wslib.fusion import ch11_beyond as fx
-    from wslib.fusion.levels import GradientConfig
+    from wslib.fusion.retrofit import GradientConfig
 
     ds = stand_in_data()
     teacher = trained(MLP, 0, ds).eval()

@@ -47,9 +47,11 @@ The package is layered; a package imports only those listed before it::
                      (ch06_pathlifting, ch07_mlp with ch07_results, ch08_conv);
                      figures, units
                      (chapters 7-8 as independent cached pieces)
-    wslib.fusion     HF / KF fusion: levels (levels, grouping on the models'
-                     device, retrofitting), hfkf, residual, taps (what a
-                     residual fusion reads and fits, in which order), importance,
+    wslib.fusion     HF / KF fusion: levels (a chain net's levels, their inputs
+                     and outputs), checks (what every fusion refuses),
+                     grouping (on the models' device), retrofit (the fused
+                     weights), hfkf, residual, taps (what a residual fusion
+                     reads and fits, in which order), importance,
                      baselines; protocols (what the chapters share),
                      ch09_cost, ch10_regimes, ch11_beyond (each chapter's
                      protocol and tables; chapter 10's summaries and tables

@@ -23,7 +23,7 @@ from wslib.fusion.baselines import (
     fuse_by,
 )
 from wslib.fusion.hfkf import class_share
-from wslib.fusion.levels import GradientConfig
+from wslib.fusion.retrofit import GradientConfig
 
 
 def test_head_rules_fuse_with_each_head_target() -> None:

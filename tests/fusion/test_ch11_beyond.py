@@ -28,7 +28,7 @@ from wslib.fusion import ch11_beyond, protocols
 from wslib.fusion.baselines import (
     fuse_by,
 )
-from wslib.fusion.levels import GradientConfig
+from wslib.fusion.retrofit import GradientConfig
 
 
 def test_epochs_within() -> None:

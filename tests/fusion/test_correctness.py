@@ -33,24 +33,24 @@ from wslib.fusion.baselines import (
     soft_target_loss,
     transport,
 )
+from wslib.fusion.grouping import hf_groups, hungarian_groups, weighted_centroids
 from wslib.fusion.hfkf import attribution_share, depth_map, fuse, model_importance
 from wslib.fusion.importance import Scores, neuron_importance
 from wslib.fusion.levels import (
-    GradientConfig,
     chain_levels,
-    design_matrix,
-    hf_groups,
-    hungarian_groups,
     layer_io,
     neuron_matrix,
     normalised_scores,
+    solve_dtype,
+)
+from wslib.fusion.residual import fit_block, restat_batchnorm
+from wslib.fusion.retrofit import (
+    GradientConfig,
+    design_matrix,
     retrofit_gradient,
     retrofit_linear,
     ridge_solve,
-    solve_dtype,
-    weighted_centroids,
 )
-from wslib.fusion.residual import fit_block, restat_batchnorm
 from wslib.fusion.taps import block_output, resnet_taps, tap_matrix, transformer_taps
 
 MLP = mlp([12, 8], **SIGNAL)

@@ -31,18 +31,16 @@ from wslib.fusion.baselines import (
     rebasin_activation_matching,
     rebasin_weight_matching,
 )
-from wslib.fusion.hfkf import class_share, fuse
-from wslib.fusion.importance import neuron_importance
-from wslib.fusion.levels import (
-    GradientConfig,
-    chain_levels,
+from wslib.fusion.grouping import (
     cost_decomposition,
     hungarian_groups,
     kmeans_groups,
-    layer_io,
-    neuron_matrix,
     weighted_centroids,
 )
+from wslib.fusion.hfkf import class_share, fuse
+from wslib.fusion.importance import neuron_importance
+from wslib.fusion.levels import chain_levels, layer_io, neuron_matrix
+from wslib.fusion.retrofit import GradientConfig
 from wslib.fusion.taps import resnet_taps, transformer_taps
 
 QUICK = GradientConfig(max_epochs=10, patience=3)

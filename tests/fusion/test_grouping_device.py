@@ -19,9 +19,9 @@ from sklearn.cluster import KMeans
 
 from tests.devicecheck import DEVICE, DeviceDiscipline, to_device
 from tests.test_device_discipline import CNN2D, MLP, RESNET, stand_in_data, trained
-from wslib.fusion import levels
+from wslib.fusion import grouping
+from wslib.fusion.grouping import isometric_rows, kmeans_groups
 from wslib.fusion.hfkf import fuse
-from wslib.fusion.levels import isometric_rows, kmeans_groups
 
 
 def _clustered(n_groups: int, per_group: int, columns: int) -> np.ndarray:
@@ -35,7 +35,7 @@ def _clustered(n_groups: int, per_group: int, columns: int) -> np.ndarray:
 def test_isometric_rows_keep_every_distance(
     columns: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(levels, "_GRAM_COLUMNS", 64)  # several blocks of columns
+    monkeypatch.setattr(grouping, "_GRAM_COLUMNS", 64)  # several blocks of columns
     points = _clustered(4, 5, columns) + 100.0  # far from the origin
     rows = isometric_rows(points)
     assert rows.shape == (20, min(20, columns))
@@ -62,11 +62,11 @@ def test_kmeans_finds_the_groups_of_kmeans_on_the_points(init_first: bool) -> No
 
 @pytest.mark.parametrize("centroids", ["scatter", "product"])
 @pytest.mark.parametrize(
-    "config, grouping",
+    "config, method",
     [(MLP, "hf"), (MLP, "kf"), (RESNET, "hf"), (RESNET, "kf")],
 )
 def test_only_per_neuron_matrices_leave_the_device(
-    config: dict, grouping: str, centroids: str, monkeypatch: pytest.MonkeyPatch
+    config: dict, method: str, centroids: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On the stand-in GPU, what the grouping copies to the host comes from the
     device and has no more columns than rows (neurons), whatever the fusion set's size.
@@ -75,20 +75,20 @@ def test_only_per_neuron_matrices_leave_the_device(
     through the sum that non-CPU devices use.
     """
     if centroids == "product":
-        monkeypatch.setattr(levels, "_scatter_centroids", levels._product_centroids)
+        monkeypatch.setattr(grouping, "_scatter_centroids", grouping._product_centroids)
     ds = stand_in_data()
     models = [trained(config, s, ds).eval() for s in (0, 1)]
     copies: list[tuple[bool, tuple[int, ...]]] = []
-    original = levels.to_host
+    original = grouping.to_host
 
     def spy(value: torch.Tensor) -> np.ndarray:
         copies.append((value.device == DEVICE, tuple(value.shape)))
         return original(value)
 
-    monkeypatch.setattr(levels, "to_host", spy)
+    monkeypatch.setattr(grouping, "to_host", spy)
     with DeviceDiscipline():
         on_dev = [to_device(copy.deepcopy(m)) for m in models]
-        fuse(on_dev, ds.x_train, ds.y_train, grouping, progress=False)
+        fuse(on_dev, ds.x_train, ds.y_train, method, progress=False)
     assert copies
     assert all(on_device for on_device, _ in copies), copies
     assert all(shape[1] <= shape[0] for _, shape in copies), copies
@@ -100,8 +100,8 @@ def test_both_centroid_sums_agree() -> None:
     points = torch.from_numpy(rng.standard_normal((30, 50)))
     weights, labels = rng.uniform(0.1, 2, 30), rng.integers(0, 6, 30)
     total = np.bincount(labels, weights, minlength=6)
-    scatter = levels._scatter_centroids(points, weights, labels, total)
-    product = levels._product_centroids(points, weights, labels, total)
+    scatter = grouping._scatter_centroids(points, weights, labels, total)
+    product = grouping._product_centroids(points, weights, labels, total)
     torch.testing.assert_close(scatter, product, rtol=1e-12, atol=1e-12)
     expected = np.stack(
         [
@@ -141,12 +141,12 @@ def test_hungarian_groups_minimise_the_merge_cost_by_brute_force() -> None:
     sq = ((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)
     cost = wa[:, None] * wb[None, :] / (wa[:, None] + wb[None, :]) * sq
     best = min(itertools.permutations(range(5)), key=lambda p: cost[range(5), p].sum())
-    labels = levels.hungarian_groups(a, b, wa, wb)
+    labels = grouping.hungarian_groups(a, b, wa, wb)
     partner = np.empty(5, dtype=int)
     partner[labels[5:]] = np.arange(5)  # a_i's partner in b
     assert tuple(partner) == best
     torch.testing.assert_close(
-        levels.squared_distances(torch.from_numpy(a), torch.from_numpy(b)),
+        grouping.squared_distances(torch.from_numpy(a), torch.from_numpy(b)),
         torch.from_numpy(sq),
     )
 
@@ -154,7 +154,7 @@ def test_hungarian_groups_minimise_the_merge_cost_by_brute_force() -> None:
 def test_cost_decomposition_over_several_blocks_of_rows() -> None:
     """More neurons than one block of rows: every row counts."""
     rng = np.random.default_rng(6)
-    points = rng.normal(size=(3 * levels._COST_ROWS + 5, 11))
+    points = rng.normal(size=(3 * grouping._COST_ROWS + 5, 11))
     weights, labels = rng.uniform(0.5, 2, len(points)), rng.integers(0, 7, len(points))
     fused = rng.normal(size=(7, 11))
     targets = np.stack(
@@ -166,7 +166,7 @@ def test_cost_decomposition_over_several_blocks_of_rows() -> None:
         "clustering": (weights * ((points - targets[labels]) ** 2).sum(1)).sum(),
         "approximation": (group_w * ((targets - fused) ** 2).sum(1)).sum(),
     }
-    got = levels.cost_decomposition(points, weights, labels, fused)
+    got = grouping.cost_decomposition(points, weights, labels, fused)
     for key, value in expected.items():
         assert got[key] == pytest.approx(value, rel=1e-12), key
 
@@ -197,5 +197,5 @@ def test_cpu_centroids_are_the_sums_of_np_add_at_bit_for_bit() -> None:
     sums = np.zeros((5, 300))
     np.add.at(sums, labels, weights[:, None] * points)
     expected = sums / np.bincount(labels, weights, minlength=5)[:, None]
-    got = levels.weighted_centroids(points, weights, labels, 5).numpy()
+    got = grouping.weighted_centroids(points, weights, labels, 5).numpy()
     assert np.array_equal(got, expected)

@@ -38,6 +38,7 @@ from tests.devicecheck import DEVICE, DeviceDiscipline, to_device
 from tests.kit import cnn1d, mlp, seeded_model, seeded_models, transformer1d
 from wslib.core.seeds import derive_seed
 from wslib.fusion import hfkf, residual
+from wslib.fusion.grouping import kmeans_groups
 from wslib.fusion.hfkf import (
     Grouping,
     aligned_prior,
@@ -52,13 +53,8 @@ from wslib.fusion.hfkf import (
     model_importance,
 )
 from wslib.fusion.importance import example_scores
-from wslib.fusion.levels import (
-    GradientConfig,
-    RetrofitName,
-    kmeans_groups,
-    layer_io,
-    neuron_matrix,
-)
+from wslib.fusion.levels import RetrofitName, layer_io, neuron_matrix
+from wslib.fusion.retrofit import GradientConfig
 
 ONE = mlp([4], in_shape=[1, 5])  # one hidden level of four neurons, 3 classes
 DEEP = mlp([4, 4, 4], in_shape=[1, 4])  # three hidden levels of four

@@ -40,43 +40,49 @@ from torch.utils._pytree import tree_flatten
 from tests.devicecheck import DEVICE, DeviceDiscipline, DeviceMixError, to_device
 from tests.kit import cnn1d, cnn2d, mlp, seeded_model, transformer1d, warning_sites
 from wslib.core.neurons import NeuronGroup, NeuronStructure, Slot
-from wslib.fusion import levels
-from wslib.fusion.importance import Scores
-from wslib.fusion.levels import (
-    FusionResult,
-    GradientConfig,
-    _product_centroids,
-    _scatter_centroids,
-    affine_outputs,
-    chain_levels,
+from wslib.fusion import grouping, retrofit
+from wslib.fusion.checks import (
     check_finite,
     check_fusion_inputs,
     check_fusion_set,
     check_same_architecture,
     check_same_classes,
     check_scores,
+)
+from wslib.fusion.grouping import (
+    _product_centroids,
+    _scatter_centroids,
     cost_decomposition,
-    design_matrix,
-    from_neuron_matrix,
     group_labels,
-    head_weights,
-    held_out_split,
     hf_groups,
     hungarian_groups,
     isometric_rows,
     kmeans_groups,
+    squared_distances,
+    weighted_centroids,
+)
+from wslib.fusion.importance import Scores
+from wslib.fusion.levels import (
+    FusionResult,
+    chain_levels,
+    from_neuron_matrix,
+    head_weights,
     layer_io,
     level_widths,
-    minimise,
     neuron_matrix,
     normalised_scores,
+    solve_dtype,
+)
+from wslib.fusion.retrofit import (
+    GradientConfig,
+    affine_outputs,
+    design_matrix,
+    held_out_split,
+    minimise,
     retrofit_gradient,
     retrofit_linear,
     ridge_solve,
     set_affine,
-    solve_dtype,
-    squared_distances,
-    weighted_centroids,
 )
 
 MLP = mlp([4, 3], in_shape=[1, 5])
@@ -746,7 +752,7 @@ def test_isometric_rows_are_the_same_a_block_of_columns_at_a_time(
 ) -> None:
     wide = rng(4).normal(size=(4, 10))
     whole = isometric_rows(wide)
-    monkeypatch.setattr(levels, "_GRAM_COLUMNS", 3)
+    monkeypatch.setattr(grouping, "_GRAM_COLUMNS", 3)
     np.testing.assert_allclose(
         pairwise(isometric_rows(wide)), pairwise(whole), atol=1e-9
     )
@@ -876,13 +882,13 @@ def test_the_cost_is_the_same_a_few_rows_at_a_time_and_on_the_device(
     p, w = rng(5).normal(size=(9, 3)), rng(6).uniform(0.5, 2.0, 9)
     labels, fused = np.arange(9) % 3, rng(7).normal(size=(3, 3))
     whole = cost_decomposition(p, w, labels, fused)
-    monkeypatch.setattr(levels, "_COST_ROWS", 2)
+    monkeypatch.setattr(grouping, "_COST_ROWS", 2)
     assert cost_decomposition(p, w, labels, fused) == pytest.approx(whole, rel=1e-12)
     with StrictDiscipline():
         on_device = cost_decomposition(torch.from_numpy(p).to(DEVICE), w, labels, fused)
     assert on_device == pytest.approx(whole, rel=1e-12)
     monkeypatch.setattr(
-        levels, "solve_dtype", lambda device: torch.float32
+        grouping, "solve_dtype", lambda device: torch.float32
     )  # as on MPS
     with StrictDiscipline(float64=False):
         single = cost_decomposition(
@@ -1136,7 +1142,7 @@ def test_the_system_is_solved_in_the_devices_solve_dtype(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     seen: list[tuple[torch.dtype, torch.dtype]] = []
-    solve = levels.ridge_solve
+    solve = retrofit.ridge_solve
 
     def spy(
         rows: Any, targets: torch.Tensor, n: int, ridge: float, **kw: Any
@@ -1144,12 +1150,12 @@ def test_the_system_is_solved_in_the_devices_solve_dtype(
         seen.append((rows(slice(0, n)).dtype, targets.dtype))
         return solve(rows, targets, n, ridge, **kw)
 
-    monkeypatch.setattr(levels, "ridge_solve", spy)
+    monkeypatch.setattr(retrofit, "ridge_solve", spy)
     x, t = randn(30, 3, seed=6), randn(2, 30, seed=7, dtype=torch.float64)
     prior = randn(4, 2, seed=8, dtype=torch.float64)
     retrofit_linear(nn.Linear(3, 2), x, t, prior=prior)
     monkeypatch.setattr(
-        levels, "solve_dtype", lambda device: torch.float32
+        retrofit, "solve_dtype", lambda device: torch.float32
     )  # as on MPS
     mps = nn.Linear(3, 2)
     retrofit_linear(mps, x, t, prior=prior)

@@ -34,9 +34,10 @@ from tests.devicecheck import DEVICE, DeviceDiscipline, to_device
 from tests.kit import class_blocks, mlp, resnet1d, seeded_model, transformer1d
 from wslib.core.models import ResNet, Transformer
 from wslib.core.seeds import derive_seed
-from wslib.fusion import levels, residual
+from wslib.fusion import grouping, residual
+from wslib.fusion import retrofit as retrofit_module
 from wslib.fusion.importance import neuron_importance
-from wslib.fusion.levels import FusionResult, GradientConfig, held_out_split
+from wslib.fusion.levels import FusionResult
 from wslib.fusion.residual import (
     _as_output,
     _group_targets,
@@ -47,6 +48,7 @@ from wslib.fusion.residual import (
     fit_block,
     fuse_residual,
 )
+from wslib.fusion.retrofit import GradientConfig, held_out_split
 from wslib.fusion.taps import (
     Fit,
     Step,
@@ -899,7 +901,7 @@ def test_with_a_float32_solve_nothing_on_the_device_is_float64(
     config: dict, monkeypatch
 ) -> None:
     """Where :func:`solve_dtype` is float32 (MPS has no float64), the fusion stays in float32 there."""
-    for module in (levels, residual):
+    for module in (grouping, retrofit_module, residual):
         monkeypatch.setattr(module, "solve_dtype", lambda device: torch.float32)
     model, x = base_model(config), fusion_set()[0]
     with NoFloat64Device():

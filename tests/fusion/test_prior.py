@@ -19,7 +19,8 @@ from wslib.fusion.hfkf import (
     has_alignment,
     head_grouping,
 )
-from wslib.fusion.levels import GradientConfig, chain_levels, layer_io, retrofit_linear
+from wslib.fusion.levels import chain_levels, layer_io
+from wslib.fusion.retrofit import GradientConfig, retrofit_linear
 
 MLP = mlp([12, 8], **SIGNAL)
 CNN = cnn1d([4, 6], **SIGNAL)

@@ -34,16 +34,16 @@ from wslib.fusion.baselines import (
     rebasin_activation_matching,
     rebasin_weight_matching,
 )
-from wslib.fusion.hfkf import fuse
-from wslib.fusion.levels import (
+from wslib.fusion.grouping import (
     cost_decomposition,
     group_labels,
     hf_groups,
     isometric_rows,
     kmeans_groups,
-    ridge_solve,
     weighted_centroids,
 )
+from wslib.fusion.hfkf import fuse
+from wslib.fusion.retrofit import ridge_solve
 
 PROPERTY = settings(max_examples=60, deadline=None, database=None)
 """A few seconds per property; no example database (it would write ``.hypothesis/``)."""

@@ -26,7 +26,8 @@ from tests.kit import class_blocks, resnet1d, transformer1d
 from wslib.core.models import build_model
 from wslib.fusion import residual
 from wslib.fusion.hfkf import fuse
-from wslib.fusion.levels import GradientConfig, head_weights
+from wslib.fusion.levels import head_weights
+from wslib.fusion.retrofit import GradientConfig
 
 REFERENCE = Path(__file__).with_name("residual_reference.json")
 RESNET = resnet1d([4, 8], [1, 12], blocks_per_stage=1)

@@ -12,7 +12,7 @@ import torch
 from tests.kit import SIGNAL, FakeZoo, balanced_dataset, mlp, resnet1d
 from wslib.core.data import Dataset, balanced_subset
 from wslib.fusion import ch10_regimes
-from wslib.fusion.levels import GradientConfig
+from wslib.fusion.retrofit import GradientConfig
 
 QUICK = GradientConfig(max_epochs=3, patience=2)
 

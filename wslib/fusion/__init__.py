@@ -20,7 +20,7 @@ from wslib.fusion.hfkf import (
     fuse,
     model_importance,
 )
-from wslib.fusion.levels import GradientConfig
+from wslib.fusion.retrofit import GradientConfig
 
 __all__ = [
     "USES_IMPORTANCE",

@@ -31,20 +31,22 @@ from wslib.core.neurons import (
 )
 from wslib.core.norms import has_batchnorm, reset_bn_stats
 from wslib.core.train import batches, model_device, predict
-from wslib.fusion.hfkf import fuse, model_importance
-from wslib.fusion.importance import ImportanceName
-from wslib.fusion.levels import (
-    GradientConfig,
-    GroupingName,
-    RetrofitName,
-    chain_levels,
+from wslib.fusion.checks import (
     check_fusion_inputs,
     check_same_architecture,
     check_scores,
+)
+from wslib.fusion.hfkf import fuse, model_importance
+from wslib.fusion.importance import ImportanceName
+from wslib.fusion.levels import (
+    GroupingName,
+    RetrofitName,
+    chain_levels,
     layer_io,
     neuron_matrix,
     normalised_scores,
 )
+from wslib.fusion.retrofit import GradientConfig
 
 # The ground costs of :func:`otfusion`.
 OTCostName = Literal["activation", "weight"]

@@ -18,19 +18,13 @@ from wslib.core.data import Dataset
 from wslib.core.train import (
     evaluate,
 )
+from wslib.fusion.grouping import kmeans_groups, weighted_centroids
 from wslib.fusion.hfkf import (
     fuse,
 )
 from wslib.fusion.importance import ImportanceName
-from wslib.fusion.levels import (
-    GROUPINGS,
-    RETROFITS,
-    GradientConfig,
-    kmeans_groups,
-    layer_io,
-    neuron_matrix,
-    weighted_centroids,
-)
+from wslib.fusion.levels import GROUPINGS, RETROFITS, layer_io, neuron_matrix
+from wslib.fusion.retrofit import GradientConfig
 
 
 def cost_decompositions(

@@ -34,15 +34,13 @@ from wslib.fusion.hfkf import (
     model_importance,
 )
 from wslib.fusion.importance import ImportanceName
-from wslib.fusion.levels import (
-    GradientConfig,
-)
 from wslib.fusion.protocols import (
     FUSION_CODE,
     accuracy,
     data_digest,
     regime_models,
 )
+from wslib.fusion.retrofit import GradientConfig
 from wslib.runs.cache import cached_run
 from wslib.runs.zoo import Zoo
 

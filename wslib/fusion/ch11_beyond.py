@@ -32,11 +32,7 @@ from wslib.fusion.hfkf import (
     fuse,
 )
 from wslib.fusion.importance import ImportanceName
-from wslib.fusion.levels import (
-    RESIDUAL_ARCHS,
-    GradientConfig,
-    RetrofitName,
-)
+from wslib.fusion.levels import RESIDUAL_ARCHS, RetrofitName
 from wslib.fusion.protocols import (
     FUSION_CODE,
     accuracy,
@@ -45,6 +41,7 @@ from wslib.fusion.protocols import (
     regime_models,
     trained,
 )
+from wslib.fusion.retrofit import GradientConfig
 from wslib.runs.cache import cached_run
 from wslib.runs.stats import epochs_to
 from wslib.runs.zoo import Zoo

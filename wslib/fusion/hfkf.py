@@ -15,7 +15,7 @@ Bottom-up, for every hidden level:
    of the previous levels, is fitted to reproduce ``T_k``: closed-form ridge
    least squares (``"linear"``) or full-batch gradient steps on the mean
    squared error (``"gradient"``, L-BFGS by default, never worse than its
-   start; :class:`~wslib.fusion.levels.GradientConfig`).
+   start; :class:`~wslib.fusion.retrofit.GradientConfig`).
 
 The head is fitted the same way to the average of the base models' logits,
 optionally weighted per class by each model's share of that class's data.
@@ -43,7 +43,7 @@ The *representation cost* of a level is ``sum_i w_i ||a_i - F_{c(i)}||^2``
 ``F_{c(i)}`` of its group). Theorem 1 splits it exactly into the clustering
 error ``sum_i w_i ||a_i - T_{c(i)}||^2`` and the approximation error
 ``sum_k W_k ||T_k - F_k||^2`` with ``W_k`` the total weight of group ``k``
-(:func:`~wslib.fusion.levels.cost_decomposition`).
+(:func:`~wslib.fusion.grouping.cost_decomposition`).
 """
 
 from __future__ import annotations
@@ -60,6 +60,14 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from wslib.core.seeds import derive_seed
+from wslib.fusion.checks import (
+    check_finite,
+    check_fusion_set,
+    check_same_architecture,
+    check_same_classes,
+    check_scores,
+)
+from wslib.fusion.grouping import cost_decomposition, group_labels, weighted_centroids
 from wslib.fusion.importance import ImportanceName, example_scores, neuron_importance
 from wslib.fusion.levels import (
     GROUPINGS,
@@ -67,29 +75,23 @@ from wslib.fusion.levels import (
     RETROFITS,
     Affine,
     FusionResult,
-    GradientConfig,
     GroupingName,
     RetrofitName,
     chain_levels,
-    check_finite,
-    check_fusion_set,
-    check_same_architecture,
-    check_same_classes,
-    check_scores,
-    cost_decomposition,
     from_neuron_matrix,
-    group_labels,
     head_weights,
     layer_io,
     neuron_matrix,
     normalised_scores,
+    solve_dtype,
+)
+from wslib.fusion.residual import fuse_residual
+from wslib.fusion.retrofit import (
+    GradientConfig,
     retrofit_gradient,
     retrofit_linear,
     set_affine,
-    solve_dtype,
-    weighted_centroids,
 )
-from wslib.fusion.residual import fuse_residual
 from wslib.fusion.taps import residual_importance
 
 # --- the prior: the parents' weights, aligned --------------------------------------------------
@@ -154,7 +156,7 @@ def aligned_prior(
     grouping of the previous level (None: the data). Row ``k`` of ``W0.T``
     is the ``weights``-weighted average over the members of fused neuron
     ``k`` of their :func:`aligned_rows` (bias included), so ``W0`` is in
-    :func:`~wslib.fusion.levels.ridge_solve`'s layout, on the layers' device
+    :func:`~wslib.fusion.retrofit.ridge_solve`'s layout, on the layers' device
     in :func:`~wslib.fusion.levels.solve_dtype`.
     """
     dtype = solve_dtype(modules[0].weight.device)
@@ -289,7 +291,7 @@ def fuse(
         ``"kf"`` (any widths).
     retrofit
         ``"linear"`` (ridge least squares) or ``"gradient"`` (see
-        :class:`~wslib.fusion.levels.GradientConfig`).
+        :class:`~wslib.fusion.retrofit.GradientConfig`).
     importance
         ``"uniform"``, ``"conductance"`` or ``"deeplift"`` neuron weights.
     fused

@@ -21,7 +21,7 @@ write; pre-ReLU in the ResNets). Here:
    ResNet BasicBlock up to its pre-ReLU sum, or a pre-LN transformer block) is
    fitted end to end on its own fused input: the mean squared error of its
    output against the stream's targets at the block output, minimised over
-   all of the block's parameters by :func:`~wslib.fusion.levels.minimise`
+   all of the block's parameters by :func:`~wslib.fusion.retrofit.minimise`
    (full-batch L-BFGS by default), keeping the better of start and end
    (:func:`fit_block`). The stem and the head stay affine least-squares fits.
    With ``GradientConfig(blocks=False)`` the gradient variant instead runs the
@@ -68,7 +68,7 @@ base models' first, as :func:`wslib.fusion.hfkf.fuse` places it): the taps, the
 targets, the least-squares systems (float64 where the device supports it,
 :func:`~wslib.fusion.levels.solve_dtype`), the gradient fits and the
 BatchNorm statistics. The grouping and the representation costs run there
-too (:func:`~wslib.fusion.levels.group_labels`); only per-neuron matrices
+too (:func:`~wslib.fusion.grouping.group_labels`); only per-neuron matrices
 leave it, for SciPy's Hungarian solver and scikit-learn's k-means.
 """
 
@@ -88,21 +88,21 @@ from wslib.core.models import BasicBlock, Transformer, TransformerBlock
 from wslib.core.neurons import neuron_structure
 from wslib.core.seeds import derive_seed
 from wslib.core.train import model_device
+from wslib.fusion.grouping import cost_decomposition, group_labels, weighted_centroids
 from wslib.fusion.levels import (
     Affine,
     FusionResult,
-    GradientConfig,
     GroupingName,
     RetrofitName,
-    cost_decomposition,
+    normalised_scores,
+    solve_dtype,
+)
+from wslib.fusion.retrofit import (
+    GradientConfig,
     design_matrix,
-    group_labels,
     held_out_split,
     minimise,
-    normalised_scores,
     ridge_solve,
-    solve_dtype,
-    weighted_centroids,
 )
 from wslib.fusion.taps import (
     Fit,
@@ -208,7 +208,7 @@ def _solve_gradient(
     config: GradientConfig,
     seed: int,
 ) -> torch.Tensor:
-    """Gradient fit (:func:`~wslib.fusion.levels.minimise`) of the coefficients from their current values."""
+    """Gradient fit (:func:`~wslib.fusion.retrofit.minimise`) of the coefficients from their current values."""
     per = target.shape[1] // n
     rows = _rows(pieces, slice(0, n), bias)
     a, dev = rows.float(), rows.device
@@ -289,7 +289,7 @@ def fit_block(
 
     ``target`` is ``(neurons, samples)`` (:func:`~wslib.fusion.taps.tap_matrix` layout). All of
     the block's parameters move (eval mode: BatchNorm as its running affine
-    map) under :func:`~wslib.fusion.levels.minimise`, which keeps the better
+    map) under :func:`~wslib.fusion.retrofit.minimise`, which keeps the better
     of the start and the end on the selection loss (the held-out examples of
     ``config.val_fraction``, else all). Returns the start's and the result's
     selection MSE.

@@ -239,7 +239,7 @@ def pair_study(
 
     ``settings``: ``ts`` (straight-line points), ``llpf`` (ticks, record_every,
     lr, r_max, r_min, batch_size, margin), ``finetune`` (a training recipe),
-    ``gradient`` (:class:`~wslib.fusion.levels.GradientConfig` fields), ``bezier``
+    ``gradient`` (:class:`~wslib.fusion.retrofit.GradientConfig` fields), ``bezier``
     (steps, lr). Returns ``fused_parent[variant]`` (barrier and LLPF peak
     excess to each parent aligned to the fused model by weight matching,
     averaged over the two parents; accuracies),
