@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.neurons import (
     neuron_structure,
     permute_state,

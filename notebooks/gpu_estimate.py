@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.train import PrecisionName, Recipe
 from wslib.synthesis.alignment import STEPS as ALIGNMENT_STEPS
 

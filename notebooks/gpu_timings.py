@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.train import PrecisionName, Recipe, fit, model_device
 
 MLP = {"name": "mlp", "in_shape": [3, 32, 32], "n_classes": 10, "widths": [500] * 3}

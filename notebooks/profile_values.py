@@ -7,7 +7,7 @@ cannot do what they say: a recipe that trains nothing, a count of zero, a
 negative learning rate, NaN.
 
 - Recipes are checked by the library's own :class:`wslib.core.train.Recipe`
-  and model configs by :func:`wslib.core.models.check_sizes`: one rule for
+  and model configs by :func:`wslib.core.configs.check_sizes`: one rule for
   library calls and profiles.
 - Whether a model fits its data set is checked where it is trained
   (:func:`wslib.core.configs.check_fits_data`), since a config may keep an
@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from wslib.core.models import MODEL_NAMES, check_sizes
+from wslib.core.configs import MODEL_NAMES, check_sizes
 from wslib.core.train import Recipe
 
 POSITIVE = {

@@ -3,7 +3,7 @@
 Every factory takes the sizes, seeds and shapes a test relies on as arguments,
 so a test states them where they matter and the random draws stay the same:
 
-- model configs for :func:`wslib.core.models.build_model`: :func:`mlp`,
+- model configs for :func:`wslib.core.configs.build_model`: :func:`mlp`,
   :func:`cnn1d`, :func:`cnn2d`, :func:`resnet1d`, :func:`transformer1d`
   (default: ``in_shape`` :data:`IN`, 3 classes; ``**SIGNAL`` for the 40-step,
   10-class signals of the core and fusion tests), and :data:`MLP`,
@@ -34,8 +34,8 @@ import pytest
 import torch
 from torch import nn
 
+from wslib.core.configs import build_model
 from wslib.core.data import Dataset
-from wslib.core.models import build_model
 from wslib.core.train import Recipe, fit
 from wslib.runs.resumable import Persist
 

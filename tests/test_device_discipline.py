@@ -15,9 +15,9 @@ import torch
 
 from tests.devicecheck import DEVICE, DeviceDiscipline, DeviceMixError, to_device
 from tests.kit import cnn2d, mlp, resnet1d, toy_dataset, trained_model
+from wslib.core.configs import build_model
 from wslib.core.data import Dataset
 from wslib.core.interpolation import linear_path
-from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit
 from wslib.fusion.hfkf import fuse
 from wslib.llpf.layerwise import M2MSettings, m2m

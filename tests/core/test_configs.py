@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from wslib.core.configs import DATA_SHAPES, complete_model_configs, with_data_shape
+from wslib.core.configs import (
+    DATA_SHAPES,
+    build_model,
+    complete_model_configs,
+    with_data_shape,
+)
 from wslib.core.data import DATASETS, load_dataset
-from wslib.core.models import build_model
 
 
 def test_every_data_set_has_a_shape() -> None:

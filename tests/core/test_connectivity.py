@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tests.kit import MLP, RESNET, FakeZoo, toy_dataset
+from wslib.core.configs import build_model
 from wslib.core.connectivity import (
     OUTPUT_DIFFS,
     barrier_sweep,
@@ -25,7 +26,6 @@ from wslib.core.connectivity import (
 )
 from wslib.core.interpolation import linear_path
 from wslib.core.matching import align
-from wslib.core.models import build_model
 from wslib.core.train import evaluate
 
 DATA = {"name": "toy"}

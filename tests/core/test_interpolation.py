@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.kit import SIGNAL, drawn_models, mlp, resnet1d, toy_tensors
+from wslib.core.configs import build_model
 from wslib.core.interpolation import (
     barrier,
     check_path_ts,
@@ -14,7 +15,6 @@ from wslib.core.interpolation import (
     lerp_state,
     linear_path,
 )
-from wslib.core.models import build_model
 from wslib.core.norms import reset_bn_stats
 from wslib.core.train import evaluate
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from tests.kit import SIGNAL, cnn1d, drawn_models, mlp, resnet1d
+from wslib.core.configs import build_model
 from wslib.core.matching import align, match_scales, scale_distance, weight_matching
-from wslib.core.models import build_model
 from wslib.core.neurons import (
     permute_state,
     random_permutations,

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from wslib.core.models import MODEL_NAMES, build_model, check_sizes
+from wslib.core.configs import MODEL_NAMES, build_model, check_sizes
 from wslib.core.neurons import (
     NeuronGroup,
     permute_state,

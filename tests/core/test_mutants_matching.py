@@ -14,8 +14,8 @@ import torch
 from tests.core.test_matching import _brute_multiplier, _multiplier_cost, scaled_pair
 from tests.kit import drawn_models, mlp
 from wslib.core import matching
+from wslib.core.configs import build_model
 from wslib.core.matching import align, match_scales, weight_matching
-from wslib.core.models import build_model
 from wslib.core.neurons import NeuronStructure, StateDict
 
 TWO = mlp([2], [1, 2], 2)

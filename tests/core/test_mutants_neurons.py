@@ -212,5 +212,5 @@ def test_lookup_errors_name_the_missing_and_the_remedy() -> None:
     message = str(info.value)
     assert message.startswith("Linear does not describe its neurons")
     assert message.endswith(
-        "wslib.core.models.build_model or add a neuron_structure() method to it."
+        "wslib.core.configs.build_model or add a neuron_structure() method to it."
     )

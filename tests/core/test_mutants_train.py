@@ -23,7 +23,7 @@ from torch.utils._pytree import tree_flatten, tree_map
 from tests.devicecheck import DEVICE, DeviceDiscipline, DeviceMixError
 from tests.kit import cnn1d, cnn2d, mlp
 from wslib.core import train as train_module
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.train import (
     Recipe,
     augment_images,

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tests.kit import SIGNAL, mlp
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.neurons import (
     neuron_structure,
     permute_state,

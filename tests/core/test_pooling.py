@@ -8,7 +8,7 @@ from torch import nn
 from torch.func import functional_call, grad, stack_module_state, vmap
 
 from tests import kit
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.pooling import PairMaxPool1d
 
 

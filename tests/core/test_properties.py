@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from tests.kit import mlp
+from wslib.core.configs import build_model
 from wslib.core.interpolation import barrier, lerp_state, linear_path
 from wslib.core.matching import weight_matching
-from wslib.core.models import build_model
 from wslib.core.neurons import (
     StateDict,
     permute_state,

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 
 from tests.kit import mlp
+from wslib.core.configs import build_model
 from wslib.core.data import _load_digits, balanced_subset
 from wslib.core.matching import weight_matching
-from wslib.core.models import build_model
 from wslib.core.train import seed_everything
 
 MLP = mlp([8, 8, 8], [1, 10])

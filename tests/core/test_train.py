@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tests.kit import SIGNAL, cnn2d, mlp
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.train import (
     Recipe,
     all_nan,

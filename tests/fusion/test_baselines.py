@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.fusion.baselines import fuse_by
 
 

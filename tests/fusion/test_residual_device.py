@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from tests.kit import class_blocks, resnet1d, transformer1d
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.fusion import residual
 from wslib.fusion.hfkf import fuse
 from wslib.fusion.levels import head_weights

@@ -7,8 +7,8 @@ import pytest
 
 from tests.kit import MLP, pair, toy_dataset
 from tests.llpf.path_results import lines_of
+from wslib.core.configs import build_model
 from wslib.core.interpolation import lerp_state, linear_path
-from wslib.core.models import build_model
 from wslib.core.train import evaluate
 from wslib.llpf.ch02_layerwise import (
     first_step_increase,

@@ -8,7 +8,7 @@ import pytest
 
 from tests.kit import MLP, pair, toy_dataset
 from tests.llpf.path_results import comparison_runs, path_result
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.llpf import ch04_baselines
 from wslib.llpf.ch04_baselines import (
     chapter_methods,

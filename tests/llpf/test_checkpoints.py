@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from tests.kit import QUIET, mlp
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.llpf.layerwise import M2MSettings, m2m
 from wslib.llpf.path import LLPFPath
 from wslib.llpf.ticks import Refine

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from tests.kit import QUIET, mlp
+from wslib.core.configs import build_model
 from wslib.core.data import Dataset
-from wslib.core.models import build_model
 from wslib.llpf.autoneb import AutoNEBSettings, autoneb
 from wslib.llpf.curves import CurveSettings, fit_curve
 from wslib.llpf.protocols import PathSetup, baseline_checkpoint, method_run

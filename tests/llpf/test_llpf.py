@@ -14,7 +14,7 @@ from tests.kit import (
     same_state,
     toy_tensors,
 )
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.norms import norm_parameter_names
 from wslib.llpf.autoneb import AutoNEBSettings
 from wslib.llpf.curves import CurveSettings

@@ -14,8 +14,8 @@ from torch import nn
 
 import wslib.llpf.ticks as ticks
 from tests.kit import QUIET
+from wslib.core.configs import build_model
 from wslib.core.data import Dataset
-from wslib.core.models import build_model
 from wslib.llpf.layerwise import ComplianceSGD, LLPFPath, M2MSettings, m2m
 from wslib.llpf.protocols import (
     PathSetup,

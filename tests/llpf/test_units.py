@@ -11,8 +11,8 @@ import torch
 
 from tests.conftest import load_script
 from tests.kit import FakeZoo, mlp, toy_dataset
+from wslib.core.configs import build_model
 from wslib.core.connectivity import mode_config
-from wslib.core.models import build_model
 from wslib.core.seeds import derive_seeds
 from wslib.llpf import ch04_baselines, units
 from wslib.llpf.ch04_baselines import methods_by_model, tuning_seed

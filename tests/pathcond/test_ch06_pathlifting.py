@@ -11,7 +11,7 @@ import torch
 from tests.kit import cnn1d
 from tests.pathcond.tiny import LIFTED, TINY
 from tests.pathcond.toy import BASE, RECIPE, toy_data
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.neurons import random_scales, rescale_state
 from wslib.core.train import Recipe, seed_everything
 from wslib.pathcond.ch06_pathlifting import (

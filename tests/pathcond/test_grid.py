@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.pathcond.toy import BASE, CONFIGS, RECIPE, toy_data
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.train import Recipe
 from wslib.pathcond import training
 from wslib.pathcond.grid import Job, RunGrid

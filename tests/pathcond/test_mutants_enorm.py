@@ -19,7 +19,7 @@ from tests.devicecheck import DeviceDiscipline, to_device
 from tests.kit import mlp, seeded_model
 from tests.pathcond.test_pathcond import ALL_ARCHS, _enorm_reference
 from tests.pathcond.tiny import perturbed
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.neurons import NeuronGroup, NeuronStructure, Slot
 from wslib.pathcond.enorm import (
     enorm_callback,

@@ -14,7 +14,7 @@ from torch import nn
 
 from tests.kit import cnn1d, mlp, resnet1d, transformer1d
 from tests.pathcond.tiny import perturbed
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.pathcond import lifting
 from wslib.pathcond.lifting import (
     Factor,

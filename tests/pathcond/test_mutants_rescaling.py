@@ -25,7 +25,7 @@ from torch.overrides import TorchFunctionMode
 
 from tests.kit import cnn1d, cnn2d, mlp, seeded_model, warning_sites
 from tests.pathcond.tiny import perturbed
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.neurons import NeuronGroup, NeuronStructure, Slot, rescale_state
 from wslib.pathcond.lifting import explicit_path_lifting
 from wslib.pathcond.rescaling import (

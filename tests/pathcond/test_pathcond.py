@@ -21,8 +21,8 @@ from tests.kit import (
     transformer1d,
 )
 from tests.pathcond.tiny import TINY, perturbed
+from wslib.core.configs import build_model
 from wslib.core.data import Dataset, load_dataset
-from wslib.core.models import build_model
 from wslib.core.neurons import (
     NeuronGroup,
     NeuronStructure,

@@ -25,7 +25,7 @@ from hypothesis.extra import numpy as hnp
 from torch import nn
 
 from tests.kit import mlp
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.neurons import neuron_structure
 from wslib.pathcond.enorm import enorm_step, enorm_step_authors
 from wslib.pathcond.lifting import explicit_path_lifting, mlp_path_labels, path_lifting

@@ -13,7 +13,7 @@ from torch import nn
 
 from tests.kit import SIGNAL, cnn1d, cnn2d, mlp, resnet1d, seeded_model
 from tests.pathcond.tiny import perturbed
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.pathcond.enorm import enorm_step_authors
 from wslib.pathcond.rescaling import (
     check_range,

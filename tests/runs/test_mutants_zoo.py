@@ -14,7 +14,7 @@ import torch
 
 from tests.kit import same_state
 from tests.runs.test_zoo import CONFIG
-from wslib.core.models import build_model
+from wslib.core.configs import build_model
 from wslib.core.train import Recipe, evaluate, fit, seed_everything
 from wslib.runs import zoo as zoo_module
 from wslib.runs.zoo import Zoo, normalise_config

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from tests.kit import cnn1d, drawn_models, mlp, resnet1d, toy_dataset
+from wslib.core.configs import build_model
 from wslib.core.connectivity import max_output_diff
 from wslib.core.data import Dataset
 from wslib.core.matching import match_scales, scale_distance
-from wslib.core.models import build_model
 from wslib.core.neurons import (
     permute_state,
     random_permutations,

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from tests.kit import mlp
+from wslib.core.configs import build_model
 from wslib.core.interpolation import lerp_state
-from wslib.core.models import build_model
 from wslib.pathcond.rescaling import diag_g
 from wslib.synthesis.conditioning import KEYS, log_spread, path_conditioning
 

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from tests.kit import cnn1d, drawn_models, mlp, toy_dataset
+from wslib.core.configs import build_model
 from wslib.core.matching import match_scales
-from wslib.core.models import build_model
 from wslib.core.neurons import neuron_structure, rescale_state
 from wslib.synthesis import alignment
 from wslib.synthesis.alignment import (

@@ -5,20 +5,18 @@ its hidden neuron groups in data-flow order (see :mod:`wslib.core.neurons`). The
 1-D and 2-D versions of an architecture share one class; the number of
 spatial dimensions comes from ``in_shape`` (``[C, L]`` or ``[C, H, W]``).
 
-Build models by name with :func:`build_model`::
+Build models by name with :func:`wslib.core.configs.build_model`::
 
     build_model({"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [256, 256]})
 """
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import math
-import numbers
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from typing import Any, Literal, cast
+from collections.abc import Sequence
+from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
@@ -44,9 +42,6 @@ _ACTIVATIONS: dict[str, type[nn.Module]] = {
     "gelu": nn.GELU,
     "silu": nn.SiLU,
 }
-_VGG11_PLAN = (64, "P", 128, "P", 256, 256, "P", 512, 512, "P", 512, 512, "P")
-_RESNET18_WIDTHS = (64, 128, 256, 512)
-_CIFAR_NV_PLAN = (128, 128, 128, "P", 256, 256, 256, "P", 320, 320)
 
 
 # --- slot helpers ----------------------------------------------------------------------------
@@ -474,250 +469,3 @@ class Transformer(nn.Module):
         return NeuronStructure(
             (NeuronGroup("stream", width, tuple(stream), False), *mlps)
         )
-
-
-# --- factories and build_model ----------------------------------------------------------------
-
-
-def _check_shape(in_shape: Sequence[int], dims: int, name: str) -> list[int]:
-    if len(in_shape) != dims + 1:
-        layout = "[C, L]" if dims == 1 else "[C, H, W]"
-        raise ValueError(f"{name} expects in_shape {layout}, got {list(in_shape)}")
-    return list(in_shape)
-
-
-def _scaled(widths: Sequence[int], width: float) -> list[int]:
-    return [max(1, round(w * width)) for w in widths]
-
-
-def mlp(
-    in_shape: Sequence[int],
-    n_classes: int,
-    *,
-    widths: Sequence[int] = (256, 256),
-    activation: ActivationName = "relu",
-    output_bias: bool = True,
-) -> MLP:
-    """Fully connected net on the flattened input (``output_bias``: a bias in the head)."""
-    return MLP(
-        in_shape, n_classes, widths, activation=activation, output_bias=output_bias
-    )
-
-
-def cnn1d(
-    in_shape: Sequence[int],
-    n_classes: int,
-    *,
-    channels: Sequence[int] = (32, 32, 32),
-    kernel_size: int = 5,
-    pool: PoolName | None = "max",
-    fully_conv: bool = False,
-    bn: bool = False,
-) -> ConvNet:
-    """1-D CNN: one ``Conv -> ReLU (-> 2x pool)`` stage per entry of ``channels``."""
-    shape = _check_shape(in_shape, 1, "cnn1d")
-    return _staged_cnn(shape, n_classes, channels, kernel_size, pool, fully_conv, bn)
-
-
-def cnn2d(
-    in_shape: Sequence[int],
-    n_classes: int,
-    *,
-    channels: Sequence[int] = (32, 64, 128),
-    kernel_size: int = 3,
-    pool: PoolName | None = "max",
-    fully_conv: bool = False,
-    bn: bool = False,
-) -> ConvNet:
-    """2-D CNN: one ``Conv -> ReLU (-> 2x pool)`` stage per entry of ``channels``.
-
-    With ``fully_conv=True`` and no BN it is a CIFAR "NV"-like fully
-    convolutional net (conv head, global average pooling).
-    """
-    shape = _check_shape(in_shape, 2, "cnn2d")
-    return _staged_cnn(shape, n_classes, channels, kernel_size, pool, fully_conv, bn)
-
-
-def _staged_cnn(
-    shape: list[int],
-    n_classes: int,
-    channels: Sequence[int],
-    kernel_size: int,
-    pool: PoolName | None,
-    fully_conv: bool,
-    bn: bool,
-) -> ConvNet:
-    plan = [c for ch in channels for c in ((ch, "P") if pool else (ch,))]
-    head: Literal["flatten", "conv"] = "conv" if fully_conv else "flatten"
-    return ConvNet(
-        shape,
-        n_classes,
-        plan,
-        kernel_size=kernel_size,
-        pool=pool or "max",
-        bn=bn,
-        head=head,
-    )
-
-
-def resnet1d(
-    in_shape: Sequence[int],
-    n_classes: int,
-    *,
-    widths: Sequence[int] = (16, 32, 64),
-    blocks_per_stage: int = 2,
-    kernel_size: int = 3,
-) -> ResNet:
-    """1-D ResNet of BasicBlocks, one stage per entry of ``widths``."""
-    return ResNet(
-        _check_shape(in_shape, 1, "resnet1d"),
-        n_classes,
-        widths,
-        blocks_per_stage,
-        kernel_size=kernel_size,
-    )
-
-
-def transformer1d(
-    in_shape: Sequence[int],
-    n_classes: int,
-    *,
-    patch_size: int = 4,
-    embed_dim: int = 64,
-    depth: int = 2,
-    heads: int = 4,
-    mlp_dim: int = 128,
-) -> Transformer:
-    """Small pre-LN transformer on patches of a 1-D signal."""
-    shape = _check_shape(in_shape, 1, "transformer1d")
-    return Transformer(shape, n_classes, patch_size, embed_dim, depth, heads, mlp_dim)
-
-
-def cifar_nv(in_shape: Sequence[int], n_classes: int, *, width: float = 1.0) -> ConvNet:
-    """Fully convolutional CIFAR-NV-like net: 9 convolutions, 3x3, ReLU, max pooling.
-
-    Eight ``Conv -> ReLU`` layers in three stages (3, 3, 2 convolutions, 2x max
-    pooling after the first two), then a conv head to ``n_classes`` channels and
-    global average pooling, the layout of the net PathCond and ENorm use on
-    CIFAR-10. The channel counts (``_CIFAR_NV_PLAN``, scaled by ``width``) are
-    this library's choice.
-    """
-    plan = [p if isinstance(p, str) else _scaled([p], width)[0] for p in _CIFAR_NV_PLAN]
-    shape = _check_shape(in_shape, 2, "cifar_nv")
-    return ConvNet(
-        shape, n_classes, plan, kernel_size=3, pool="max", bn=False, head="conv"
-    )
-
-
-def resnet18(in_shape: Sequence[int], n_classes: int, *, width: float = 1.0) -> ResNet:
-    """CIFAR ResNet-18 (3x3 stem, no max pool); ``width`` multiplies all channel counts."""
-    shape = _check_shape(in_shape, 2, "resnet18")
-    return ResNet(shape, n_classes, _scaled(_RESNET18_WIDTHS, width), 2)
-
-
-def vgg11(
-    in_shape: Sequence[int], n_classes: int, *, width: float = 1.0, bn: bool = False
-) -> ConvNet:
-    """VGG-11 convolutions (3x3, ReLU, max pool) with a single Linear head."""
-    plan = [p if isinstance(p, str) else _scaled([p], width)[0] for p in _VGG11_PLAN]
-    return ConvNet(
-        _check_shape(in_shape, 2, "vgg11"),
-        n_classes,
-        plan,
-        kernel_size=3,
-        pool="max",
-        bn=bn,
-    )
-
-
-def vit(
-    in_shape: Sequence[int],
-    n_classes: int,
-    *,
-    patch_size: int = 4,
-    embed_dim: int = 128,
-    depth: int = 6,
-    heads: int = 4,
-    mlp_dim: int = 256,
-) -> Transformer:
-    """Small vision transformer on 2-D patches."""
-    shape = _check_shape(in_shape, 2, "vit")
-    return Transformer(shape, n_classes, patch_size, embed_dim, depth, heads, mlp_dim)
-
-
-# The models a config may name (:data:`MODEL_NAMES` lists them at run time).
-ModelName = Literal[
-    "mlp",
-    "cnn1d",
-    "cnn2d",
-    "resnet1d",
-    "transformer1d",
-    "cifar_nv",
-    "resnet18",
-    "vgg11",
-    "vit",
-]
-_FACTORIES: dict[ModelName, Callable[..., nn.Module]] = {
-    "mlp": mlp,
-    "cnn1d": cnn1d,
-    "cnn2d": cnn2d,
-    "resnet1d": resnet1d,
-    "transformer1d": transformer1d,
-    "cifar_nv": cifar_nv,
-    "resnet18": resnet18,
-    "vgg11": vgg11,
-    "vit": vit,
-}
-MODEL_NAMES: tuple[ModelName, ...] = tuple(_FACTORIES)
-
-
-def config_keys(name: ModelName) -> tuple[list[str], dict[str, Any]]:
-    """Required keys and optional keys (with defaults) of model ``name``, ``"name"`` excluded."""
-    params = inspect.signature(_FACTORIES[name]).parameters.values()
-    required = [p.name for p in params if p.default is p.empty]
-    return required, {p.name: p.default for p in params if p.default is not p.empty}
-
-
-SIZES = (
-    "in_shape", "n_classes", "widths", "channels", "kernel_size", "blocks_per_stage",
-    "patch_size", "embed_dim", "depth", "heads", "mlp_dim", "width",
-)  # fmt: skip
-"""Options that size a model: positive numbers (``width`` a float multiplier,
-the rest integers), one each or a list of them."""
-
-
-def check_sizes(config: dict[str, Any]) -> None:
-    """Refuse a model config with a size that is not a positive number (a layer
-    of 0 units builds and computes nothing; a negative one ends in torch)."""
-    for key in SIZES:
-        if key not in config:
-            continue
-        value = config[key]
-        items = value if isinstance(value, list | tuple) else [value]
-        kind = numbers.Real if key == "width" else numbers.Integral
-        bad = [v for v in items if isinstance(v, bool) or not isinstance(v, kind)]
-        if bad or any(v <= 0 for v in items):
-            raise ValueError(
-                f"model {config.get('name')!r} has {key} {value!r}; give "
-                + ("a positive number" if key == "width" else "positive integers")
-            )
-
-
-def build_model(config: dict[str, Any]) -> nn.Module:
-    """Build a model from ``{"name": ..., "in_shape": ..., "n_classes": ..., **options}``."""
-    name = config.get("name")
-    if not isinstance(name, str) or name not in _FACTORIES:
-        raise ValueError(
-            f"unknown model name {name!r}; valid names: {', '.join(MODEL_NAMES)}"
-        )
-    required, optional = config_keys(name)
-    options = {k: v for k, v in config.items() if k != "name"}
-    missing = [k for k in required if k not in options]
-    unknown = [k for k in options if k not in required and k not in optional]
-    if missing or unknown:
-        raise ValueError(
-            f"bad config for model {name!r} (missing: {missing}, unknown: {unknown}); "
-            f"required keys: name, {', '.join(required)}; optional keys: {optional}"
-        )
-    check_sizes(config)
-    return _FACTORIES[name](**options)

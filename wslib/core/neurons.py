@@ -76,7 +76,7 @@ def neuron_structure(model: torch.nn.Module) -> NeuronStructure:
     if not hasattr(model, "neuron_structure"):
         raise TypeError(
             f"{type(model).__name__} does not describe its neurons; build the model with "
-            "wslib.core.models.build_model or add a neuron_structure() method to it."
+            "wslib.core.configs.build_model or add a neuron_structure() method to it."
         )
     structure: NeuronStructure = cast(Any, model).neuron_structure()
     return structure

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+from wslib.core.configs import build_model
 from wslib.core.data import Dataset, balanced_subset
-from wslib.core.models import build_model
 from wslib.core.seeds import derive_seed
 from wslib.core.train import (
     Recipe,

@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from wslib.core.configs import build_model
 from wslib.core.data import Dataset
-from wslib.core.models import build_model
 from wslib.core.neurons import neuron_structure, random_scales, rescale_state
 from wslib.core.train import Recipe, float64_outputs, model_device, seed_everything
 from wslib.pathcond.lifting import PathLifting, explicit_path_lifting, mlp_path_labels

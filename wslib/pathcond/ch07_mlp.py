@@ -22,9 +22,10 @@ from typing import Any, NamedTuple, cast
 import numpy as np
 import torch
 
+from wslib.core.configs import build_model
 from wslib.core.data import DataKey, Dataset, load_dataset
 from wslib.core.describe import mlp_sizes
-from wslib.core.models import ActivationName, build_model
+from wslib.core.models import ActivationName
 from wslib.core.seeds import derive_seed, derive_seeds
 from wslib.pathcond.grid import Job, Pair, RunGrid, has_output_bias, mlp_config
 from wslib.pathcond.protocols import RUNS_DIR, Run, rescale_cost

@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from wslib.core.configs import build_model
 from wslib.core.describe import percent
-from wslib.core.models import ActivationName, build_model
+from wslib.core.models import ActivationName
 from wslib.pathcond.ch07_mlp import PAIR_METHODS
 from wslib.pathcond.grid import Pair, RunGrid, has_output_bias, mlp_config
 from wslib.pathcond.protocols import Run

@@ -16,10 +16,9 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from wslib.core.configs import check_fits_data
+from wslib.core.configs import build_model, check_fits_data
 from wslib.core.data import DataKey, Dataset
 from wslib.core.files import tensor_digest
-from wslib.core.models import build_model
 from wslib.core.settings import Settings
 from wslib.core.stacked import fit_stacked, stack_signature
 from wslib.core.train import (

@@ -4,7 +4,7 @@ A model is identified by the hash of its full config::
 
     {"data": {"name": "mnist1d", ...},        # wslib.core.data.load_dataset arguments
      "split": {"kind": "full"}                 # or iid / dirichlet / shards + n_parts, part, ...
-     "model": {"name": "mlp", ...},            # wslib.core.models.build_model config
+     "model": {"name": "mlp", ...},            # wslib.core.configs.build_model config
      "recipe": {"epochs": 30, ...},            # wslib.core.train.Recipe fields
      "seed": 0}
 
@@ -31,9 +31,8 @@ import torch
 from torch import nn
 
 from wslib.core import data as wdata
-from wslib.core.configs import check_fits_data
+from wslib.core.configs import build_model, check_fits_data
 from wslib.core.files import code_version, tensor_digest
-from wslib.core.models import build_model
 from wslib.core.train import Recipe, evaluate, fit, pick_device, seed_everything
 from wslib.core.workspace import workspace
 from wslib.runs.store import Entry, Payload, cached, keyed
