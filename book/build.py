@@ -31,7 +31,8 @@ from apilinks import link_api
 from course import strip_solutions, write_guide
 from ledger import append_claims, write_ledger
 
-from wslib.runs.claims import CLAIMS, ledger
+from wslib.runs.claim_list import CLAIMS
+from wslib.runs.claims import ledger
 
 BOOK = Path(__file__).resolve().parent
 ROOT = BOOK.parent

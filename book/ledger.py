@@ -22,6 +22,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import nbformat  # noqa: E402
 
 from wslib.plotting import label_axes, set_style  # noqa: E402
+from wslib.runs.claim_list import PAPERS  # noqa: E402
 from wslib.runs.claims import (  # noqa: E402
     CENSORED,
     DECIDED,
@@ -29,7 +30,6 @@ from wslib.runs.claims import (  # noqa: E402
     MAX_SEEDS,
     NO_EFFECT,
     NOT_RUN,
-    PAPERS,
     UNDECIDED,
 )
 from wslib.runs.verdicts import ALPHA, LEDGER_ALPHA, LOOKS  # noqa: E402

@@ -22,8 +22,9 @@ The package is layered; a package imports only those listed before it::
                      cache), cache (run cache), results (results files), workers
                      (process pools), stats (epochs to a threshold, summaries,
                      speed-ups, learning-rate choice), sweeps (metrics over
-                     seeds), claims (the claims ledger: each claim, its
-                     metric, its verdict rule), units (a chapter's work as
+                     seeds), claims (the claims ledger: a claim, its
+                     metric, its verdict rule), claim_list (the book's
+                     claims, written before any run), units (a chapter's work as
                      independent cached pieces, for sweeps over machines),
                      published (the papers' reported numbers and their
                      settings, shown beside the book's where they match),

@@ -24,7 +24,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.conftest import NOTEBOOKS, WORK
-from wslib.runs.claims import CLAIMS
+from wslib.runs.claim_list import CLAIMS
 
 pytestmark = pytest.mark.slow
 

@@ -24,7 +24,7 @@ import yaml
 from myst_nb.core.variables import format_plain_text
 
 from tests.conftest import NOTEBOOKS, ROOT, SMOKE, WORK, load_script
-from wslib.runs.claims import CLAIMS
+from wslib.runs.claim_list import CLAIMS
 
 slow = pytest.mark.slow  # the tests that read the smoke book
 

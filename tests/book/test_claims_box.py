@@ -16,7 +16,8 @@ import nbformat
 import pytest
 
 from tests.conftest import SMOKE, load_script
-from wslib.runs.claims import CLAIMS, ledger
+from wslib.runs.claim_list import CLAIMS
+from wslib.runs.claims import ledger
 
 book_ledger = load_script("book/ledger.py")
 SEEDS = (0, 1, 2)

@@ -8,14 +8,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import NOTEBOOKS, ROOT, load_script
+from wslib.runs.claim_list import CLAIMS, PAPERS
 from wslib.runs.claims import (
     CENSORED,
-    CLAIMS,
     FAILS,
     HOLDS,
     NO_EFFECT,
     NOT_RUN,
-    PAPERS,
     THRESHOLD,
     UNDECIDED,
     Claim,

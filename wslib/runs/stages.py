@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from wslib.runs.claims import CLAIMS, UNDECIDED, Claim, ledger
+from wslib.runs.claim_list import CLAIMS
+from wslib.runs.claims import UNDECIDED, Claim, ledger
 from wslib.runs.verdicts import LOOKS
 
 STAGES: tuple[tuple[int, ...], ...] = tuple(
