@@ -241,10 +241,19 @@ def workspace() -> Path:
     return WORK
 
 
-SESSION_ENV = dict(os.environ)
-"""The environment the tests started with. A test may change ``os.environ``
-while it runs (``run.py``'s ``main`` sets its kernels' variables); the
-scripts that tests and background jobs start see this one instead."""
+SESSION_ENV: dict[str, str] = {}
+"""The environment the session started with (set by :func:`pytest_sessionstart`).
+A test may change ``os.environ`` while it runs (``run.py``'s ``main`` sets its
+kernels' variables); the scripts that tests and background jobs start see
+this one instead."""
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Take :data:`SESSION_ENV` when each session starts, not when this module is
+    imported: mutmut runs several sessions in one process (and its forks), each
+    with the mutant to test in ``MUTANT_UNDER_TEST``."""
+    SESSION_ENV.clear()
+    SESSION_ENV.update(os.environ)
 
 
 def script_env(workspace: Path, **env: str) -> dict[str, str]:
@@ -386,12 +395,14 @@ def student_book(smoke_book: Path, workspace: Path) -> Path:
 
 @pytest.fixture(autouse=True)
 def checkout_workspace() -> Iterator[None]:
-    """Every test starts with the checkout as the workspace and the session's
-    environment, and leaves it so: a runner test whose ``run.py`` sets
-    ``WSLIB_WORKSPACE`` or its kernels' variables leaves them set for no other
-    (nor for the background jobs' scripts)."""
+    """Every test starts with the checkout as the workspace and leaves the
+    environment as it found it: a runner test whose ``run.py`` sets
+    ``WSLIB_WORKSPACE`` or its kernels' variables leaves them set for no other.
+    What the environment held when the test started stays (mutmut's
+    ``MUTANT_UNDER_TEST`` among it)."""
     os.environ.pop(WORKSPACE_ENV, None)
+    before = dict(os.environ)
     yield
-    for name in set(os.environ) - set(SESSION_ENV) - {"PYTEST_CURRENT_TEST"}:
+    for name in set(os.environ) - set(before) - {"PYTEST_CURRENT_TEST"}:
         del os.environ[name]  # pytest's own variable: it removes it itself
-    os.environ.update(SESSION_ENV)
+    os.environ.update(before)

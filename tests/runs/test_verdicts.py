@@ -143,6 +143,17 @@ def test_independent_samples_agree_with_welch_and_statsmodels(seed: int) -> None
         assert (d.verdict is Verdict.EQUIVALENT) == (p < 0.05)
 
 
+def test_equivalence_of_independent_samples_is_welchs_not_the_pooled_test() -> None:
+    """Three spread values against twelve tight ones: the pooled TOST would call
+    the means equivalent within 2 (p < 0.001); Welch's, the rule's, does not (p
+    about 0.1), and the interval straddles 0, so the verdict is UNDECIDED."""
+    a = [0.4, -0.4, 1.9]
+    b = [0.02, -0.11, 0.07, 0.26, 0.19, -0.14, -0.25, -0.12, 0.01, -0.47, -0.04, -0.25]
+    assert ttost_ind(np.array(a), np.array(b), -2.0, 2.0)[0] < 0.001  # pooled
+    assert ttost_ind(np.array(a), np.array(b), -2.0, 2.0, usevar="unequal")[0] > 0.09
+    assert decide_independent(a, b, margin=2.0).verdict is Verdict.UNDECIDED
+
+
 def test_paired_differences_are_judged_by_their_own_spread() -> None:
     # B wins on every seed by 2: two separate means (9.5 vs 7.5) would hide it
     assert decide_paired([7.0, 12.0, 5.0], [9.0, 14.0, 7.0]).verdict is Verdict.BELOW
