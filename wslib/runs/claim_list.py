@@ -447,3 +447,4 @@ CLAIMS: tuple[Claim, ...] = (
     *FUSION_CLAIMS,
     *SYNTHESIS_CLAIMS,
 )
+"""Every claim of the book, in the ledger's order: by paper, then by chapter."""
