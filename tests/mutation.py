@@ -43,7 +43,7 @@ GOAL = 0.90
 CORE = ["matching", "interpolation", "train", "data", "seeds", "neurons", "stacked"]
 CORE += ["connectivity", "files", "norms", "pooling", "configs", "settings"]
 RUNS = ["claims", "verdicts", "sweeps", "stats", "store", "resumable", "cache", "zoo"]
-RUNS += ["results", "units", "stages"]
+RUNS += ["results", "units", "stages", "steps"]
 MODULES = [
     *(f"core/{m}" for m in CORE),
     *(f"runs/{m}" for m in RUNS),

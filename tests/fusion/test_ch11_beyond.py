@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -145,25 +147,27 @@ def test_size_sweep_rows_and_augmentation_gain() -> None:
     assert ch11_beyond.augmentation_gain(synthetic) == pytest.approx(5.0)
 
 
-def test_cached_size_sweep_reads_back_and_keys_the_data(tmp_path, monkeypatch) -> None:
-    calls = []
+def test_the_size_sweep_reads_back_and_is_keyed_by_the_data(
+    tmp_path, monkeypatch
+) -> None:
+    fusions = []
+    real = ch11_beyond.fuse_by
 
-    def fake_sweep(
-        models, share, ds, sizes, copies, gradient, *, seed=0, progress=True
-    ):
-        calls.append(len(models))
-        return [{"size": 1}]
+    def counted(method, *args, **kwargs):
+        fusions.append(method)
+        return real(method, *args, **kwargs)
 
-    monkeypatch.setattr(ch11_beyond, "size_sweep", fake_sweep)
-    zoo = FakeZoo(balanced_dataset())
-    args = (zoo, {"name": "toy"}, MLP, RECIPE, [2], 1, {"max_epochs": 3})
-    options = {"seed": 0, "run_cache": tmp_path}
-    assert ch11_beyond.cached_size_sweep(*args, **options) == [{"size": 1}]
-    assert ch11_beyond.cached_size_sweep(*args, **options) == [{"size": 1}]
-    assert calls == [2]
-    zoo.ds.x_test[0, 0, 0] += 1.0  # other data: computed anew
-    ch11_beyond.cached_size_sweep(*args, **options)
-    assert calls == [2, 2]
+    monkeypatch.setattr(ch11_beyond, "fuse_by", counted)
+    ds = balanced_dataset()
+    pair = seeded_models(MLP, range(2))
+    share = np.full((2, 10), 0.5)
+    options = {"progress": False, "run_cache": tmp_path}
+    first = ch11_beyond.size_sweep(pair, share, ds, [2], 1, QUICK, **options)
+    assert ch11_beyond.size_sweep(pair, share, ds, [2], 1, QUICK, **options) == first
+    assert len(fusions) == 4  # two methods, with and without augmentation, once
+    other = dataclasses.replace(ds, x_test=ds.x_test + 1.0)  # other data: computed anew
+    ch11_beyond.size_sweep(pair, share, other, [2], 1, QUICK, **options)
+    assert len(fusions) == 8
 
 
 def test_architecture_zero_shot_marks_what_does_not_apply() -> None:

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+import wslib.runs.steps as steps
 from tests.kit import MLP, pair, toy_dataset
 from tests.llpf.path_results import comparison_runs, path_result
-from wslib.core.configs import build_model
 from wslib.llpf import ch04_baselines
 from wslib.llpf.ch04_baselines import (
     chapter_methods,
@@ -23,40 +23,9 @@ from wslib.llpf.ch04_baselines import (
     tuned_methods,
     tuning_sweep,
 )
-from wslib.llpf.protocols import CODE, PathSetup
-from wslib.llpf.setup import comparison_key
+from wslib.llpf.protocols import CODE, NOT_KEYED, PathSetup
+from wslib.runs.steps import cached_step
 from wslib.runs.verdicts import Verdict
-
-
-def test_comparison_key_follows_the_content_of_data_and_modes() -> None:
-    a, b = pair()
-    methods = chapter_methods({"ticks": 2}, {"Bezier": {"method": "curve"}})
-    key = comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0)
-    same = comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, pair(), methods, 0)
-    assert key == same
-    other_data = comparison_key(
-        PathSetup(toy_dataset(seed=1), 8, 2, 0.1), MLP, [a, b], methods, 0
-    )
-    assert other_data["setup"]["data"] != key["setup"]["data"]
-    c = build_model(MLP)
-    assert (
-        comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, c], methods, 0)
-        != key
-    )
-    assert (
-        comparison_key(PathSetup(toy_dataset(), 8, 2, 0.2), MLP, [a, b], methods, 0)
-        != key
-    )
-    assert (
-        comparison_key(PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, b], methods, 1)
-        != key
-    )
-    assert (
-        comparison_key(
-            PathSetup(toy_dataset(), 8, 2, 0.1), MLP, [a, b], methods, 0, budget=5
-        )
-        != key
-    )
 
 
 def test_compare_methods_runs_each_seed_once_and_caches_it(
@@ -64,7 +33,8 @@ def test_compare_methods_runs_each_seed_once_and_caches_it(
 ) -> None:
     calls = []
 
-    def fake(setup, pair, methods, seed, name):
+    @cached_step(code=CODE, not_keyed=NOT_KEYED)
+    def fake(setup, pair, methods, seed, *, name=None, run_cache=None):
         calls.append((name, seed))
         return {m: path_result([0, seed + 1.0, 0]) for m in methods}
 
@@ -86,10 +56,10 @@ def test_compare_methods_keys_the_cache_by_the_code_of_the_runs(monkeypatch) -> 
     seen = []
 
     def fake_cache(root, key, compute, code):
-        seen.append((root, key["path_seed"], code))
+        seen.append((root, key["arguments"]["seed"], code))
         return {"LLPF": path_result([0, 1, 0])}
 
-    monkeypatch.setattr(ch04_baselines, "cached_run", fake_cache)
+    monkeypatch.setattr(steps, "cached_run", fake_cache)
     s = PathSetup(toy_dataset(), 8, 2, 0.1)
     methods = {"mlp": chapter_methods({}, {})}
     compare_methods(s, {"mlp": MLP}, {"mlp": pair()}, methods, [3], run_cache="c")
@@ -101,7 +71,7 @@ def test_tuning_sweep_gives_baselines_the_budget_of_llpf_and_picks_the_lowest(
 ) -> None:
     seen = []
 
-    def fake(setup, pair, settings, seed, budget=None, name=None):
+    def fake(setup, pair, settings, seed, budget=None, name=None, run_cache=None):
         seen.append((settings["method"], settings["lr"], seed, budget))
         steps = 40 if settings["method"] == "llpf" else budget
         excess = abs(settings["lr"] - 0.1) + (
@@ -187,7 +157,7 @@ def test_paper_table_summarises_each_method_over_models() -> None:
 
 
 def test_a_diverged_setting_reads_as_nan_and_is_never_chosen(monkeypatch) -> None:
-    def fake(setup, pair, settings, seed, budget=None, name=None):
+    def fake(setup, pair, settings, seed, budget=None, name=None, run_cache=None):
         excess = None if settings["lr"] > 1 else settings["lr"]  # NaN cached as None
         return {"peak_excess": excess, "grad_steps": 10}
 

@@ -17,8 +17,9 @@ from wslib.core.seeds import derive_seeds
 from wslib.llpf import ch04_baselines, units
 from wslib.llpf.ch04_baselines import methods_by_model, tuning_seed
 from wslib.llpf.ch05_spheres import sphere_configs
-from wslib.llpf.protocols import PathSetup
+from wslib.llpf.protocols import CODE, NOT_KEYED, PathSetup
 from wslib.llpf.setup import chapter_setup, mode_seeds, path_seed_list
+from wslib.runs.steps import cached_step
 from wslib.runs.units import Unit, by_stage
 
 CHAPTERS = {
@@ -173,7 +174,7 @@ def test_m2m_units_call_m2m_path_as_the_notebook_does(
     monkeypatch: pytest.MonkeyPatch, zoo: FakeZoo, tmp_path
 ) -> None:
     calls = record(monkeypatch, "m2m_path")
-    anatomy = record(monkeypatch, "cached_peak_anatomy")
+    anatomy = record(monkeypatch, "peak_anatomy")
     p = chapter_params("03_llpf_m2m", tmp_path, seed_archs=["cnn"])
     listed = units.m2m_units(p)
     for unit in listed:
@@ -199,10 +200,14 @@ def test_m2m_units_call_m2m_path_as_the_notebook_does(
         ]
         assert [m.config for m in a[1]] == want_modes
     ((args, kwargs),) = anatomy
+    first_modes = [
+        mode_config(p["data"], p["models"]["mlp"], p["recipes"]["mlp"], s)
+        for s in mode_seeds(3)
+    ]
     assert (
-        args[1] == p["models"]["mlp"]
-        and args[3] == p["llpf"]["mlp"]
-        and args[4:] == (paths[0],)
+        [m.config for m in args[1]] == first_modes
+        and args[2] == p["llpf"]["mlp"]
+        and args[3:] == (paths[0],)
         and kwargs == {"run_cache": p["run_cache"]}
     )
 
@@ -225,7 +230,10 @@ def test_tuning_units_give_baselines_the_budget_of_the_llpf_run(
     assert seed not in path_seed_list(2, p["n_seeds"])
     assert set(budgets) == {(seed, p["run_cache"])}
     model_name = {json.dumps(m): n for n, m in p["models"].items()}
-    got = [(model_name[json.dumps(a[1])], *a[4:], k["run_cache"]) for a, k in runs]
+    got = [
+        (model_name[json.dumps(a[1][0].config["model"])], *a[3:], k["run_cache"])
+        for a, k in runs
+    ]
     want = [
         (n, label, o, seed, None if label == "LLPF" else 17, p["run_cache"])
         for n in p["models"]
@@ -343,7 +351,8 @@ def test_tuning_budget_and_run_read_the_method_run_cache(
 ) -> None:
     seen = []
 
-    def fake(setup, pair, settings, seed, *, budget=None, name=None):
+    @cached_step(code=CODE, not_keyed=NOT_KEYED)
+    def fake(setup, pair, settings, seed, *, budget=None, name=None, run_cache=None):
         seen.append((settings["method"], settings["lr"], seed, budget))
         return {"peak_excess": 0.0, "grad_steps": 11}
 
@@ -353,7 +362,7 @@ def test_tuning_budget_and_run_read_the_method_run_cache(
     methods = methods_by_model(
         {"m": TOY}, {"m": {"lr": 0.1}}, {"B": {"method": "curve", "lr": 1}}
     )["m"]
-    args = (setup, TOY, pair, methods)
+    args = (setup, pair, methods)
     assert ch04_baselines.tuning_budget(*args, 4, run_cache=tmp_path) == 11
     settings, _ = ch04_baselines.tuning_run(
         *args, "B", {"lr": 2}, 4, 11, run_cache=tmp_path

@@ -1,6 +1,7 @@
 """Every keyed entry of the store: each setting that reaches a computation is in its key.
 
-Results are cached under keys built by hand (:mod:`wslib.runs.store`). A key
+Results are cached under keys built by hand (:mod:`wslib.runs.store`) or
+derived from every argument of a cached step (:mod:`wslib.runs.steps`). A key
 that forgets a setting loads a stale result; a key that holds a setting which
 cannot change the result only computes twice. For every keyed entry, this
 test reads the settings *from the code* (``inspect.signature`` of the function
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
+import numpy as np
 import pytest
 import torch
 
@@ -55,6 +57,7 @@ from tests.conftest import load_script
 from tests.kit import MLP, mlp, seeded_model, seeded_models, toy_dataset, toy_tensors
 from wslib.core.data import Dataset
 from wslib.core.train import Recipe
+from wslib.fusion.retrofit import GradientConfig
 from wslib.llpf.layerwise import movable_names
 from wslib.llpf.path import LLPFPath
 from wslib.llpf.protocols import PathSetup
@@ -524,15 +527,54 @@ STACKED = Keyed(
 )
 
 
-# --- the LLPF chapters' run cache: comparison_key ---------------------------------------
+# --- cached steps (wslib.runs.steps): the key is every argument, by content ----------
+
+STEP_MODULE = importlib.import_module("wslib.runs.steps")
+DATASET_FIELDS = {  # a Dataset argument of a cached step: every field, by content
+    "name": In(),
+    "x_train": In(),
+    "y_train": In(),
+    "x_test": In(),
+    "y_test": In(),
+    "n_classes": In(),
+}
+
+
+def step_key(fn: Callable[..., Any], args: dict[str, Any]) -> list[str]:
+    """The run-cache entry a cached step would read, called with its arguments of ``args``."""
+    return run_cache_key(STEP_MODULE, lambda: call_with(fn, args))
+
+
+def step_entry(
+    fn: Callable[..., Any],
+    declared: Mapping[str, Declared],
+    base: Callable[[Path], dict[str, Any]],
+    key: Callable[[dict[str, Any]], Any] | None = None,
+    **classes: type,
+) -> Keyed:
+    """The entry of cached step ``fn``: its parameters, dataclass arguments expanded."""
+    return Keyed(
+        name=f"run cache: step {fn.__module__}.{fn.__qualname__}",
+        source=f"{fn.__module__}.{fn.__qualname__} (a cached step)",
+        settings=lambda: expand(params(fn), **classes),
+        declared={**declared, "run_cache": RUN_CACHE_FOLDER},
+        base=base,
+        key=key or (lambda a: step_key(fn, a)),
+    )
+
+
+RUN_CACHE_FOLDER = Out(
+    "where the entry is stored", to=lambda a: a["run_cache"].with_name("runs2")
+)
+
+
+# --- the LLPF chapters' steps -----------------------------------------------------------
 
 
 def llpf_base(tmp: Path) -> dict[str, Any]:
     return {
         "setup": PathSetup(toy_dataset(24), 8, 2, 0.1, 1, None),
-        "model": MLP,
         "pair": seeded_models(MLP, (0, 1)),
-        "label": "Bezier",
         "settings": {"method": "curve", "lr": 0.05, "momentum": 0.9},
         "seed": 3,
         "budget": 5,
@@ -548,46 +590,29 @@ def call_with(fn: Callable[..., Any], args: dict[str, Any]) -> Any:
 
 LLPF_RUN = {
     **prefixed("setup", SETUP),
-    "model": In(to=mlp([7, 5]), via="the config of the pair's architecture"),
     "pair": In(to=lambda a: seeded_models(MLP, (2, 3)), via="digests of the modes"),
     "settings": In(to={"method": "curve", "lr": 0.1, "momentum": 0.9}),
     "seed": In(),
-    "run_cache": Out(
-        "where the entry is stored", to=lambda a: a["run_cache"].with_name("runs2")
-    ),
 }
 LLPF_SETTINGS = {"setup": PathSetup, "setup__ds": Dataset}
+CHECKPOINT_NAME = Out(protocols.NOT_KEYED["name"], to="other")
 
-METHOD_RUN = Keyed(
-    name="run cache: LLPF method_run",
-    source="wslib/llpf/ch04_baselines.py cached_method_run (comparison_key); "
-    "computation wslib.llpf.protocols.method_run",
-    settings=lambda: expand(
-        union(params(ch04.cached_method_run), params(protocols.method_run)),
-        **LLPF_SETTINGS,
-    ),
-    declared={
-        **LLPF_RUN,
-        "label": In(to="PolyChain"),
-        "budget": In(),
-        "name": Out(
-            "names the LLPF run's checkpoint (its own key guards it); "
-            "cached_method_run passes none",
-            to="other",
-        ),
-    },
-    base=llpf_base,
-    key=lambda a: run_cache_key(ch04, lambda: call_with(ch04.cached_method_run, a)),
+METHOD_RUN = step_entry(
+    protocols.method_run,
+    {**LLPF_RUN, "budget": In(), "name": CHECKPOINT_NAME},
+    llpf_base,
+    **LLPF_SETTINGS,
 )
 
 
 def compare_key(args: dict[str, Any]) -> list[str]:
+    """compare_at_equal_steps' entry, reached as chapter 4 reaches it (compare_methods)."""
     name = args["name"]
     return run_cache_key(
-        ch04,
+        STEP_MODULE,
         lambda: ch04.compare_methods(
             args["setup"],
-            {name: args["model"]},
+            {name: MLP},
             {name: args["pair"]},
             {name: args["methods"]},
             [args["seed"]],
@@ -596,33 +621,18 @@ def compare_key(args: dict[str, Any]) -> list[str]:
     )
 
 
-COMPARISON = Keyed(
-    name="run cache: LLPF compare_at_equal_steps",
-    source="wslib/llpf/ch04_baselines.py compare_methods (comparison_key); "
-    "computation wslib.llpf.protocols.compare_at_equal_steps",
-    settings=lambda: expand(
-        union(
-            params(protocols.compare_at_equal_steps),
-            # compare_methods' dicts hold, per model name, one model's arguments
-            params(
-                ch04.compare_methods,
-                {"models": "model", "modes": "pair", "seeds": "seed"},
-            ),
-        ),
-        **LLPF_SETTINGS,
-    ),
-    declared={
+COMPARISON = step_entry(
+    protocols.compare_at_equal_steps,
+    {
         **{k: v for k, v in LLPF_RUN.items() if k != "settings"},
         "methods": In(
             to={"LLPF": {"method": "llpf", "lr": 0.1}, "Bezier": {"method": "curve"}}
         ),
         "name": Out(
-            "the model's name in the chapter and its checkpoint's name; the key "
-            "holds the model's config",
-            to="renamed",
+            "the model's name in the chapter; " + CHECKPOINT_NAME.why, to="renamed"
         ),
     },
-    base=lambda tmp: {
+    lambda tmp: {
         **llpf_base(tmp),
         "methods": {
             "LLPF": {"method": "llpf", "lr": 0.05},
@@ -630,25 +640,20 @@ COMPARISON = Keyed(
         },
         "name": "mlp",
     },
-    key=compare_key,
+    compare_key,
+    **LLPF_SETTINGS,
 )
-PEAK_ANATOMY = Keyed(
-    name="run cache: LLPF peak_anatomy",
-    source="wslib/llpf/ch03_m2m.py cached_peak_anatomy (comparison_key); "
-    "computation wslib.llpf.ch03_m2m.peak_anatomy",
-    settings=lambda: expand(
-        union(params(ch03.cached_peak_anatomy), params(ch03.peak_anatomy)),
-        **LLPF_SETTINGS,
-    ),
-    declared={
+PEAK_ANATOMY = step_entry(
+    ch03.peak_anatomy,
+    {
         **LLPF_RUN,
         "settings": In(to={"ticks": 6, "record_every": 2, "lr": 0.1, "r_max": 5}),
     },
-    base=lambda tmp: {
+    lambda tmp: {
         **llpf_base(tmp),
         "settings": {"ticks": 6, "record_every": 2, "lr": 0.05, "r_max": 5},
     },
-    key=lambda a: run_cache_key(ch03, lambda: call_with(ch03.cached_peak_anatomy, a)),
+    **LLPF_SETTINGS,
 )
 
 
@@ -670,9 +675,6 @@ class DataZoo:
 
 ZOO_DATA = In(to=lambda a: DataZoo(offset=1), via="the data set it loads (digest)")
 DATA_CONFIG = In(to={"name": "toy", "seed": 1}, via="the digest of the data it names")
-RUN_CACHE_FOLDER = Out(
-    "where the entry is stored", to=lambda a: a["run_cache"].with_name("runs2")
-)
 
 
 def regime_base(tmp: Path) -> dict[str, Any]:
@@ -748,93 +750,83 @@ REGIMES = Keyed(
     base=regime_base,
     key=regime_key,
 )
-SIZE_SWEEP = Keyed(
-    name="run cache: fusion size sweep",
-    source="wslib/fusion/ch11_beyond.py cached_size_sweep; computation its compute()",
-    settings=lambda: params(ch11.cached_size_sweep),
-    declared={
-        "zoo": ZOO_DATA,
-        "data": DATA_CONFIG,
-        "arch": In(to=mlp([7, 5])),
-        "recipe": In(to={"epochs": 2}),
+GRADIENT = {  # wslib.fusion.retrofit.GradientConfig, by its fields
+    "lr": In(),
+    "max_epochs": In(),
+    "patience": In(),
+    "val_fraction": In(),
+    "optimizer": In(to="adam"),
+    "blocks": In(),
+}
+SIZE_SWEEP = step_entry(
+    ch11.size_sweep,
+    {
+        "models": In(to=lambda a: seeded_models(MLP, (2, 3))),
+        "share": In(to=lambda a: a["share"] * 0.5),
+        **prefixed("ds", DATASET_FIELDS),
         "sizes": In(to=[2, 5]),
         "copies": In(),
-        "gradient": In(to={"max_epochs": 6}),
+        **prefixed("gradient", GRADIENT),
         "seed": In(),
-        "run_cache": RUN_CACHE_FOLDER,
+        "progress": Out("a progress bar"),
     },
-    base=lambda tmp: {
-        "zoo": DataZoo(),
-        "data": {"name": "toy", "seed": 0},
-        "arch": MLP,
-        "recipe": {"epochs": 1},
+    lambda tmp: {
+        "models": seeded_models(MLP, (0, 1)),
+        "share": np.full((2, 10), 0.5),
+        "ds": toy_dataset(24),
         "sizes": [2, 4],
         "copies": 1,
-        "gradient": {"max_epochs": 5},
+        "gradient": GradientConfig(max_epochs=5),
         "seed": 0,
+        "progress": False,
         "run_cache": tmp / "runs",
     },
-    key=lambda a: run_cache_key(ch11, lambda: ch11.cached_size_sweep(**a)),
+    ds=Dataset,
+    gradient=GradientConfig,
 )
 
 
-# --- the synthesis chapter's run cache --------------------------------------------------
-
-CALLER = (
-    "the caller's `key` describes it (notebook 12: data digest, model configs, "
-    "recipes, mode seeds, evaluation subset, fusion set); the function adds "
-    "only its own settings"
-)
+# --- the synthesis chapter's steps ------------------------------------------------------
 
 
 def synthesis_base(tmp: Path) -> dict[str, Any]:
     ds = toy_dataset(24)
+    a, b = seeded_models(MLP, (0, 1))
     return {
-        "root": tmp / "runs",
-        "key": {"data": "digest", "models": {"mlp": MLP}},
+        "run_cache": tmp / "runs",
         "ds": ds,
         "seed": 0,
-        "modes": {"mlp": seeded_models(MLP, (0, 1))},
+        "modes": {"mlp": [a, b]},
         "ts": [0.0, 0.5, 1.0],
-        "models": seeded_models(MLP, (0, 1)),
+        "a": a,
+        "b": b,
         "fusion": (ds.x_train[:6], ds.y_train[:6]),
         "settings": {"llpf": {"ticks": 6}},
         "train": None,
-        "regimes": {"full": [seeded_models(MLP, (0, 1))]},
+        "regimes": {"full": [[a, b]]},
         "methods": ["averaging"],
     }
 
 
 SYNTHESIS = {
-    "root": Out("where the entries are stored", to=lambda a: a["root"].with_name("x")),
-    "key": In(to={"data": "other digest", "models": {"mlp": MLP}}),
-    "ds": Out(CALLER, to=lambda a: toy_dataset(24, seed=9)),
+    **prefixed("ds", DATASET_FIELDS),
     "seed": In(),
-    "modes": Out(CALLER, to=lambda a: {"mlp": seeded_models(MLP, (2, 3))}),
+    "modes": In(to=lambda a: {"mlp": seeded_models(MLP, (2, 3))}),
     "ts": In(to=[0.0, 0.25, 1.0]),
-    "models": Out(CALLER, to=lambda a: seeded_models(MLP, (2, 3))),
-    "fusion": Out(CALLER, to=lambda a: (a["fusion"][0] + 1, a["fusion"][1])),
+    "a": In(to=lambda a: seeded_model(MLP, 2)),
+    "b": In(to=lambda a: seeded_model(MLP, 3)),
+    "fusion": In(to=lambda a: (a["fusion"][0] + 1, a["fusion"][1])),
     "settings": In(to={"llpf": {"ticks": 7}}),
-    "train": Out(CALLER, to=lambda a: toy_dataset(24, seed=9)),
-    "regimes": Out(CALLER, to=lambda a: {"full": [seeded_models(MLP, (2, 3))]}),
+    "train": In(to=lambda a: toy_dataset(24, seed=9)),
+    "regimes": In(to=lambda a: {"full": [seeded_models(MLP, (2, 3))]}),
     "methods": In(to=["averaging", "kf_linear"]),
 }
 
 
-def synthesis_entry(
-    wrapper: Callable[..., Any], computation: Callable[..., Any], *names: str
-) -> Keyed:
-    return Keyed(
-        name=f"run cache: synthesis {wrapper.__name__}",
-        source=f"wslib/synthesis/ch12_synthesis.py {wrapper.__name__}; "
-        f"computation {computation.__name__}",
-        settings=lambda: union(
-            params(wrapper), params(computation, {"a": "models", "b": "models"})
-        ),
-        declared={k: SYNTHESIS[k] for k in names},
-        base=synthesis_base,
-        key=lambda a: run_cache_key(ch12, lambda: call_with(wrapper, a)),
-    )
+def synthesis_entry(fn: Callable[..., Any]) -> Keyed:
+    names = [n for n in params(fn) if n != "run_cache"]
+    declared = {k: v for k, v in SYNTHESIS.items() if k.split(".")[0] in names}
+    return step_entry(fn, declared, synthesis_base, ds=Dataset)
 
 
 # --- checkpoints of resumable runs --------------------------------------------------------
@@ -1246,21 +1238,9 @@ ENTRIES = [
     PEAK_ANATOMY,
     REGIMES,
     SIZE_SWEEP,
-    synthesis_entry(
-        ch12.cached_alignment,
-        ch12.alignment_run,
-        *("root", "key", "modes", "ds", "ts", "seed"),
-    ),
-    synthesis_entry(
-        ch12.cached_pairs,
-        ch12.pair_study,
-        *("root", "key", "models", "ds", "fusion", "settings", "seed", "train"),
-    ),
-    synthesis_entry(
-        ch12.cached_gauge_fusion,
-        ch12.gauge_fusion,
-        *("root", "key", "regimes", "ds", "fusion", "methods", "seed"),
-    ),
+    synthesis_entry(ch12.alignment_run),
+    synthesis_entry(ch12.pair_study),
+    synthesis_entry(ch12.gauge_fusion),
     CURVE,
     AUTONEB,
     M2M,

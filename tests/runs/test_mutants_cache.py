@@ -5,7 +5,7 @@ Pinned against independent references: :func:`stored_run` against entries
 written by hand (the file named by the SHA-256 of the key with its code
 version, written out with :mod:`hashlib`, holding ``{"key", "result"}``) and
 against what :func:`cached_run` stored, found or not, silently; the exact
-warning of :func:`cached_run` for an entry without a result dict; and the
+warning of :func:`cached_run` for an entry without a result (a dict or a list); and the
 exact message of :func:`by_stage` for repeated unit names.
 """
 
@@ -50,10 +50,13 @@ def quietly(call: Any) -> Any:
 # --- stored_run -----------------------------------------------------------------------
 
 
-def test_stored_run_reads_an_entry_written_by_hand(tmp_path: Path) -> None:
-    hand_written(tmp_path, {"seed": 0}, {"result": {"loss": [1.0, 0.5]}})
+@pytest.mark.parametrize("result", [{"loss": [1.0, 0.5]}, [{"size": 2}, {"size": 4}]])
+def test_stored_run_reads_an_entry_written_by_hand(
+    tmp_path: Path, result: dict[str, Any] | list[Any]
+) -> None:
+    hand_written(tmp_path, {"seed": 0}, {"result": result})
     got = quietly(lambda: stored_run(tmp_path, {"seed": 0}, code=CODE))
-    assert got == {"loss": [1.0, 0.5]}
+    assert got == result
 
 
 def test_stored_run_finds_what_cached_run_stored_and_nothing_else(
@@ -74,10 +77,10 @@ def test_stored_run_without_a_root_is_none(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "stored",
-    [{"result": [1, 2]}, {"result": "v"}, {"other": {"v": 1}}],
-    ids=["list-result", "string-result", "no-result"],
+    [{"result": 2}, {"result": "v"}, {"other": {"v": 1}}],
+    ids=["number-result", "string-result", "no-result"],
 )
-def test_stored_run_ignores_an_entry_without_a_result_dict_silently(
+def test_stored_run_ignores_an_entry_without_a_result_silently(
     tmp_path: Path, stored: dict[str, Any]
 ) -> None:
     hand_written(tmp_path, {"seed": 0}, stored)
@@ -100,15 +103,15 @@ def test_stored_run_ignores_another_key_s_entry_without_a_warning(
 # --- _has_result's message ------------------------------------------------------------
 
 
-def test_an_entry_without_a_result_dict_is_recomputed_with_its_message(
+def test_an_entry_without_a_result_is_recomputed_with_its_message(
     tmp_path: Path,
 ) -> None:
-    path = hand_written(tmp_path, {"seed": 0}, {"result": [1]})
+    path = hand_written(tmp_path, {"seed": 0}, {"result": 1})
     with pytest.warns(UserWarning) as caught:
         got = cached_run(tmp_path, {"seed": 0}, lambda: {"v": 2}, code=CODE)
     assert got == {"v": 2}
     assert [str(w.message) for w in caught] == [
-        f"cached run {path} is incomplete (no result dict); computing it again"
+        f"cached run {path} is incomplete (no result); computing it again"
     ]
 
 

@@ -9,11 +9,12 @@ import pytest
 import torch
 from scipy import stats
 
-from tests.kit import FakeZoo, drawn_models, mlp, readable_dataset
+from tests.kit import FakeZoo, drawn_models, mlp, readable_dataset, seeded_models
 from wslib.core.connectivity import max_output_diff
 from wslib.core.neurons import permute_state, random_permutations
-from wslib.core.seeds import derive_seeds
+from wslib.core.seeds import derive_seed, derive_seeds
 from wslib.core.train import Recipe, evaluate, fit
+from wslib.runs.steps import cached_step
 from wslib.runs.verdicts import LOSS_MARGIN
 from wslib.synthesis import ch12_results
 from wslib.synthesis import ch12_synthesis as ex
@@ -333,26 +334,26 @@ def test_base_accuracy_is_the_test_accuracy() -> None:
     )
 
 
-def test_cached_runs_compute_once(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pair_studies_run_every_pair_with_its_seed_each_cached(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     calls: list[int] = []
 
-    def fake_run(modes, ds, ts, seed):  # noqa: ANN001, ANN202
+    @cached_step(code=ex.CODE)
+    def fake_study(a, b, ds, fusion, settings, seed, *, train=None, run_cache=None):  # noqa: ANN001, ANN202
         calls.append(seed)
-        return {"mlp": {"seed": seed}}
+        return {"seed": seed}
 
-    monkeypatch.setattr(ex, "alignment_run", fake_run)
-    key = {"models": "k"}
-    first = ex.cached_alignment(
-        str(tmp_path), key, {}, readable_dataset(), [0.0, 1.0], 3
-    )
-    again = ex.cached_alignment(
-        str(tmp_path), key, {}, readable_dataset(), [0.0, 1.0], 3
-    )
-    other = ex.cached_alignment(
-        str(tmp_path), key, {}, readable_dataset(), [0.0, 1.0], 4
-    )
-    assert first == again == {"mlp": {"seed": 3}} and other == {"mlp": {"seed": 4}}
-    assert calls == [3, 4]
+    monkeypatch.setattr(ex, "pair_study", fake_study)
+    ds = readable_dataset()
+    models = seeded_models(MLP, range(3))
+    fusion = (ds.x_train[:4], ds.y_train[:4])
+    args = (models, ds, fusion, {"ts": [0.0, 1.0]}, 3)
+    first = ex.pair_studies(*args, run_cache=str(tmp_path))
+    again = ex.pair_studies(*args, run_cache=str(tmp_path))
+    seeds = [derive_seed(3, "pair", k) for k in range(3)]
+    assert first == again == [{"seed": s} for s in seeds]
+    assert calls == seeds  # three pairs, each computed once
 
 
 def test_parents_are_aligned_to_the_fused_model(

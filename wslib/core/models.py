@@ -375,6 +375,11 @@ class SelfAttention(nn.Module):
         self.qkv = nn.Linear(width, 3 * width)
         self.proj = nn.Linear(width, width)
 
+    def extra_repr(self) -> str:
+        """The number of heads, which no parameter's shape shows (a cached step's
+        key holds a module's ``repr``: :mod:`wslib.runs.steps`)."""
+        return f"heads={self.heads}"
+
     def mix(self, qkv: torch.Tensor) -> torch.Tensor:
         """The heads' outputs ``(N, T, D)`` (before ``proj``) from the ``qkv`` projection."""
         n, t, d3 = qkv.shape

@@ -28,7 +28,6 @@ from wslib.core.train import (
 from wslib.fusion.baselines import Ensemble, MethodName, distill, fuse_by
 from wslib.fusion.hfkf import (
     augment_fusion_set,
-    class_share,
     fuse,
 )
 from wslib.fusion.importance import ImportanceName
@@ -37,13 +36,11 @@ from wslib.fusion.protocols import (
     FUSION_CODE,
     accuracy,
     beats,
-    data_digest,
-    regime_models,
     trained,
 )
 from wslib.fusion.retrofit import GradientConfig
-from wslib.runs.cache import cached_run
 from wslib.runs.stats import epochs_to
+from wslib.runs.steps import cached_step
 from wslib.runs.zoo import Zoo
 
 AUGMENTATION: dict[str, Any] = {"shift": 3, "noise": 0.1}
@@ -279,6 +276,7 @@ def kf_versus_distillation(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
+@cached_step(code=FUSION_CODE, not_keyed={"progress": "a progress bar"})
 def size_sweep(
     models: Sequence[nn.Module],
     share: np.ndarray,
@@ -289,12 +287,13 @@ def size_sweep(
     *,
     seed: int = 0,
     progress: bool = True,
+    run_cache: str | Path | None = None,
 ) -> list[dict[str, Any]]:
     """Zero-shot accuracy of KF-Linear / KF-Gradient (Conductance) per fusion-set size.
 
     For each number of examples per class in ``sizes``, a balanced fusion set
     is drawn with ``seed`` and used as is and with ``copies`` augmented copies
-    (:data:`AUGMENTATION`).
+    (:data:`AUGMENTATION`). A cached step (:mod:`wslib.runs.steps`) in ``run_cache``.
     """
     rows = []
     for per_class in tqdm(sizes, desc="fusion-set sizes", disable=not progress):
@@ -336,54 +335,6 @@ def augmentation_gain(rows: Sequence[Mapping[str, Any]]) -> float:
     )
     gain = (wide[True] - wide[False]).xs(min(sizes["size"]), level="size")
     return float(100 * gain.mean())
-
-
-def cached_size_sweep(
-    zoo: Zoo,
-    data: dict[str, Any],
-    arch: dict[str, Any],
-    recipe: dict[str, Any],
-    sizes: Sequence[int],
-    copies: int,
-    gradient: dict[str, Any],
-    *,
-    seed: int = 0,
-    run_cache: str | Path | None = None,
-) -> list[dict[str, Any]]:
-    """:func:`size_sweep` on the two models of the sharded regime, stored in ``run_cache``.
-
-    The key holds the data content, the base models' configs, the sweep's
-    settings and the source of :data:`~wslib.fusion.protocols.FUSION_CODE`.
-    """
-    ds = zoo.dataset(data)
-    key = {
-        "protocol": "wslib.fusion.ch11_beyond.size_sweep",
-        "data": data_digest(ds),
-        "arch": arch,
-        "recipe": recipe,
-        "seed": seed,
-        "fusion_sizes": list(sizes),
-        "augment_copies": copies,
-        "augmentation": AUGMENTATION,
-        "gradient": gradient,
-    }
-
-    def compute() -> dict[str, Any]:
-        models, counts = regime_models(
-            zoo, data, arch, recipe, {"kind": "shards"}, 2, seed
-        )
-        rows = size_sweep(
-            models,
-            class_share(counts),
-            ds,
-            sizes,
-            copies,
-            GradientConfig(**gradient),
-            seed=seed,
-        )
-        return {"rows": rows}
-
-    return cached_run(run_cache, key, compute, code=FUSION_CODE)["rows"]
 
 
 def _full_data_pair(

@@ -10,14 +10,12 @@ from typing import Any, cast
 
 import numpy as np
 import pandas as pd
-from torch import nn
 
 from wslib.core.train import evaluate
 from wslib.llpf.layerwise import M2MSettings, m2m
 from wslib.llpf.protocols import CODE, Pair, PathSetup
-from wslib.llpf.setup import comparison_key
-from wslib.runs.cache import cached_run
 from wslib.runs.resumable import Persist
+from wslib.runs.steps import cached_step
 from wslib.runs.verdicts import LOSS_MARGIN, Decision, decide_summary
 
 Result = Mapping[str, Any]
@@ -80,10 +78,17 @@ def seed_table(seed_runs: Mapping[str, Sequence[Result]]) -> pd.DataFrame:
     ).T
 
 
+@cached_step(code=(*CODE, __name__))
 def peak_anatomy(
-    setup: PathSetup, pair: Pair, settings: Mapping[str, Any], seed: int
+    setup: PathSetup,
+    pair: Pair,
+    settings: Mapping[str, Any],
+    seed: int,
+    *,
+    run_cache: str | Path | None = None,
 ) -> dict[str, float]:
-    """Where an M2M path's peak excess comes from, measured on one run (no checkpoint).
+    """Where an M2M path's peak excess comes from, measured on one run (no
+    checkpoint; a cached step in ``run_cache``, this module's source in its key).
 
     At every tick the full training-set loss of the refined point is measured
     before and after its projection on the variance spheres (eval mode:
@@ -142,27 +147,6 @@ def peak_anatomy(
     out["projection"] = out["after_projection"] - out["before_projection"]
     out["elsewhere"] = out["peak_loss"] - out["after_projection"]
     return out
-
-
-def cached_peak_anatomy(
-    setup: PathSetup,
-    model: Mapping[str, Any],
-    pair: Sequence[nn.Module],
-    settings: Mapping[str, Any],
-    seed: int,
-    *,
-    run_cache: str | Path | None = None,
-) -> dict[str, float]:
-    """:func:`peak_anatomy`, stored in ``run_cache`` under its key (this module's
-    source in it too: the anatomy is measured here)."""
-    key = comparison_key(setup, model, pair, {"anatomy": settings}, seed, budget=0)
-    key["protocol"] = "peak_anatomy"
-    return cached_run(
-        run_cache,
-        key,
-        lambda: peak_anatomy(setup, pair, settings, seed),
-        code=(*CODE, __name__),
-    )
 
 
 def ablation_seed_table(

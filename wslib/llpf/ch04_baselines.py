@@ -7,27 +7,16 @@ from __future__ import annotations
 import re
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 import pandas as pd
 from torch import nn
 
 from wslib.core.seeds import derive_seed
-from wslib.llpf.protocols import (
-    CODE,
-    PathSetup,
-    compare_at_equal_steps,
-    method_run,
-)
-from wslib.llpf.setup import comparison_key
-from wslib.runs.cache import cached_run
+from wslib.llpf.protocols import PathSetup, compare_at_equal_steps, method_run
 from wslib.runs.published import LLPF, beside_paper, run_setting
 from wslib.runs.verdicts import LOSS_MARGIN, Decision, decide_paired
-
-if TYPE_CHECKING:
-    pass
-
 
 Result = Mapping[str, Any]
 
@@ -56,29 +45,6 @@ def chapter_methods(
     }
 
 
-def cached_method_run(
-    setup: PathSetup,
-    model: Mapping[str, Any],
-    pair: Sequence[nn.Module],
-    label: str,
-    settings: Mapping[str, Any],
-    seed: int,
-    budget: int | None,
-    *,
-    run_cache: str | Path | None = None,
-) -> dict[str, Any]:
-    """:func:`~wslib.llpf.protocols.method_run`, stored in ``run_cache`` under its key."""
-    key = comparison_key(
-        setup, model, pair, {label: settings}, seed, budget=budget or 0
-    )
-    return cached_run(
-        run_cache,
-        key,
-        lambda: method_run(setup, pair, settings, seed, budget=budget),
-        code=CODE,
-    )
-
-
 def _number(value: float | None) -> float:
     """A metric read back from a run cache: NaN (a diverged run) comes back as None."""
     return float("nan") if value is None else float(value)
@@ -86,7 +52,6 @@ def _number(value: float | None) -> float:
 
 def tuning_budget(
     setup: PathSetup,
-    model: Mapping[str, Any],
     pair: Sequence[nn.Module],
     methods: Mapping[str, Mapping[str, Any]],
     seed: int,
@@ -96,17 +61,15 @@ def tuning_budget(
     """The gradient steps of the first method (LLPF) at its base settings on ``seed``.
 
     ``methods``: one model's label -> settings, LLPF first; the run is
-    :func:`cached_method_run`'s. It is the budget of every baseline of
-    :func:`tuning_sweep`.
+    :func:`~wslib.llpf.protocols.method_run`'s (cached in ``run_cache``). It
+    is the budget of every baseline of :func:`tuning_sweep`.
     """
-    first = next(iter(methods))
-    args = (setup, model, pair, first, methods[first], seed, None)
-    return int(cached_method_run(*args, run_cache=run_cache)["grad_steps"])
+    first = methods[next(iter(methods))]
+    return int(method_run(setup, pair, first, seed, run_cache=run_cache)["grad_steps"])
 
 
 def tuning_run(
     setup: PathSetup,
-    model: Mapping[str, Any],
     pair: Sequence[nn.Module],
     methods: Mapping[str, Mapping[str, Any]],
     label: str,
@@ -124,8 +87,8 @@ def tuning_run(
     """
     settings = {**methods[label], **override}
     kind_budget = None if settings["method"] == "llpf" else budget
-    res = cached_method_run(
-        setup, model, pair, label, settings, seed, kind_budget, run_cache=run_cache
+    res = method_run(
+        setup, pair, settings, seed, budget=kind_budget, run_cache=run_cache
     )
     return settings, res
 
@@ -152,7 +115,7 @@ def tuning_sweep(
     """
     rows = []
     for name in models:
-        args = (setup, models[name], modes[name], methods[name])
+        args = (setup, modes[name], methods[name])
         budget = tuning_budget(*args, seed, run_cache=run_cache)
         for label, options in grid.items():
             for override in options:
@@ -212,23 +175,18 @@ def compare_methods(
 ) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """:func:`~wslib.llpf.protocols.compare_at_equal_steps` for every model and path seed.
 
-    ``methods[model]``: label -> settings, LLPF first. Each run is stored in
-    ``run_cache`` (see :func:`wslib.runs.cache.cached_run`) under
-    :func:`~wslib.llpf.setup.comparison_key` and the source of :data:`wslib.llpf.protocols.CODE`.
-    Returns ``runs[model][label]``: the evaluated paths of the seeds, in order.
+    ``methods[model]``: label -> settings, LLPF first. Each comparison is a
+    cached step in ``run_cache`` (:mod:`wslib.runs.steps`). Returns
+    ``runs[model][label]``: the evaluated paths of the seeds, in order.
     """
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for name in models:
         runs[name] = {}
         for s in seeds:
-            key = comparison_key(setup, models[name], modes[name], methods[name], s)
-
-            def compute(name: str = name, s: int = s) -> dict[str, Any]:
-                return compare_at_equal_steps(
-                    setup, modes[name], methods[name], s, name=name
-                )
-
-            result = cached_run(run_cache, key, compute, code=CODE)
+            pair, chosen = modes[name], methods[name]
+            result = compare_at_equal_steps(
+                setup, pair, chosen, s, name=name, run_cache=run_cache
+            )
             for method, res in result.items():
                 runs[name].setdefault(method, []).append(res)
     return runs

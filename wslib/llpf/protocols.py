@@ -59,6 +59,7 @@ from wslib.llpf.path import LLPFPath
 from wslib.llpf.stages import data_flow_stage_names
 from wslib.llpf.ticks import Refine, tensor_variances
 from wslib.runs.resumable import Persist
+from wslib.runs.steps import cached_step
 
 if TYPE_CHECKING:
     from wslib.core.data import Dataset
@@ -85,7 +86,10 @@ CODE = (
     "wslib.llpf.stages",
     "wslib.llpf.ticks",
     "wslib.llpf.protocols",
+    "wslib.runs.cache",
+    "wslib.runs.results",
     "wslib.runs.resumable",
+    "wslib.runs.steps",
     "wslib.runs.store",
 )
 Pair = Sequence[nn.Module]
@@ -312,6 +316,11 @@ MethodKind = Literal["llpf", "curve", "autoneb"]
 METHOD_KINDS: tuple[MethodKind, ...] = get_args(MethodKind)
 
 
+# An LLPF path's checkpoint is guarded by its own key: its name changes no result.
+NOT_KEYED = {"name": "names the LLPF path's checkpoint, which its own key guards"}
+
+
+@cached_step(code=CODE, not_keyed=NOT_KEYED)
 def method_run(
     setup: PathSetup,
     pair: Pair,
@@ -320,8 +329,10 @@ def method_run(
     *,
     budget: int | None = None,
     name: str | None = None,
+    run_cache: str | Path | None = None,
 ) -> dict[str, Any]:
-    """One evaluated path from ``pair[0]`` to ``pair[1]``.
+    """One evaluated path from ``pair[0]`` to ``pair[1]`` (a cached step:
+    :mod:`wslib.runs.steps`, in ``run_cache``).
 
     ``settings["method"]`` is ``"llpf"`` (the rest as in :func:`m2m_path`,
     checkpointed under ``name``), ``"curve"`` (the rest are fields of
@@ -376,6 +387,7 @@ def baseline_checkpoint(
     return folder.with_name(f"{folder.name}.pt")
 
 
+@cached_step(code=CODE, not_keyed=NOT_KEYED)
 def compare_at_equal_steps(
     setup: PathSetup,
     pair: Pair,
@@ -383,8 +395,10 @@ def compare_at_equal_steps(
     seed: int,
     *,
     name: str | None = None,
+    run_cache: str | Path | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Every method of ``methods`` (label -> settings) between the same modes.
+    """Every method of ``methods`` (label -> settings) between the same modes (a
+    cached step: :mod:`wslib.runs.steps`, in ``run_cache``).
 
     The first method must be LLPF (checkpointed under ``name``); every other
     one then gets exactly the gradient steps it used (:func:`method_run`).

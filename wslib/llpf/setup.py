@@ -8,9 +8,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
-from wslib.core.files import tensor_digest
 from wslib.core.seeds import derive_seeds
 from wslib.core.workspace import workspace
 from wslib.llpf.protocols import PathSetup
@@ -65,30 +62,3 @@ def arch_path_seeds(
     all-at-once ablation pairs each of its runs with the FDF run of the same seed,
     so it runs on the same seeds."""
     return seeds if name in seed_archs else seeds[:1]
-
-
-def comparison_key(
-    setup: PathSetup,
-    model: Mapping[str, Any],
-    pair: Sequence[nn.Module],
-    methods: Mapping[str, Mapping[str, Any]],
-    seed: int,
-    *,
-    budget: int | None = None,
-) -> dict[str, Any]:
-    """Everything that determines a run of the chapter (one method or a comparison).
-
-    The setup enters by :meth:`~wslib.llpf.protocols.PathSetup.key` (the
-    data by the digest of its content), the two modes by theirs, the model by
-    its config (its code enters the cache key through
-    :data:`wslib.llpf.protocols.CODE`).
-    """
-    return {
-        "protocol": "compare_at_equal_steps" if budget is None else "method_run",
-        "setup": setup.key(),
-        "model": dict(model),
-        "modes": [tensor_digest(m.state_dict()) for m in pair],
-        "path_seed": seed,
-        "methods": {label: dict(v) for label, v in methods.items()},
-        "budget": budget,
-    }

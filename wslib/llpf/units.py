@@ -26,7 +26,7 @@ from torch import nn
 
 from wslib.core.connectivity import mode_config, train_modes
 from wslib.core.data import Dataset
-from wslib.llpf.ch03_m2m import cached_peak_anatomy
+from wslib.llpf.ch03_m2m import peak_anatomy
 from wslib.llpf.ch04_baselines import (
     compare_methods,
     methods_by_model,
@@ -126,8 +126,8 @@ def m2m_units(params: Params) -> list[Unit]:
 
     def anatomy(name: str) -> object:
         settings = p["llpf"][name]
-        args = (chapter.setup(), p["models"][name], chapter.modes(name), settings)
-        return cached_peak_anatomy(*args, seeds[0], run_cache=p["run_cache"])
+        args = (chapter.setup(), chapter.modes(name), settings, seeds[0])
+        return peak_anatomy(*args, run_cache=p["run_cache"])
 
     units = _mode_units(chapter)
     for name in p["models"]:
@@ -149,10 +149,8 @@ def _tuning_units(chapter: _Chapter) -> list[Unit]:
     methods = methods_by_model(p["models"], p["llpf"], p["baselines"])
     seed = tuning_seed(p["seed"])
 
-    def args(
-        name: str,
-    ) -> tuple[PathSetup, Mapping[str, Any], list[nn.Module], Mapping[str, Any]]:
-        return (chapter.setup(), p["models"][name], chapter.modes(name), methods[name])
+    def args(name: str) -> tuple[PathSetup, list[nn.Module], Mapping[str, Any]]:
+        return (chapter.setup(), chapter.modes(name), methods[name])
 
     def budget(name: str) -> Callable[[], object]:
         return lambda: tuning_budget(*args(name), seed, run_cache=p["run_cache"])

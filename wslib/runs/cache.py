@@ -15,21 +15,24 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from wslib.core.files import code_version
 from wslib.runs.results import to_jsonable
 from wslib.runs.store import Entry, Payload, cached, keyed
 from wslib.runs.units import refuse_compute
 
+Result = TypeVar("Result", dict[str, Any], list[Any])
+"""What a run returns: a dict, or a list (of rows), of plain data."""
+
 
 def cached_run(
     root: str | Path | None,
     key: dict[str, Any],
-    compute: Callable[[], dict[str, Any]],
+    compute: Callable[[], Result],
     *,
     code: Sequence[str] = ("wslib",),
-) -> dict[str, Any]:
+) -> Result:
     """``compute()``, stored under ``root`` by the hash of ``key`` and ``code_version(*code)``.
 
     ``code`` names the packages whose source determines the result (default:
@@ -69,4 +72,4 @@ def _entry(root: str | Path, key: dict[str, Any], code: Sequence[str]) -> Entry:
 
 
 def _has_result(stored: Payload) -> str | None:
-    return None if isinstance(stored.get("result"), dict) else "no result dict"
+    return None if isinstance(stored.get("result"), dict | list) else "no result"

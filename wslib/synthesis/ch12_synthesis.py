@@ -8,6 +8,8 @@
   along the LLPF path, the straight line and a Bezier curve between them;
 - :func:`gauge_fusion`: question 4, HF / KF with and without the PathCond
   gauge on the base models;
+- each of the three is a cached step (:mod:`wslib.runs.steps`): its key is
+  the content of its arguments, the modes' weights and the data included;
 - :func:`compare`: the verdict rule shared by the four questions: a paired
   difference over seeds is an effect only when its mean is larger than its
   standard deviation.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -37,8 +40,8 @@ from wslib.fusion.baselines import MethodName
 from wslib.fusion.levels import RetrofitName
 from wslib.llpf import CurveSettings, M2MSettings, evaluate_path, fit_curve, m2m
 from wslib.llpf.protocols import PathSetup
-from wslib.runs.cache import cached_run
 from wslib.runs.resumable import Persist
+from wslib.runs.steps import cached_step
 from wslib.runs.verdicts import LOSS_MARGIN, Verdict, decide_paired
 from wslib.runs.zoo import Zoo
 from wslib.synthesis.alignment import alignment_study, pathcond_gauge, with_state
@@ -89,6 +92,16 @@ def fusion_set(
     return ds.x_train[chosen], ds.y_train[chosen]
 
 
+# The packages whose source keys the chapter's cached steps (wslib.runs.steps).
+CODE = (
+    "wslib.core",
+    "wslib.fusion",
+    "wslib.llpf",
+    "wslib.pathcond",
+    "wslib.synthesis",
+)
+
+
 _T = TypeVar("_T")
 
 
@@ -127,13 +140,17 @@ def sample_mean_std(values: Sequence[float]) -> dict[str, Any]:
     return {"mean": float(v.mean()), "std": std, "values": [float(x) for x in v]}
 
 
+@cached_step(code=CODE)
 def alignment_run(
     modes: Mapping[str, Sequence[nn.Module]],
     ds: Dataset,
     ts: Sequence[float],
     seed: int,
+    *,
+    run_cache: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Question 1: ``result[arch][step]`` over every pair of the modes of each architecture."""
+    """Question 1: ``result[arch][step]`` over every pair of the modes of each
+    architecture (a cached step in ``run_cache``)."""
     pairs = {arch: all_pairs(list(models)) for arch, models in modes.items()}
     return alignment_study(pairs, ds, ts, seed)
 
@@ -222,6 +239,7 @@ def fused_model(
     return out.eval(), acc
 
 
+@cached_step(code=CODE)
 def pair_study(
     a: nn.Module,
     b: nn.Module,
@@ -231,8 +249,10 @@ def pair_study(
     seed: int,
     *,
     train: Dataset | None = None,
+    run_cache: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Questions 2 and 3 for one pair of parents ``a``, ``b``.
+    """Questions 2 and 3 for one pair of parents ``a``, ``b`` (a cached step in
+    ``run_cache``).
 
     Paths are refined and evaluated on ``ds``; the fused models are
     fine-tuned on ``train``'s training set (default ``ds``).
@@ -427,14 +447,18 @@ def gauged(model: nn.Module, in_shape: Sequence[int]) -> nn.Module:
     return with_state(model, pathcond_gauge(model, in_shape))
 
 
+@cached_step(code=CODE)
 def gauge_fusion(
     regimes: Mapping[str, Sequence[Sequence[nn.Module]]],
     ds: Dataset,
     fusion: tuple[torch.Tensor, torch.Tensor],
     methods: Sequence[MethodName],
     seed: int,
+    *,
+    run_cache: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Question 4: ``result[regime][method]{with, without, verdict}`` over seeds.
+    """Question 4: ``result[regime][method]{with, without, verdict}`` over seeds
+    (a cached step in ``run_cache``).
 
     ``regimes[regime]`` lists one group of base models per seed. Each method
     (HF / KF names of :func:`~wslib.fusion.baselines.fuse_by`) fuses the base models as
@@ -469,33 +493,7 @@ def gauge_fusion(
     return result
 
 
-# --- cached runs -------------------------------------------------------------------------------
-
-CODE = (
-    "wslib.core",
-    "wslib.fusion",
-    "wslib.llpf",
-    "wslib.pathcond",
-    "wslib.synthesis",
-)
-
-
-def cached_alignment(
-    root: str | None,
-    key: Mapping[str, Any],
-    modes: Mapping[str, Sequence[nn.Module]],
-    ds: Dataset,
-    ts: Sequence[float],
-    seed: int,
-) -> dict[str, Any]:
-    """:func:`alignment_run`, cached under ``root`` by ``key`` (configs, seeds, data) and code."""
-    full = {"question": "alignment", **key, "ts": list(map(float, ts)), "seed": seed}
-    return cached_run(root, full, lambda: alignment_run(modes, ds, ts, seed), code=CODE)
-
-
-def cached_pairs(
-    root: str | None,
-    key: Mapping[str, Any],
+def pair_studies(
     models: Sequence[nn.Module],
     ds: Dataset,
     fusion: tuple[torch.Tensor, torch.Tensor],
@@ -503,42 +501,20 @@ def cached_pairs(
     seed: int,
     *,
     train: Dataset | None = None,
+    run_cache: str | Path | None = None,
 ) -> list[dict[str, Any]]:
-    """:func:`pair_study` of every pair of ``models``, each cached; pair ``k``
-    with seed ``derive_seed(seed, "pair", k)``."""
-    runs = []
-    for k, ((i, a), (j, b)) in enumerate(all_pairs(list(enumerate(models)))):
-        pair_seed = derive_seed(seed, "pair", k)
-        full = {"question": "pair", **key, "pair": [i, j], "seed": pair_seed}
-        full["settings"] = settings
-
-        def study(
-            a: nn.Module = a, b: nn.Module = b, s: int = pair_seed
-        ) -> dict[str, Any]:
-            return pair_study(a, b, ds, fusion, settings, s, train=train)
-
-        runs.append(
-            cached_run(
-                root,
-                full,
-                study,
-                code=CODE,
-            )
+    """:func:`pair_study` of every pair of ``models`` (each cached in
+    ``run_cache``); pair ``k`` with seed ``derive_seed(seed, "pair", k)``."""
+    return [
+        pair_study(
+            a,
+            b,
+            ds,
+            fusion,
+            settings,
+            derive_seed(seed, "pair", k),
+            train=train,
+            run_cache=run_cache,
         )
-    return runs
-
-
-def cached_gauge_fusion(
-    root: str | None,
-    key: Mapping[str, Any],
-    regimes: Mapping[str, Sequence[Sequence[nn.Module]]],
-    ds: Dataset,
-    fusion: tuple[torch.Tensor, torch.Tensor],
-    methods: Sequence[MethodName],
-    seed: int,
-) -> dict[str, Any]:
-    """:func:`gauge_fusion`, cached under ``root`` by ``key`` and code."""
-    full = {"question": "gauge fusion", **key, "methods": list(methods), "seed": seed}
-    return cached_run(
-        root, full, lambda: gauge_fusion(regimes, ds, fusion, methods, seed), code=CODE
-    )
+        for k, (a, b) in enumerate(all_pairs(list(models)))
+    ]
