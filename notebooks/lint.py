@@ -9,8 +9,12 @@ Each chapter ``notebooks/<nb>.md`` is converted to a Jupyter notebook in a
 temporary folder, so ruff checks it cell by cell with the settings of
 ``pyproject.toml``, as it checks any notebook; its messages name the chapter
 (``notebooks/<nb>.md:cell N:line:column``). With ``--fix`` the code cells ruff
-changed are written back into the chapter, its text untouched. Exit status: 0
-when every cell is formatted and passes the rules, else 1.
+changed are written back into the chapter, its text untouched. A chapter's
+parameters other than its profile, seed and results path are injected by
+``run.py`` from the cpu profile; ruff takes their names as defined
+(ruff's ``builtins``), so a name the chapter reads and nothing defines is
+still an error. Exit status: 0 when every cell is formatted and passes the
+rules, else 1.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from pathlib import Path
 
 import chapters
 import nbformat
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
+PARAMS = NOTEBOOKS / "params"
 
 
 def ruff(folder: Path, *args: str) -> int:
@@ -40,6 +46,13 @@ def ruff(folder: Path, *args: str) -> int:
         named = text.replace(f"{folder}/", "notebooks/").replace(".ipynb", ".md")
         stream.write(named)
     return done.returncode
+
+
+def injected(chapter: Path) -> list[str]:
+    """The names run.py injects into ``chapter`` beyond its parameters cell: the
+    keys of its section of the cpu profile (ruff takes them as defined)."""
+    sections = yaml.safe_load(PARAMS.joinpath("cpu.yaml").read_text()) or {}
+    return sorted(sections.get(chapter.stem) or {})
 
 
 def write_back(converted: Path, chapter: Path) -> bool:
@@ -63,16 +76,23 @@ def lint(fix: bool) -> int:
             converted[chapter] = folder / f"{chapter.stem}.ipynb"
             nbformat.write(chapters.read(chapter), converted[chapter])
         files = [str(path) for path in converted.values()]
-        if not fix:
-            statuses = [
-                ruff(folder, "format", "--check", "--diff", *files),
-                ruff(folder, "check", *files),
-            ]
-            return int(any(statuses))
+        check = ["check", "--fix"] if fix else ["check"]
         statuses = [
-            ruff(folder, "format", *files),
-            ruff(folder, "check", "--fix", *files),
+            ruff(folder, "format", *([] if fix else ["--check", "--diff"]), *files)
         ]
+        statuses += [
+            ruff(
+                folder,
+                *check,
+                "--quiet",
+                "--config",
+                f"builtins = {injected(chapter)}",
+                path,
+            )
+            for chapter, path in converted.items()
+        ]
+        if not fix:
+            return int(any(statuses))
         for chapter, path in converted.items():
             if write_back(path, chapter):
                 print(f"rewrote {chapter.relative_to(ROOT)}")

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -252,7 +253,22 @@ class UnknownParameter(ValueError):
 
 
 def default_parameters(nb: str) -> dict[str, Any]:
-    """The values of the notebook's ``parameters`` cell (its defaults)."""
+    """The notebook's defaults: its ``parameters`` cell (the profile, seed and
+    results path) and its section of the cpu profile (every other parameter,
+    written once there; each model config completed by its data set's shape).
+
+    Without ``notebooks/params/cpu.yaml`` (a test's repository of toy
+    notebooks), the parameters cell alone.
+    """
+    cell = cell_parameters(nb)
+    cpu = PARAMS / "cpu.yaml"
+    section = copy.deepcopy(load_profile("cpu").get(nb) or {}) if cpu.exists() else {}
+    data = section.get("data", cell.get("data"))
+    return {**cell, **complete_model_configs(section, data)}
+
+
+def cell_parameters(nb: str) -> dict[str, Any]:
+    """The values of the notebook's ``parameters`` cell."""
     notebook = chapters.read(chapter_path(nb))
     cell = next(
         (c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])), None
@@ -350,10 +366,16 @@ def section_parameters(nb: str, sections: dict[str, Any], where: str) -> dict[st
 
 
 def notebook_parameters(nb: str, profile: str, seed: int | None) -> dict[str, Any]:
-    """The profile's parameters for ``nb`` (:func:`section_parameters`) plus those
-    set by this script: the profile, the results path and the seed."""
+    """Every parameter of ``nb`` in ``profile``: its defaults overridden by the
+    profile's section (:func:`section_parameters`), then those set by this
+    script: the profile, the results path and the seed (the default's when None).
+
+    All are injected: a chapter's parameters cell holds only the profile, the
+    seed and the results path, so its executed copy carries every value it ran
+    with and runs alone (in Colab, downloaded)."""
     where = f"notebooks/params/{profile}.yaml"
-    params = section_parameters(nb, load_profile(profile), where)
+    section = section_parameters(nb, load_profile(profile), where)
+    params = {**default_parameters(nb), **section}  # the cells hold none of them
     params["profile"] = profile
     params["results_path"] = str(run_dir("results", profile, seed) / f"{nb}.json")
     if seed is not None:

@@ -3,6 +3,7 @@ notebooks and back without loss (cells, tags, metadata, kernel spec)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -54,9 +55,28 @@ def test_chapter_has_its_parameters_cell_and_known_tags(nb: str) -> None:
     assert used <= TAGS, f"unknown tags {used - TAGS}: a typo, or add them to TAGS"
 
 
-# The cpu values several chapters share are each chapter's visible default
-# (a chapter runs alone); they must stay chapter 1's, or the zoo stops sharing
-# the modes. Chapter -> {its parameter: chapter 1's parameter, entry or None}.
+CELL_PARAMETERS = ["profile", "seed", "results_path"]
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS)
+def test_the_parameters_cell_holds_the_profile_seed_and_results_path_alone(
+    nb: str,
+) -> None:
+    """Every other parameter is written once, in notebooks/params/cpu.yaml,
+    and each of them is read by the chapter's code (a typo there would define
+    a parameter nothing reads)."""
+    run = load_script("notebooks/run.py")
+    assert list(run.cell_parameters(nb)) == CELL_PARAMETERS
+    cpu = run.load_profile("cpu")[nb]
+    code = "\n".join(c.source for c in chapter(nb).cells if c.cell_type == "code")
+    read = {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+    assert sorted(set(cpu) - read) == [], "cpu parameters the chapter never reads"
+    assert not set(cpu) & set(CELL_PARAMETERS)
+
+
+# The cpu values several chapters share are written once in cpu.yaml (YAML
+# anchors); they must stay chapter 1's, or the zoo stops sharing the modes.
+# Chapter -> {its parameter: chapter 1's parameter, entry or None}.
 SHARED = {
     "02_layerwise": {"models": ("models", None), "recipes": ("recipes", None)},
     "03_llpf_m2m": {"models": ("models", None), "recipes": ("recipes", None)},

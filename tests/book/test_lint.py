@@ -22,7 +22,9 @@ def repo(tmp_path: Path) -> Path:
     for script in ("chapters.py", "lint.py"):
         shutil.copy(ROOT / "notebooks" / script, notebooks / script)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    write_notebook(notebooks / "00_tiny.md", "width = 3", "print(width)")
+    (notebooks / "params").mkdir()
+    (notebooks / "params" / "cpu.yaml").write_text("00_tiny: {depth: 2}\n")
+    write_notebook(notebooks / "00_tiny.md", "width = 3", "print(width, depth)")
     return tmp_path
 
 
@@ -39,6 +41,13 @@ def lint(repo: Path, *args: str) -> subprocess.CompletedProcess:
 def test_a_clean_chapter_passes(repo: Path) -> None:
     done = lint(repo)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_name_no_cell_and_no_cpu_parameter_defines_fails(repo: Path) -> None:
+    write_notebook(repo / "notebooks/00_tiny.md", "width = 3", "print(dpeth)")
+    done = lint(repo)
+    assert done.returncode == 1
+    assert "F821" in done.stdout and "dpeth" in done.stdout
 
 
 def test_a_badly_formatted_cell_fails_and_is_named(repo: Path) -> None:

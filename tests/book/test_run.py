@@ -60,6 +60,22 @@ def test_default_parameters_are_the_parameters_cell(run: ModuleType) -> None:
     assert run.default_parameters(TINY) == DEFAULTS
 
 
+def test_defaults_are_the_cell_and_the_cpu_section_and_all_are_injected(
+    run: ModuleType,
+) -> None:
+    write_profile(run, "cpu", {"width": 5, "depth": 2})
+    write_profile(run, "smoke", {"width": 1})
+    assert run.default_parameters(TINY) == {**DEFAULTS, "width": 5, "depth": 2}
+    injected = run.notebook_parameters(TINY, "smoke", None)
+    assert injected == {
+        **DEFAULTS,
+        "profile": "smoke",
+        "results_path": "results/smoke/00_tiny.json",
+        "width": 1,
+        "depth": 2,
+    }
+
+
 def test_unknown_profile_key_stops_before_running(
     run: ModuleType, capsys: pytest.CaptureFixture
 ) -> None:

@@ -42,7 +42,6 @@ import torch
 from torch import nn
 
 from wslib.core.files import tensor_digest
-from wslib.core.settings import Settings
 from wslib.runs.cache import cached_run
 
 P = ParamSpec("P")
@@ -71,11 +70,10 @@ def content_key(value: Any, where: str) -> Any:
         }
     if isinstance(value, torch.Tensor | np.ndarray):
         return {"tensor": tensor_digest(value)}
-    if isinstance(value, Settings) or (
-        dataclasses.is_dataclass(value) and callable(getattr(value, "key", None))
-    ):
-        return value.key()  # type: ignore[union-attr]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        key = getattr(value, "key", None)
+        if callable(key):  # settings (wslib.core.settings), a PathSetup
+            return key()
         fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
         return content_key(fields, where)
     if isinstance(value, Mapping):
