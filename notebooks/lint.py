@@ -76,21 +76,12 @@ def lint(fix: bool) -> int:
             converted[chapter] = folder / f"{chapter.stem}.ipynb"
             nbformat.write(chapters.read(chapter), converted[chapter])
         files = [str(path) for path in converted.values()]
-        check = ["check", "--fix"] if fix else ["check"]
-        statuses = [
-            ruff(folder, "format", *([] if fix else ["--check", "--diff"]), *files)
-        ]
-        statuses += [
-            ruff(
-                folder,
-                *check,
-                "--quiet",
-                "--config",
-                f"builtins = {injected(chapter)}",
-                path,
-            )
-            for chapter, path in converted.items()
-        ]
+        checking, fixing = ([], ["--fix"]) if fix else (["--check", "--diff"], [])
+        statuses = [ruff(folder, "format", *checking, *files)]
+        for chapter, path in converted.items():
+            names = f"builtins = {injected(chapter)}"
+            rules = ["check", *fixing, "--quiet", "--config", names, str(path)]
+            statuses.append(ruff(folder, *rules))
         if not fix:
             return int(any(statuses))
         for chapter, path in converted.items():

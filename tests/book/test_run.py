@@ -60,6 +60,17 @@ def test_default_parameters_are_the_parameters_cell(run: ModuleType) -> None:
     assert run.default_parameters(TINY) == DEFAULTS
 
 
+def test_a_cpu_model_config_gets_the_shape_of_its_data_set(run: ModuleType) -> None:
+    model = {"name": "mlp", "widths": [4]}
+    write_profile(run, "cpu", {"data": {"name": "mnist1d"}, "model": model})
+    assert run.default_parameters(TINY)["model"] == {
+        "name": "mlp",
+        "in_shape": [1, 40],
+        "n_classes": 10,
+        "widths": [4],
+    }
+
+
 def test_defaults_are_the_cell_and_the_cpu_section_and_all_are_injected(
     run: ModuleType,
 ) -> None:
