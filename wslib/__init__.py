@@ -19,7 +19,8 @@ The package is layered; a package imports only those listed before it::
                      keyed store of every cache and checkpoint), resumable
                      (the one resumable-run helper: generator, ticks,
                      checkpoints), zoo (trained-model
-                     cache), cache (run cache), results (results files), workers
+                     cache), cache (run cache), steps (cached steps, keyed by
+                     their arguments), results (results files), workers
                      (process pools), stats (epochs to a threshold, summaries,
                      speed-ups, learning-rate choice), sweeps (metrics over
                      seeds), claims (the claims ledger: a claim, its

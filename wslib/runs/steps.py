@@ -19,7 +19,7 @@ every argument it is called with, defaults included, by content:
 The code enters through ``code`` (the packages whose source computes the
 result). An argument that cannot change the result (a progress bar) is
 declared in ``not_keyed`` with the reason. An argument of a kind the key
-cannot hold raises :class:`TypeError` naming it, so nothing leaves the key by
+cannot hold raises a ``TypeError`` naming it, so nothing leaves the key by
 accident; the hand-built keys this replaces could forget a setting.
 
 The step declares a keyword ``run_cache`` (the cache's folder; None: the
@@ -42,6 +42,7 @@ import torch
 from torch import nn
 
 from wslib.core.files import tensor_digest
+from wslib.core.settings import plain
 from wslib.runs.cache import cached_run
 
 P = ParamSpec("P")
@@ -56,12 +57,8 @@ def content_key(value: Any, where: str) -> Any:
     Raises TypeError naming ``where`` (the argument, and the item inside it)
     for a value of a kind the key cannot hold.
     """
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
+    if value is None or isinstance(value, str | numbers.Real):
+        return plain(value)  # a flag stays a flag, numbers are Python's
     if isinstance(value, nn.Module):
         return {
             "module": f"{type(value).__module__}.{type(value).__qualname__}",
