@@ -15,7 +15,9 @@ QuantEcon's lectures are run on every pull request. A chapter is touched when
   those import (the import graph of ``grimp``, which ``import-linter`` builds
   too);
 - the runner changed: ``run.py`` and the scripts and ``wslib`` modules it
-  imports, the smoke profile, or the package's dependencies (every chapter).
+  imports, the smoke profile, the cpu profile (every chapter's defaults,
+  which the smoke profile keeps where it sets no value), or the package's
+  dependencies (every chapter).
 
 Other files (the book's text, the tests, the docs) touch no chapter: the
 fast tests and ``make test`` cover them.
@@ -36,7 +38,12 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 RUNNER = ("run.py", "chapters.py", "kernels.py", "profile_values.py")
 """The scripts every chapter's run goes through (``notebooks/``)."""
-EVERY_CHAPTER = {"notebooks/params/smoke.yaml", "pyproject.toml", "environment.yml"}
+EVERY_CHAPTER = {
+    "notebooks/params/smoke.yaml",
+    "notebooks/params/cpu.yaml",  # the defaults every profile inherits
+    "pyproject.toml",
+    "environment.yml",
+}
 """Files whose change touches every chapter (besides the runner)."""
 
 

@@ -6,9 +6,11 @@ Usage::
 
 Each chapter ``notebooks/<nb>.md`` (a MyST Markdown notebook: jupytext's
 ``md:myst`` format, the reviewed source) is converted to a Jupyter notebook in a
-temporary folder and runs with the repository root as working directory and the
-parameters of ``notebooks/params/<profile>.yaml`` (plus ``profile``,
-``results_path`` and, with ``--seed``, ``seed``; every model config without
+temporary folder and runs with the repository root as working directory and
+every parameter injected: the chapter's defaults (its entry of
+``notebooks/params/cpu.yaml``; its parameters cell holds only the profile, seed
+and results path) overridden by the entry of ``notebooks/params/<profile>.yaml``,
+plus ``profile``, ``results_path`` and the seed (every model config without
 ``in_shape`` or ``n_classes`` gets them from its data set,
 :func:`wslib.core.configs.with_data_shape`). The executed copy goes to
 ``build/<profile>/<nb>.ipynb`` and the results file to

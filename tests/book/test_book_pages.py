@@ -20,7 +20,6 @@ from urllib.parse import unquote, urlsplit
 
 import nbformat
 import pytest
-import yaml
 from myst_nb.core.variables import format_plain_text
 
 from tests.conftest import NOTEBOOKS, ROOT, SMOKE, WORK, load_script
@@ -250,10 +249,8 @@ def smoke_params(nb: str) -> dict:
 
 
 def cpu_params(nb: str) -> dict:
-    """The notebook's defaults overridden by the cpu profile."""
-    run = load_script("notebooks/run.py")
-    profile = yaml.safe_load((ROOT / "notebooks/params/cpu.yaml").read_text())
-    return {**run.default_parameters(nb), **(profile.get(nb) or {})}
+    """The notebook's defaults: its cpu profile entry, model configs completed."""
+    return load_script("notebooks/run.py").default_parameters(nb)
 
 
 def n_train(data: dict) -> int:

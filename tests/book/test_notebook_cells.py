@@ -133,7 +133,8 @@ def test_plumbing_cells_are_hidden(nb: str) -> None:
 
 @pytest.mark.parametrize("nb", NOTEBOOKS)
 def test_parameters_cell_is_collapsed(nb: str) -> None:
-    """``hide-input``: collapsed on the page, one click shows the defaults."""
+    """``hide-input``: collapsed on the page, one click shows the profile and
+    seed (the injected cell below it, collapsed too, every other value)."""
     (cell,) = [c for c in code_cells(nb) if "parameters" in tags(c)]
     assert "hide-input" in tags(cell), tags(cell)
 

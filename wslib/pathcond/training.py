@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, get_args
+from typing import Any, Literal, NamedTuple, cast, get_args
 
 import torch
 import torch.nn.functional as F
@@ -326,7 +326,10 @@ def _train_group(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         {**run_key(replace(j["settings"], task="classify"), ds), "stacked": True}
         for j in jobs
     ]
-    stored = [stored_run(root, key, code=CODE) for key in keys]
+    # a training run's result is a dict (never a list of rows)
+    stored = [
+        cast(dict[str, Any] | None, stored_run(root, key, code=CODE)) for key in keys
+    ]
     missing = [i for i, result in enumerate(stored) if result is None]
     if missing:
         refuse_compute(f"{len(missing)} stacked runs")

@@ -48,7 +48,7 @@ def cached_run(
 
 def stored_run(
     root: str | Path | None, key: dict[str, Any], *, code: Sequence[str] = ("wslib",)
-) -> dict[str, Any] | None:
+) -> dict[str, Any] | list[Any] | None:
     """The result :func:`cached_run` would load for ``key``, or None (it would compute).
 
     Reads without waiting for a lock and without a warning: a caller that
