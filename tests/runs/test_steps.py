@@ -291,3 +291,78 @@ def test_without_a_folder_a_step_is_the_plain_function_even_when_caches_only_rea
     monkeypatch.setenv(CACHED_ONLY, "1")  # a run cache would refuse to compute
     assert rows(2) == [{"i": 0}, {"i": 1}]
     assert CALLS == [(2,)]
+
+
+# --- found by mutation testing (make mutation MODULE=runs/steps) -------------------
+# Steps decorated inside a test body: mutmut runs, for each mutant of
+# cached_step, the tests that call it, and a decoration at import calls it
+# before any test.
+
+
+def test_two_steps_called_alike_do_not_share_an_entry(tmp_path: Path) -> None:
+    @cached_step(code=("wslib.runs",))
+    def first(n: int, *, run_cache: str | Path | None = None) -> dict[str, int]:
+        return {"first": n}
+
+    @cached_step(code=("wslib.runs",))
+    def second(n: int, *, run_cache: str | Path | None = None) -> dict[str, int]:
+        return {"second": n}
+
+    assert first(1, run_cache=tmp_path) == {"first": 1}
+    assert second(1, run_cache=tmp_path) == {"second": 1}
+
+
+def test_a_step_lists_what_it_leaves_out_of_its_key() -> None:
+    @cached_step(code=("wslib.runs",), not_keyed={"n": "a test"})
+    def step(n: int, *, run_cache: str | Path | None = None) -> dict[str, int]:
+        return {"n": n}
+
+    assert step.not_keyed == {"n": "a test"}  # type: ignore[attr-defined]
+
+
+def twin_classes() -> tuple[nn.Module, nn.Module]:
+    """Two modules of one class name and repr, defined in two modules."""
+    made = []
+    for module in ("one.place", "another.place"):
+        cls = type("Net", (nn.Linear,), {"__module__": module})
+        torch.manual_seed(0)
+        made.append(cls(2, 2))
+    return made[0], made[1]
+
+
+def test_a_module_key_holds_its_class_s_module_and_state() -> None:
+    a, b = twin_classes()
+    assert repr(a) == repr(b)
+    assert content_key(a, "x") != content_key(b, "x")
+    key = content_key(a, "x")
+    assert key["module"] == "one.place.Net"
+    with torch.no_grad():
+        b.weight.copy_(a.weight)
+        b.bias.copy_(a.bias)
+    assert content_key(b, "x")["state"] == key["state"]
+
+
+def test_a_tensor_key_is_labelled_as_one() -> None:
+    assert content_key(torch.zeros(2), "x").keys() == {"tensor"}
+
+
+def test_an_unkeyable_field_of_a_dataclass_is_named_with_its_path() -> None:
+    @dataclasses.dataclass
+    class Holder:
+        inner: Any
+
+    message = (
+        r"x\['inner'\] is a object, which cannot enter a cache key: pass its "
+        r"content \(a module, data set, tensor, settings or plain data\), or "
+        r"declare it in not_keyed with the reason it cannot change the result"
+    )
+    with pytest.raises(TypeError, match=message):
+        content_key(Holder(object()), "x")
+
+
+def test_not_keyed_names_every_unknown_argument() -> None:
+    with pytest.raises(TypeError, match="not_keyed names seeds, steps, which"):
+
+        @cached_step(code=("wslib",), not_keyed={"steps": "a", "seeds": "b"})
+        def step(seed: int, *, run_cache: str | None = None) -> dict[str, int]:
+            return {}
