@@ -55,6 +55,8 @@ SPLIT_ON := $(call flag,SPLIT)
 
 VENV := .venv
 PY := $(VENV)/bin/python
+# the console script of the book's tooling (bookkit/__init__.py lists its commands)
+BOOKKIT := $(VENV)/bin/bookkit
 STAMP := $(VENV)/.installed
 PROFILES := $(sort $(basename $(notdir $(wildcard notebooks/params/*.yaml))))
 NOTEBOOKS := $(sort $(basename $(notdir $(wildcard notebooks/*.md))))
@@ -92,17 +94,17 @@ HTML := $(if $(filter student,$(EDITION)),book/_student/_build/html,book/_build/
 
 book: $(STAMP)
 	@start=$$(date +%s) && \
-	$(if $(SEEDS),$(PY) notebooks/sweep.py $(SWEEP_ARGS),$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG)) && \
-	$(PY) book/build.py $(EXECUTED) --edition $(EDITION) && \
+	$(if $(SEEDS),$(BOOKKIT) sweep $(SWEEP_ARGS),$(BOOKKIT) run --profile $(PROFILE) $(SEED_ARG)) && \
+	$(BOOKKIT) build $(EXECUTED) --edition $(EDITION) && \
 	echo "Book built: open $(CURDIR)/$(HTML)/index.html" && \
 	echo "Wall time of the whole build: $$(( $$(date +%s) - start )) s"
 
 notebook: $(STAMP)
-	$(PY) notebooks/run.py --profile $(PROFILE) $(SEED_ARG) $(NB)
+	$(BOOKKIT) run --profile $(PROFILE) $(SEED_ARG) $(NB)
 
 # One job per (notebook, seed); a restarted sweep runs only what is missing.
 sweep: $(STAMP)
-	$(PY) notebooks/sweep.py $(SWEEP_ARGS)
+	$(BOOKKIT) sweep $(SWEEP_ARGS)
 
 # The built HTML of one edition as the only commit of branch gh-pages (with
 # .nojekyll, so GitHub Pages serves Sphinx's _static folder); PUSH=1 pushes it.
@@ -112,25 +114,25 @@ publish:
 	@echo "Published $(HTML) to branch gh-pages$(if $(PUSH_ON), and pushed it)"
 
 data: $(STAMP)
-	@$(PY) notebooks/download.py $(DATA)
+	@$(BOOKKIT) download $(DATA)
 
 gpu-check: $(STAMP)
-	$(PY) notebooks/gpu_check.py $(if $(ALLOW_CPU_ON),--allow-cpu)
+	$(BOOKKIT) gpu-check $(if $(ALLOW_CPU_ON),--allow-cpu)
 
-# ruff covers the .py files and, through notebooks/lint.py, the chapters' code
+# ruff covers the .py files and, through `bookkit lint`, the chapters' code
 # cells; the layers contract of pyproject.toml is checked by lint-imports; mypy
 # checks the types of wslib and the scripts (the files and settings of [tool.mypy]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
-	$(PY) notebooks/lint.py
+	$(BOOKKIT) lint
 	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
-	$(PY) notebooks/lint.py --fix
+	$(BOOKKIT) lint --fix
 
 # TEST_WORKERS=N (N > 1): N pytest-xdist workers, tests that share an expensive
 # fixture grouped (--dist loadgroup, the groups of tests/conftest.py)

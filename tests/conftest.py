@@ -6,7 +6,6 @@ import contextlib
 import copy
 import functools
 import gc
-import importlib.util
 import io
 import os
 import shutil
@@ -25,6 +24,7 @@ import torch
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+from bookkit import chapters, gpu_check
 from tests.background import Background
 from tests.checkout import copy_checkout
 from wslib.core.files import ENTRY_LOG
@@ -39,24 +39,6 @@ ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("*.md"))
 PROFILES = sorted(p.stem for p in (ROOT / "notebooks" / "params").glob("*.yaml"))
 SMOKE = "smoke"
-
-
-def load_script(path: str) -> ModuleType:
-    """Import a script of the repository (``notebooks/run.py``, ...) as a fresh module."""
-    file = ROOT / path
-    name = "script_" + file.stem
-    spec = importlib.util.spec_from_file_location(name, file)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # its dataclasses look their module up
-    sys.path.insert(0, str(file.parent))  # a script imports its siblings (run.py)
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(file.parent))
-    return module
-
-
-chapters = load_script("notebooks/chapters.py")
 
 
 @dataclass
@@ -127,12 +109,13 @@ def write_notebook(path: Path, parameters: str, body: str) -> None:
 
 
 def script_repo(root: Path) -> Path:
-    """A repository root at ``root`` with copies of the scripts (run.py, sweep.py,
-    ...: they import their siblings) and an empty cpu profile; its notebooks folder."""
+    """A repository root at ``root`` with a copy of :mod:`bookkit` (``python -m
+    bookkit`` there runs the copy) and an empty cpu profile; its notebooks folder."""
     notebooks = root / "notebooks"
     (notebooks / "params").mkdir(parents=True)
-    for script in (ROOT / "notebooks").glob("*.py"):
-        shutil.copy(script, notebooks / script.name)
+    shutil.copytree(
+        ROOT / "bookkit", root / "bookkit", ignore=shutil.ignore_patterns("__pycache__")
+    )
     (notebooks / "params" / "cpu.yaml").write_text("{}\n")
     return notebooks
 
@@ -273,7 +256,7 @@ def run_in(workspace: Path, script: list[str], **env: str) -> None:
 def run_smoke(workspace: Path, seed: int | None, entry_log: Path) -> None:
     """Every notebook in the smoke profile (``seed`` None: the notebooks' default, 0),
     listing the cache entries it used in ``entry_log``."""
-    script = ["notebooks/run.py", "--profile", SMOKE]
+    script = ["-m", "bookkit", "run", "--profile", SMOKE]
     script += [] if seed is None else ["--seed", str(seed)]
     run_in(workspace, script, **{ENTRY_LOG: str(entry_log)})
 
@@ -292,7 +275,7 @@ def smoke_book(workspace: Path, entry_logs: Path) -> Path:
     ``book/_build`` of :data:`WORK`); returns the folder of the built HTML.
     """
     run_smoke(workspace, None, entry_logs / "seed-0.log")
-    run_in(workspace, ["book/build.py", f"build/{SMOKE}"])
+    run_in(workspace, ["-m", "bookkit", "build", f"build/{SMOKE}"])
     return workspace / "book" / "_build" / "html"
 
 
@@ -307,7 +290,7 @@ def run_seeds(folder: Path) -> Path:
     checkout = copy_checkout(folder / "checkout")
     failed = []
     for seed in SWEEP_SEEDS[1:]:
-        script = ["notebooks/run.py", "--profile", SMOKE, "--seed", str(seed)]
+        script = ["-m", "bookkit", "run", "--profile", SMOKE, "--seed", str(seed)]
         env = script_env(checkout, **{ENTRY_LOG: str(folder / f"seed-{seed}.log")})
         done = subprocess.run(
             [sys.executable, *script],
@@ -328,9 +311,10 @@ def run_gpu_smoke(folder: Path) -> list[Any]:
     """Every chapter in the gpu-smoke profile in a fresh checkout under ``folder``,
     one at a time; each chapter's status (it passes only if its work ran on
     the CPU it was sent to)."""
-    check = load_script("notebooks/gpu_check.py")
-    checkout = check.make_checkout(folder)
-    return check.run_chapters(checkout, NOTEBOOKS, torch.device("cpu"), 1800, jobs=1)
+    checkout = gpu_check.make_checkout(folder)
+    return gpu_check.run_chapters(
+        checkout, NOTEBOOKS, torch.device("cpu"), 1800, jobs=1
+    )
 
 
 BACKGROUND = Background({"seeds": run_seeds, "gpu-smoke": run_gpu_smoke})
@@ -389,7 +373,9 @@ def sweep_entries(
 @pytest.fixture(scope="session")
 def student_book(smoke_book: Path, workspace: Path) -> Path:
     """The student edition of the smoke book (every solution removed); its HTML folder."""
-    run_in(workspace, ["book/build.py", f"build/{SMOKE}", "--edition", "student"])
+    run_in(
+        workspace, ["-m", "bookkit", "build", f"build/{SMOKE}", "--edition", "student"]
+    )
     return workspace / "book" / "_student" / "_build" / "html"
 
 

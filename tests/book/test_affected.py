@@ -1,4 +1,4 @@
-"""notebooks/affected.py: the chapters a change touches (the pull-request matrix)."""
+"""bookkit/affected.py: the chapters a change touches (the pull-request matrix)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ import json
 
 import pytest
 
-from tests.conftest import load_script
+from bookkit import affected
 
-affected = load_script("notebooks/affected.py")
 ALL = affected.chapter_stems()
 FUSION = ["09_fusion_cost", "10_fusion_regimes", "11_fusion_beyond", "12_synthesis"]
 
@@ -27,7 +26,7 @@ def test_the_chapters_are_the_twelve_sources_in_book_order() -> None:
         (["wslib/llpf/curves.py"], ALL[1:5] + ["12_synthesis"]),
         # imported by run.py (seeds are checked there): every chapter runs it
         (["wslib/core/seeds.py"], ALL),
-        (["notebooks/run.py"], ALL),
+        (["bookkit/run.py"], ALL),
         (["notebooks/params/smoke.yaml"], ALL),
         (["pyproject.toml"], ALL),
         (["README.md", "tests/core/test_data.py", "book/intro.md"], []),
@@ -42,7 +41,7 @@ def test_a_change_touches_the_chapters_that_import_it(paths, want) -> None:
 def test_a_package_init_is_the_package_module() -> None:
     assert affected.module_of("wslib/fusion/__init__.py") == "wslib.fusion"
     assert affected.module_of("wslib/fusion/hfkf.py") == "wslib.fusion.hfkf"
-    assert affected.module_of("notebooks/run.py") is None
+    assert affected.module_of("bookkit/run.py") is None
     assert affected.module_of("wslib/py.typed") is None
 
 

@@ -1,10 +1,10 @@
-"""run.py and sweep.py refuse repeated or negative seeds and notebooks, naming them."""
+"""bookkit run and bookkit sweep refuse repeated or negative seeds and notebooks, naming them."""
 
 from __future__ import annotations
 
-import pytest
+import importlib
 
-from tests.conftest import load_script
+import pytest
 
 
 @pytest.mark.parametrize(
@@ -46,7 +46,7 @@ from tests.conftest import load_script
 def test_bad_arguments_are_named(
     script: str, argv: list[str], message: str, capsys: pytest.CaptureFixture
 ) -> None:
-    module = load_script(f"notebooks/{script}.py")
+    module = importlib.import_module(f"bookkit.{script}")
     with pytest.raises(SystemExit) as stop:
         module.parse_args(argv)
     assert stop.value.code == 2

@@ -22,7 +22,8 @@ import nbformat
 import pytest
 from myst_nb.core.variables import format_plain_text
 
-from tests.conftest import NOTEBOOKS, ROOT, SMOKE, WORK, load_script
+from bookkit import run
+from tests.conftest import NOTEBOOKS, ROOT, SMOKE, WORK
 from wslib.runs.claim_list import CLAIMS
 
 slow = pytest.mark.slow  # the tests that read the smoke book
@@ -244,13 +245,13 @@ def test_link_check_sees_broken_links(tmp_path: Path) -> None:
 
 
 def smoke_params(nb: str) -> dict:
-    """The effective parameters of the smoke run (recorded by notebooks/run.py)."""
+    """The effective parameters of the smoke run (recorded by bookkit/run.py)."""
     return json.loads((WORK / "results" / SMOKE / f"{nb}.json").read_text())["params"]
 
 
 def cpu_params(nb: str) -> dict:
     """The notebook's defaults: its cpu profile entry, model configs completed."""
-    return load_script("notebooks/run.py").default_parameters(nb)
+    return run.default_parameters(nb)
 
 
 def n_train(data: dict) -> int:

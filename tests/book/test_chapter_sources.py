@@ -10,7 +10,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.conftest import NOTEBOOKS, ROOT, chapter, chapters, load_script
+from bookkit import run
+from tests.conftest import NOTEBOOKS, ROOT, chapter, chapters
 
 # the tags the chapters use: Jupyter Book's hide/remove tags and papermill's
 TAGS = {"parameters", "hide-input", "hide-output", "remove-input", "remove-cell"}
@@ -65,7 +66,6 @@ def test_the_parameters_cell_holds_the_profile_seed_and_results_path_alone(
     """Every other parameter is written once, in notebooks/params/cpu.yaml,
     and each of them is read by the chapter's code (a typo there would define
     a parameter nothing reads)."""
-    run = load_script("notebooks/run.py")
     assert list(run.cell_parameters(nb)) == CELL_PARAMETERS
     cpu = run.load_profile("cpu")[nb]
     code = "\n".join(c.source for c in chapter(nb).cells if c.cell_type == "code")
@@ -93,7 +93,6 @@ SHARED = {
 
 @pytest.mark.parametrize("nb", sorted(SHARED))
 def test_shared_defaults_are_chapter_1s(nb: str) -> None:
-    run = load_script("notebooks/run.py")
     first, mine = run.default_parameters("01_symmetries"), run.default_parameters(nb)
     assert mine["data"] == first["data"]
     for name, (source, entry) in SHARED[nb].items():

@@ -4,7 +4,7 @@ exactly the ledger's rows of that chapter (verdict, interval, n, margin).
 The book is the smoke book over three seeds: the executed chapters of seed 0
 and the results of seeds 0-2 that the session's smoke runs left (seed 0 in
 the tests' workspace, seeds 1 and 2 in the background runs' one), glued as
-``book/build.py`` glues them.
+``bookkit/build.py`` glues them.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.conftest import SMOKE, load_script
+from bookkit import ledger as book_ledger
+from tests.conftest import SMOKE
 from wslib.runs.claim_list import CLAIMS
 from wslib.runs.claims import ledger
 
-book_ledger = load_script("book/ledger.py")
 SEEDS = (0, 1, 2)
 
 

@@ -1,4 +1,4 @@
-"""book/course.py: exercises found, solutions stripped for students, the course guide."""
+"""bookkit/course.py: exercises found, solutions stripped for students, the course guide."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from tests.conftest import load_script
+import bookkit.course
 
 EXERCISE = "```{exercise} Try it\n:label: ex-00-try\n:class: easy\n\nDo it.\n```"
 START = "```{solution-start} ex-00-try\n:class: dropdown\n```"
@@ -19,8 +19,7 @@ END = "```{solution-end}\n```"
 
 @pytest.fixture()
 def course(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "book"))
-    return load_script("book/course.py")
+    return bookkit.course
 
 
 def chapter(path: Path) -> Path:

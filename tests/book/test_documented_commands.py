@@ -5,12 +5,13 @@ Each ``make`` command is expanded (``A|B`` alternatives, ``[optional]`` parts
 taken), run as ``make -n`` (the Makefile accepts its variables; nothing
 runs), and every script command it would start is parsed by that script's own
 argument parser, so a documented command that the Makefile or a script would
-refuse fails here. The pytest commands are collected (``--collect-only``).
+refuse fails here; so is a ``bookkit`` command written out. The pytest commands are collected (``--collect-only``).
 The chapters themselves run in the smoke profile in the book fixtures.
 """
 
 from __future__ import annotations
 
+import importlib
 import itertools
 import re
 import shlex
@@ -19,7 +20,8 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, load_script
+from bookkit.__main__ import COMMANDS
+from tests.conftest import ROOT
 
 DOCS = (
     "README.md",
@@ -29,11 +31,18 @@ DOCS = (
     "book/running/gpu.md",
     "book/running/publishing.md",
 )
-SCRIPTS = {  # scripts with a parse_args of their own
-    "notebooks/run.py",
-    "notebooks/sweep.py",
-    "notebooks/gpu_check.py",
-}
+PARSED = {"run", "sweep", "gpu-check"}  # commands with a parse_args of their own
+
+
+def check_bookkit(words: list[str]) -> None:
+    """Parse the arguments of the ``bookkit`` command in ``words``, if there is one,
+    with that command's own parser (a refused argument exits with status 2)."""
+    starts = [i for i, w in enumerate(words) if w.endswith("bookkit")]
+    if not starts or words[starts[0] + 1] not in PARSED:
+        return
+    command, *args = words[starts[0] + 1 :]
+    args = args[: args.index("&&")] if "&&" in args else args
+    importlib.import_module(f"bookkit.{COMMANDS[command]}").parse_args(args)
 
 
 def documented_commands() -> list[str]:
@@ -85,12 +94,10 @@ def test_a_documented_command_is_accepted(argv: list[str]) -> None:
         for line in done.stdout.splitlines():
             if line.lstrip().startswith("#"):  # a recipe's comment (make -n shows it)
                 continue
-            words = shlex.split(line.strip(" &\\"))
-            script = next((w for w in words if w in SCRIPTS), None)
-            if script:
-                args = words[words.index(script) + 1 :]
-                args = args[: args.index("&&")] if "&&" in args else args
-                load_script(script).parse_args(args)
+            check_bookkit(shlex.split(line.strip(" &\\")))
+    elif argv[0] == ".venv/bin/bookkit":
+        assert argv[1] in COMMANDS, argv
+        check_bookkit(argv)
     else:
         assert argv[:3] == [".venv/bin/python", "-m", "pytest"], argv
         done = subprocess.run(

@@ -1,4 +1,4 @@
-"""notebooks/download.py (``make data``): one line, not a traceback, without network."""
+"""bookkit/download.py (``make data``): one line, not a traceback, without network."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from urllib.error import URLError
 
 import pytest
 
-from tests.conftest import load_script
+import bookkit.download
 
 
 @pytest.fixture()
 def download() -> ModuleType:
-    return load_script("notebooks/download.py")
+    return bookkit.download
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import nbformat
 
-from tests.conftest import NOTEBOOKS, ROOT, SMOKE, chapter, chapters, load_script
+from bookkit import run
+from tests.conftest import NOTEBOOKS, ROOT, SMOKE, chapter, chapters
 
 CHAPTER = "06_pathlifting"  # a short chapter in the smoke profile
 HIDDEN = ("wslib",)  # installed by the setup cell, not seen before
@@ -85,7 +86,6 @@ def test_downloaded_chapter_installs_wslib_and_runs(
     source = chapters.read(workspace / "notebooks" / f"{CHAPTER}.md")
     runnable = chapters.with_setup_cell(source)  # as run.py runs it, the book offers it
     nbformat.write(runnable, folder / f"{CHAPTER}.ipynb")
-    run = load_script("notebooks/run.py")
     params = run.notebook_parameters(CHAPTER, SMOKE, None)
     (folder / "params.json").write_text(json.dumps(params))
     script = (

@@ -1,4 +1,4 @@
-"""notebooks/gpu_check.py: refuses without CUDA, runs on the CPU when forced, counts right.
+"""bookkit/gpu_check.py: refuses without CUDA, runs on the CPU when forced, counts right.
 
 The quick run (``--allow-cpu --quick``) times tiny models on the CPU and
 prints the estimate table; the counting is checked against the gpu profile's
@@ -19,7 +19,8 @@ import pytest
 import torch
 import yaml
 
-from tests.conftest import ROOT, SESSION_ENV, chapters, load_script, run_main
+from bookkit import gpu_check, gpu_estimate, gpu_timings
+from tests.conftest import ROOT, SESSION_ENV, chapters, run_main
 from tests.kit import mlp
 from wslib.core.configs import complete_model_configs
 
@@ -29,19 +30,19 @@ SCRIPT = ROOT / "notebooks" / "gpu_check.py"
 @pytest.fixture(scope="module")
 def check() -> ModuleType:
     """The script as a module."""
-    return load_script("notebooks/gpu_check.py")
+    return gpu_check
 
 
 @pytest.fixture(scope="module")
 def est() -> ModuleType:
-    """The estimate (``notebooks/gpu_estimate.py``) as a module."""
-    return load_script("notebooks/gpu_estimate.py")
+    """The estimate (``bookkit/gpu_estimate.py``) as a module."""
+    return gpu_estimate
 
 
 @pytest.fixture(scope="module")
 def timing() -> ModuleType:
-    """The timings (``notebooks/gpu_timings.py``) as a module."""
-    return load_script("notebooks/gpu_timings.py")
+    """The timings (``bookkit/gpu_timings.py``) as a module."""
+    return gpu_timings
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

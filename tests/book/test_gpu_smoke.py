@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import NOTEBOOKS, ROOT, background_result, load_script
+from bookkit import synthetic_data
+from tests.conftest import NOTEBOOKS, ROOT, background_result
 
 PARAMS = ROOT / "notebooks" / "params"
 PATH_SETTINGS = ("llpf", "baselines", "m2o_settings", "m2m_settings")
@@ -67,9 +68,8 @@ def _data_sets(tree: Any) -> set[str]:
 
 
 def test_every_data_set_is_written_by_the_synthetic_writer() -> None:
-    writer = load_script("notebooks/synthetic_data.py")
     used = _data_sets(_load("gpu")) - {"mnist1d"}
-    assert used <= set(writer.SIZES)
+    assert used <= set(synthetic_data.SIZES)
 
 
 @pytest.fixture(scope="module")

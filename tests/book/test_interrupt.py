@@ -1,4 +1,4 @@
-"""Ctrl-C stops run.py and sweep.py: their kernels end, nothing half-written stays.
+"""Ctrl-C stops bookkit run and bookkit sweep: their kernels end, nothing half-written stays.
 
 Each test runs the real script in a temporary repository root holding one
 slow chapter (it writes its results file, then sleeps), sends SIGINT to the
@@ -11,7 +11,6 @@ stopped chapter is left.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import ROOT, write_notebook
+from tests.conftest import ROOT, script_repo, write_notebook
 
 LIMIT_S = 10.0
 SLOW = "00_slow"
@@ -41,12 +40,8 @@ pytestmark = pytest.mark.skipif(
 
 
 def _root(tmp_path: Path) -> Path:
-    """A repository root with the scripts, an empty cpu profile and the slow chapter."""
-    (tmp_path / "notebooks" / "params").mkdir(parents=True)
-    for script in (ROOT / "notebooks").glob("*.py"):
-        shutil.copy2(script, tmp_path / "notebooks" / script.name)
-    (tmp_path / "notebooks" / "params" / "cpu.yaml").write_text("{}\n")
-    write_notebook(tmp_path / "notebooks" / f"{SLOW}.md", PARAMETERS, BODY)
+    """A repository root with bookkit, an empty cpu profile and the slow chapter."""
+    write_notebook(script_repo(tmp_path) / f"{SLOW}.md", PARAMETERS, BODY)
     return tmp_path
 
 
@@ -88,7 +83,7 @@ def _interrupt(
 
 def test_ctrl_c_stops_run_py_and_its_kernel(tmp_path: Path) -> None:
     root = _root(tmp_path)
-    done, seconds = _interrupt(root, ["notebooks/run.py", "--profile", "cpu", SLOW])
+    done, seconds = _interrupt(root, ["-m", "bookkit", "run", "--profile", "cpu", SLOW])
     assert done.returncode == 130, done.stderr
     assert seconds < LIMIT_S
     lines = [
@@ -104,7 +99,7 @@ def test_ctrl_c_stops_run_py_and_its_kernel(tmp_path: Path) -> None:
 
 def test_ctrl_c_stops_a_sweep_and_its_jobs(tmp_path: Path) -> None:
     root = _root(tmp_path)
-    command = ["notebooks/sweep.py", "--seeds", "1", "--profile", "cpu", SLOW]
+    command = ["-m", "bookkit", "sweep", "--seeds", "1", "--profile", "cpu", SLOW]
     done, seconds = _interrupt(root, command)
     assert done.returncode == 130, done.stderr
     assert seconds < LIMIT_S

@@ -1,4 +1,4 @@
-"""notebooks/kernels.py: a forked kernel is the kernel Jupyter would have started.
+"""bookkit/kernels.py: a forked kernel is the kernel Jupyter would have started.
 
 The smoke book's chapters all run in forked kernels (the suite runs on Linux
 without CUDA); the smoke metrics test (``test_notebooks``) compares them with
@@ -23,9 +23,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.conftest import ROOT, load_script, script_repo, write_notebook
-
-KERNELS = load_script("notebooks/kernels.py")
+from bookkit import kernels
+from tests.conftest import ROOT, script_repo, write_notebook
 
 PROBE = """\
 import json, os, sys
@@ -61,10 +60,10 @@ def repo(tmp_path: Path) -> Path:
 
 def probe(repo: Path, fork: str) -> tuple[dict, list[str]]:
     """What the probing chapter saw, and the output types of its cells."""
-    env = {**os.environ, KERNELS.SWITCH: fork, "WSLIB_PROBE": "seen"}
+    env = {**os.environ, kernels.SWITCH: fork, "WSLIB_PROBE": "seen"}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
-        [sys.executable, "notebooks/run.py", "--profile", "cpu"],
+        [sys.executable, "-m", "bookkit", "run", "--profile", "cpu"],
         cwd=repo,
         env=env,
         capture_output=True,
@@ -96,16 +95,16 @@ def test_the_server_is_used_only_where_forking_is_safe(monkeypatch) -> None:
 
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.delenv(KERNELS.SWITCH, raising=False)
-    assert KERNELS.wanted()
-    monkeypatch.setenv(KERNELS.SWITCH, "0")
-    assert not KERNELS.wanted()
-    monkeypatch.delenv(KERNELS.SWITCH)
+    monkeypatch.delenv(kernels.SWITCH, raising=False)
+    assert kernels.wanted()
+    monkeypatch.setenv(kernels.SWITCH, "0")
+    assert not kernels.wanted()
+    monkeypatch.delenv(kernels.SWITCH)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert not KERNELS.wanted()
+    assert not kernels.wanted()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(sys, "platform", "darwin")
-    assert not KERNELS.wanted()
+    assert not kernels.wanted()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="kernels are forked on Linux only")
@@ -119,8 +118,8 @@ def test_a_server_that_cannot_listen_leaves_each_chapter_its_own_kernel(
     deep = tmp_path / ("x" * 100)
     deep.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(deep))
-    monkeypatch.setattr(KERNELS, "wanted", lambda: True)
-    with KERNELS.server(tmp_path, []) as manager:
+    monkeypatch.setattr(kernels, "wanted", lambda: True)
+    with kernels.server(tmp_path, []) as manager:
         assert manager is None
     err = capfd.readouterr().err
     assert "no kernel server: each chapter starts its own kernel" in err
@@ -137,7 +136,7 @@ def test_a_stub_ends_as_its_kernel_ends(tmp_path: Path, args: list[str]) -> None
         return done.returncode, done.stdout
 
     started = ended([sys.executable, "-m", "ipykernel_launcher", *args])
-    with KERNELS.server(tmp_path, []) as manager:
+    with kernels.server(tmp_path, []) as manager:
         assert manager is not None
         stub = manager(kernel_name="python3").format_kernel_cmd()[:6]
         assert ended([*stub, *args]) == started
@@ -150,7 +149,7 @@ def test_imported_modules_are_read_from_the_cells_in_order() -> None:
         "%matplotlib inline\nimport skipped",  # IPython syntax: not parsed
         "from . import local\nimport os\ndef f():\n    import json",
     ]
-    assert KERNELS.imported_modules(cells) == ["os", "numpy", "wslib.core", "json"]
+    assert kernels.imported_modules(cells) == ["os", "numpy", "wslib.core", "json"]
 
 
 async def kernel_pid(client) -> int:
@@ -205,6 +204,6 @@ async def interrupt_then_kill_the_stub(manager: type, cwd: Path) -> None:
 
 @pytest.mark.skipif(sys.platform != "linux", reason="kernels are forked on Linux only")
 def test_interrupts_reach_the_kernel_and_a_killed_stub_ends_it(tmp_path: Path) -> None:
-    with KERNELS.server(tmp_path, ["json"]) as manager:
+    with kernels.server(tmp_path, ["json"]) as manager:
         assert manager is not None
         asyncio.run(interrupt_then_kill_the_stub(manager, tmp_path))

@@ -1,4 +1,5 @@
-"""notebooks/lint.py: ruff on the chapters' code cells, named by chapter, fixed in place."""
+"""bookkit lint: ruff and mypy on the chapters' code cells, named by chapter and
+cell, fixed in place."""
 
 from __future__ import annotations
 
@@ -9,20 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, chapters, write_notebook
+from tests.conftest import ROOT, chapters, script_repo, write_notebook
 
 BAD = "import os\nx = [1,2]\nprint( x )"
 
 
 @pytest.fixture()
 def repo(tmp_path: Path) -> Path:
-    """A repository root with lint.py, the ruff settings and one chapter."""
-    notebooks = tmp_path / "notebooks"
-    notebooks.mkdir()
-    for script in ("chapters.py", "lint.py"):
-        shutil.copy(ROOT / "notebooks" / script, notebooks / script)
+    """A repository root with bookkit, the ruff and mypy settings and one chapter."""
+    notebooks = script_repo(tmp_path)
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    (notebooks / "params").mkdir()
     (notebooks / "params" / "cpu.yaml").write_text("00_tiny: {depth: 2}\n")
     write_notebook(notebooks / "00_tiny.md", "width = 3", "print(width, depth)")
     return tmp_path
@@ -30,7 +27,7 @@ def repo(tmp_path: Path) -> Path:
 
 def lint(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "notebooks/lint.py", *args],
+        [sys.executable, "-m", "bookkit", "lint", *args],
         cwd=repo,
         capture_output=True,
         text=True,
@@ -75,3 +72,30 @@ def test_fix_rewrites_the_code_cells_and_keeps_the_text(repo: Path) -> None:
     assert notebook.cells[1].metadata.tags == ["parameters"]
     assert notebook.cells[2].source == "x = [1, 2]\nprint(x)"
     assert lint(repo).returncode == 0
+
+
+def test_a_call_that_does_not_fit_a_signature_fails_mypy_and_names_the_cell(
+    repo: Path,
+) -> None:
+    body = 'import math\n\nmath.gcd(depth, "x")'  # mypy: gcd takes whole numbers
+    write_notebook(repo / "notebooks/00_tiny.md", "width = 3", body)
+    done = lint(repo)
+    assert done.returncode == 1
+    assert "notebooks/00_tiny.md:cell 3:3: error:" in done.stdout, done.stdout
+    assert '"gcd" has incompatible type "str"' in done.stdout, done.stdout
+
+
+def test_an_injected_parameter_has_the_type_of_its_cpu_value(repo: Path) -> None:
+    (repo / "notebooks/params/cpu.yaml").write_text(
+        "00_tiny: {depth: 2, rate: 0.5, name: a, flag: true, model: {w: 1}, ws: [1]}\n"
+    )
+    fits = ["a: int = depth", "b: float = rate", "c: str = name", "d: bool = flag"]
+    fits += ["e: dict[str, int] = model", "f: list[int] = ws"]
+    misfits = ["g: str = depth", "h: str = rate", "i: int = name", "j: str = flag"]
+    misfits += ["k: int = model", "m: int = ws"]
+    body = "\n".join(fits + misfits)
+    write_notebook(repo / "notebooks/00_tiny.md", "width = 3", body)
+    done = lint(repo)
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    lines = [int(e.split("cell 3:")[1].split(":")[0]) for e in errors]
+    assert lines == list(range(len(fits) + 1, len(fits + misfits) + 1)), done.stdout

@@ -7,12 +7,13 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT, load_script
+from bookkit import sweep
+from tests.conftest import ROOT
 
 
 def sweep_line(*args: str) -> str:
-    """The one ``sweep.py`` command of ``make -n``."""
-    (line,) = [c for c in recipe(*args) if "notebooks/sweep.py" in c]
+    """The one ``bookkit sweep`` command of ``make -n``."""
+    (line,) = [c for c in recipe(*args) if "bin/bookkit sweep" in c]
     return line
 
 
@@ -30,24 +31,24 @@ def recipe(*args: str) -> list[str]:
 
 def test_book_with_seeds_sweeps_then_builds_from_every_seed() -> None:
     lines = recipe("book", "SEEDS=0 1 2 3 4")
-    sweep = sweep_line("book", "SEEDS=0 1 2 3 4")
-    assert sweep.endswith("--seeds 0 1 2 3 4")
-    build = next(line for line in lines if "book/build.py" in line)
+    swept = sweep_line("book", "SEEDS=0 1 2 3 4")
+    assert swept.endswith("--seeds 0 1 2 3 4")
+    build = next(line for line in lines if "bin/bookkit build" in line)
     assert "build/cpu/seed-0 " in build + " "
-    assert lines.index(sweep) < lines.index(build)
+    assert lines.index(swept) < lines.index(build)
 
 
 def test_book_without_seeds_runs_one_seed() -> None:
     lines = recipe("book")
-    assert not any("sweep.py" in line for line in lines)
-    assert any("notebooks/run.py --profile cpu" in line for line in lines)
+    assert not any("bookkit sweep" in line for line in lines)
+    assert any("bin/bookkit run --profile cpu" in line for line in lines)
 
 
 def test_sweep_names_its_notebooks_before_the_seeds() -> None:
     """``--seeds`` takes every word after it: the notebooks must come first."""
     line = sweep_line("sweep", "NB=03_llpf_m2m 07_pathcond_mlp", "SEEDS=0 1")
     argv = shlex.split(line)[2:]
-    args = load_script("notebooks/sweep.py").parse_args(argv)
+    args = sweep.parse_args(argv)
     assert args.seeds == [0, 1]
     assert args.notebooks == ["03_llpf_m2m", "07_pathcond_mlp"]
 

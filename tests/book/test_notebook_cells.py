@@ -15,9 +15,8 @@ import statistics
 import nbformat
 import pytest
 
-from tests.conftest import NOTEBOOKS, ROOT, chapter, load_script
-
-course = load_script("book/course.py")
+from bookkit import course
+from tests.conftest import NOTEBOOKS, ROOT, chapter
 
 MEDIAN_LINES = 8
 MAX_LINES = 30

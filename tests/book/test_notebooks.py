@@ -173,7 +173,7 @@ def test_source_notebook_has_no_outputs(nb: str) -> None:
 )
 def test_run_rejects_unknown_names(args: list[str], message: str) -> None:
     done = subprocess.run(
-        [sys.executable, "notebooks/run.py", *args],
+        [sys.executable, "-m", "bookkit", "run", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -202,7 +202,7 @@ def test_smoke_run_is_fast(smoke_book: Path, nb: str) -> None:
 
 def test_every_page_of_the_toc_has_a_source() -> None:
     """Every page that is not a chapter is a Markdown file of ``book/`` (or one
-    that ``book/build.py`` writes: the claims ledger and the course guide)."""
+    that ``bookkit/build.py`` writes: the claims ledger and the course guide)."""
     written = {"ledger", "guide"}
     pages = {f for f in toc_files() if not f.startswith("chapters/")} - written
     assert {"running/sweeps", "running/gpu"} <= pages

@@ -1,4 +1,4 @@
-"""notebooks/plan.py: the seed stages as a job matrix, and the merge of jobs."""
+"""bookkit/plan.py: the seed stages as a job matrix, and the merge of jobs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import NOTEBOOKS, SMOKE, copy_checkout, load_script, run_in
-
-plan = load_script("notebooks/plan.py")
+from bookkit import plan
+from tests.conftest import NOTEBOOKS, SMOKE, copy_checkout, run_in
 
 
 def job_folder(root: Path, nb: str, seed: int, value: float) -> Path:
@@ -84,7 +83,8 @@ def test_two_smoke_jobs_run_in_separate_checkouts_merge(tmp_path: Path) -> None:
     for seed in (1, 2):
         folder = copy_checkout(tmp_path / f"job-{seed}")
         run_in(
-            folder, ["notebooks/run.py", "--profile", SMOKE, "--seed", str(seed), nb]
+            folder,
+            ["-m", "bookkit", "run", "--profile", SMOKE, "--seed", str(seed), nb],
         )
         folders.append(folder)
     root = tmp_path / "merged"

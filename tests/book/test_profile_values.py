@@ -1,4 +1,4 @@
-"""notebooks/profile_values.py: a profile's values out of range are refused
+"""bookkit/profile_values.py: a profile's values out of range are refused
 before any notebook runs, naming the file, the chapter, the field and the range."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import PROFILES, load_script
+from bookkit import run
+from tests.conftest import PROFILES
 
-run = load_script("notebooks/run.py")
 WHERE = "notebooks/params/mine.yaml"
 
 REFUSED = [

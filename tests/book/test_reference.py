@@ -12,8 +12,10 @@ import pybtex.database
 import pytest
 import yaml
 
+import bookkit.apilinks
 import wslib
-from tests.conftest import NOTEBOOKS, ROOT, WORK, chapter, chapters, load_script
+from bookkit import build
+from tests.conftest import NOTEBOOKS, ROOT, WORK, chapter, chapters
 
 slow = pytest.mark.slow  # the tests that read the smoke book
 
@@ -39,7 +41,7 @@ def bibliography() -> set[str]:
 
 @pytest.fixture(scope="module")
 def apilinks():
-    return load_script("book/apilinks.py")
+    return bookkit.apilinks
 
 
 # --- citations ------------------------------------------------------------------------
@@ -154,7 +156,6 @@ def test_a_chapter_without_a_parameters_cell_first_is_refused() -> None:
 
 
 def test_pin_install_points_the_setup_cell_at_a_commit(tmp_path: Path) -> None:
-    build = load_script("book/build.py")
     executed = tmp_path / "ch.ipynb"
     nbformat.write(chapters.with_setup_cell(chapter(NOTEBOOKS[0])), executed)
     build.pin_install(executed, "git+https://github.com/a/b@0123abc")

@@ -1,4 +1,4 @@
-"""notebooks/run.py: parameter checks, effective parameters, the executed copy.
+"""bookkit/run.py: parameter checks, effective parameters, the executed copy.
 
 The end-to-end tests run a two-cell notebook in a temporary repository root
 (``ROOT``, ``NOTEBOOKS`` and ``PARAMS`` of the script point there), so they do
@@ -16,12 +16,12 @@ import nbformat
 import pytest
 import yaml
 
+import bookkit.run
 from tests.conftest import (
     NOTEBOOKS,
     PROFILES,
     ROOT,
     chapters,
-    load_script,
     write_notebook,
 )
 
@@ -37,7 +37,7 @@ DEFAULTS = {
 @pytest.fixture()
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """run.py with its repository root in ``tmp_path`` holding one tiny notebook."""
-    module = load_script("notebooks/run.py")
+    module = bookkit.run
     notebooks = tmp_path / "notebooks"
     (notebooks / "params").mkdir(parents=True)
     parameters = "\n".join(f"{k} = {v!r}" for k, v in DEFAULTS.items())
@@ -260,9 +260,8 @@ def test_injected_parameters_are_wrapped_to_the_page(run: ModuleType) -> None:
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_profile_key_is_a_parameter_of_its_notebook(profile: str) -> None:
     """The book's own profiles pass the check that run.py makes before running."""
-    run = load_script("notebooks/run.py")
     for nb in NOTEBOOKS:
-        run.notebook_parameters(nb, profile, None)
+        bookkit.run.notebook_parameters(nb, profile, None)
 
 
 def copy_tiny(run: ModuleType, name: str, body: str | None = None) -> None:

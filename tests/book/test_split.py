@@ -1,4 +1,4 @@
-"""notebooks/part.py: a split chapter's units fill every cache its notebook reads.
+"""bookkit/part.py: a split chapter's units fill every cache its notebook reads.
 
 For each split notebook, in a temporary checkout (copies of ``wslib/``,
 ``notebooks/`` and the MNIST-1D files, empty caches): run all of its smoke
@@ -11,6 +11,7 @@ pieces, with the same keys and values, as the notebook would have.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,10 +22,11 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import ROOT, SMOKE, WORK, load_script, run_main, script_env
+from bookkit import part
+from tests.conftest import ROOT, SMOKE, WORK, run_main, script_env
+from wslib.core import workspace
 
-PART = load_script("notebooks/part.py")
-SPLIT = sorted(PART.SPLIT)
+SPLIT = sorted(part.SPLIT)
 TIMING = re.compile(r"seconds|time|wall|_s$|over_epoch")  # wall-clock metric keys
 
 
@@ -78,8 +80,8 @@ def metrics(path: Path) -> Any:
 def test_units_fill_every_cache_the_notebook_reads(
     checkout: Path, smoke_book: Path, nb: str
 ) -> None:
-    run(checkout, "notebooks/part.py", "--profile", SMOKE, nb)
-    run(checkout, "notebooks/run.py", "--profile", SMOKE, nb, cached_only=True)
+    run(checkout, "-m", "bookkit", "part", "--profile", SMOKE, nb)
+    run(checkout, "-m", "bookkit", "run", "--profile", SMOKE, nb, cached_only=True)
     split = metrics(checkout / "results" / SMOKE / f"{nb}.json")
     assert split == metrics(WORK / "results" / SMOKE / f"{nb}.json")
 
@@ -89,7 +91,7 @@ def test_a_missing_unit_is_named(checkout: Path) -> None:
     nb = SPLIT[0]
     env = script_env(checkout, WSLIB_CACHED_ONLY="1")
     done = subprocess.run(
-        [sys.executable, "notebooks/run.py", "--profile", SMOKE, "--seed", "9", nb],
+        [sys.executable, "-m", "bookkit", "run", "--profile", SMOKE, "--seed", "9", nb],
         cwd=checkout,
         env=env,
         capture_output=True,
@@ -116,14 +118,29 @@ def test_a_missing_unit_is_named(checkout: Path) -> None:
     ],
 )
 def test_bad_part_arguments_are_named(args: list[str], message: str) -> None:
-    done = run_main(PART, *args)
+    done = run_main(part, *args)
     assert done.returncode == 2
     assert message in done.stderr
 
 
 def test_list_names_each_unit_with_its_stage() -> None:
-    done = run_main(PART, "--profile", "gpu", "05_llpf_spheres", "--list")
+    done = run_main(part, "--profile", "gpu", "05_llpf_spheres", "--list")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert "stage 1: hybrid" in lines
     assert lines == sorted(lines, key=lambda line: int(line.split(":")[0][6:]))
+
+
+def test_units_use_the_repository_as_workspace_wherever_they_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No change of working folder: the caches' root is set for the units."""
+    monkeypatch.delenv(workspace.ENV, raising=False)
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()  # part computes on one thread
+    try:
+        assert part.main(["--profile", "smoke", "03_llpf_m2m", "--list"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    assert os.environ[workspace.ENV] == str(ROOT)
+    assert Path.cwd() == tmp_path

@@ -1,4 +1,4 @@
-"""notebooks/sweep.py: one job per (notebook, seed), resumable, failures named.
+"""bookkit/sweep.py: one job per (notebook, seed), resumable, failures named.
 
 The sweeps run a tiny notebook in a temporary repository root holding copies
 of run.py and sweep.py, as separate processes, the way ``make sweep`` does.
@@ -35,7 +35,7 @@ def repo(tmp_path: Path) -> Path:
 
 def sweep(repo: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "notebooks/sweep.py", *args],
+        [sys.executable, "-m", "bookkit", "sweep", *args],
         cwd=repo,
         capture_output=True,
         text=True,
@@ -129,7 +129,7 @@ def test_a_bad_cluster_setting_is_named(repo: Path, text: str, message: str) -> 
 
 def test_the_seed_make_book_ran_is_not_run_again(repo: Path) -> None:
     book = subprocess.run(
-        [sys.executable, "notebooks/run.py", "--profile", "cpu"],
+        [sys.executable, "-m", "bookkit", "run", "--profile", "cpu"],
         cwd=repo,
         capture_output=True,
         text=True,

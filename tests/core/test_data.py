@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from bookkit import synthetic_data
 from tests.fixtures import write_cifar10, write_cifar100
 from wslib.core import data
 from wslib.core.data import (
@@ -304,15 +305,13 @@ def test_download_rejects_offline_sets() -> None:
 
 def test_synthetic_stand_ins_are_marked_and_loading_them_warns(tmp_path) -> None:
     """The gpu-smoke files can never pass for the real data sets silently."""
-    from tests.conftest import load_script
 
-    writer = load_script("notebooks/synthetic_data.py")
-    writer.write_all(tmp_path)
+    synthetic_data.write_all(tmp_path)
     with pytest.warns(UserWarning, match="synthetic stand-in files"):
         ds = load_dataset("cifar10", root=tmp_path)
     assert ds.x_train.shape[1:] == (3, 32, 32) and ds.n_classes == 10
     with pytest.raises(FileExistsError, match="already holds"):
-        writer.write_all(tmp_path)
+        synthetic_data.write_all(tmp_path)
 
 
 # --- found by mutation testing -----------------------------------------------------------------

@@ -62,7 +62,7 @@ def test_the_synthetic_data_warning_is_whole_and_names_the_callers_line(
     monkeypatch.setattr(warnings, "warn", spy)
     message = (
         f"{tmp_path / 'digits'} holds synthetic stand-in files "
-        "(notebooks/synthetic_data.py), not the real data set: numbers from it "
+        "(bookkit/synthetic_data.py), not the real data set: numbers from it "
         "mean nothing; replace them with make data DATA=digits"
     )
     with pytest.warns(UserWarning, match=f"^{re.escape(message)}$") as record:

@@ -63,7 +63,7 @@ def test_messages_show_paths_under_the_root_relative_to_it(tmp_path: Path) -> No
 def test_the_runner_names_the_workspace(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """notebooks/run.py sets WSLIB_WORKSPACE: its chapters write where it reads."""
+    """bookkit/run.py sets WSLIB_WORKSPACE: its chapters write where it reads."""
     monkeypatch.setenv(ws.ENV, str(tmp_path))
     assert ws.workspace().root == tmp_path.resolve()
     assert (

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from tests.conftest import load_script
+from bookkit import part
 from tests.kit import FakeZoo, mlp, toy_dataset
 from wslib.core.configs import build_model
 from wslib.core.connectivity import mode_config
@@ -30,8 +30,8 @@ CHAPTERS = {
 
 
 def parameters(nb: str, profile: str, seed: int = 0) -> dict[str, Any]:
-    """The parameters ``nb`` runs with at ``profile`` (as notebooks/part.py reads them)."""
-    return load_script("notebooks/part.py").parameters(nb, profile, seed)
+    """The parameters ``nb`` runs with at ``profile`` (as bookkit/part.py reads them)."""
+    return part.parameters(nb, profile, seed)
 
 
 def names(listed: list[Unit], stage: int | None = None) -> list[str]:

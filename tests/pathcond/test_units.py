@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import load_script
+import bookkit.part
 from tests.pathcond.toy import BASE, CONFIGS, RECIPE, toy_data
 from wslib.core.seeds import derive_seeds
 from wslib.pathcond import ch07_mlp, ch08_conv, protocols, units
@@ -22,8 +22,8 @@ MLP_NB, CONV_NB = "07_pathcond_mlp", "08_pathcond_conv"
 
 @pytest.fixture(scope="module")
 def part() -> ModuleType:
-    """``notebooks/part.py`` as a module."""
-    return load_script("notebooks/part.py")
+    """``bookkit/part.py`` as a module."""
+    return bookkit.part
 
 
 @pytest.fixture

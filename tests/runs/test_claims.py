@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import NOTEBOOKS, ROOT, load_script
+from bookkit import gpu_estimate
+from bookkit import ledger as ledger_page
+from tests.conftest import NOTEBOOKS, ROOT
 from wslib.runs.claim_list import CLAIMS, PAPERS
 from wslib.runs.claims import (
     CENSORED,
@@ -156,7 +158,6 @@ def test_the_ledger_names_the_seed_that_lacks_a_value(tmp_path: Path) -> None:
     (row,) = ledger(tmp_path, (BELOW,))
     assert row["stats"]["n"] == 2
     assert row["stats"]["missing"] == [1, 3]
-    ledger_page = load_script("book/ledger.py")
     assert "(n = 2; no value at seed 1, 3)" in ledger_page.value_text(row)
 
 
@@ -216,14 +217,13 @@ def test_an_undecided_ledger_row_carries_its_power_estimate(tmp_path: Path) -> N
 def test_every_profile_runs_the_architectures_its_claims_read(profile):
     """A claim that reads ``<arch>/...`` of a chapter's ``models`` in the cpu profile
     finds that architecture in every profile (else its row would be censored)."""
-    estimate = load_script("notebooks/gpu_estimate.py")
     params_file = ROOT / "notebooks" / "params" / f"{profile}.yaml"
     chapters = sorted({claim.chapter for claim in CLAIMS})  # read each chapter once
     cpu = {
-        ch: estimate.chapter_params(ch, ROOT / "notebooks/params/cpu.yaml")
+        ch: gpu_estimate.chapter_params(ch, ROOT / "notebooks/params/cpu.yaml")
         for ch in chapters
     }
-    own = {ch: estimate.chapter_params(ch, params_file) for ch in chapters}
+    own = {ch: gpu_estimate.chapter_params(ch, params_file) for ch in chapters}
     missing = []
     for claim in CLAIMS:
         models = cpu[claim.chapter].get("models")

@@ -53,7 +53,7 @@ import wslib.pathcond.training as training
 import wslib.runs.cache as cache
 import wslib.runs.zoo as zoo_module
 import wslib.synthesis.ch12_synthesis as ch12
-from tests.conftest import load_script
+from bookkit import sweep
 from tests.kit import MLP, mlp, seeded_model, seeded_models, toy_dataset, toy_tensors
 from wslib.core.data import Dataset
 from wslib.core.train import Recipe
@@ -67,7 +67,6 @@ from wslib.runs.zoo import CONFIG_KEYS, Zoo, normalise_config
 
 # wslib.llpf exports the function autoneb under the module's name
 autoneb = importlib.import_module("wslib.llpf.autoneb")
-sweep = load_script("notebooks/sweep.py")
 runner = sweep.runner
 
 MISSING: Any = object()
@@ -1188,7 +1187,7 @@ def sweep_key(args: dict[str, Any]) -> bool:
 
 SWEEP = Keyed(
     name="sweep: is_current",
-    source="notebooks/sweep.py is_current / same_run",
+    source="bookkit/sweep.py is_current / same_run",
     settings=lambda: [
         *fields_of(sweep.Job, "job."),
         "record.code",

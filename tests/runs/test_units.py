@@ -1,6 +1,6 @@
 """wslib.runs.units: units grouped by stage; every cache refuses to compute when told.
 
-A split sweep (``notebooks/sweep.py --split``) runs the units stage by
+A split sweep (``bookkit/sweep.py --split``) runs the units stage by
 stage, then the notebooks. ``WSLIB_CACHED_ONLY=1`` is the check that a split
 chapter's units covered all its work (``tests/book/test_split.py``), so each
 cache's refusal is tested here: the run cache, the model zoo, an LLPF path.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.conftest import load_script
+from bookkit import sweep
 from tests.kit import drawn_models, mlp
 from tests.runs.test_zoo import CONFIG
 from wslib.core.seeds import derive_seeds
@@ -103,9 +103,8 @@ def test_llpf_path_refuses_to_move_but_a_finished_one_loads(
 
 
 def test_a_split_sweep_runs_units_stage_by_stage_then_the_notebooks() -> None:
-    sweep_script = load_script("notebooks/sweep.py")
-    jobs = [sweep_script.Job(nb, 0, "smoke") for nb in ("03_llpf_m2m", "01_symmetries")]
-    phases = sweep_script.split(jobs)
+    jobs = [sweep.Job(nb, 0, "smoke") for nb in ("03_llpf_m2m", "01_symmetries")]
+    phases = sweep.split(jobs)
     assert phases[-1] == jobs  # every notebook last, the unsplit one included
     units = [job for phase in phases[:-1] for job in phase]
     assert units and {job.nb for job in units} == {"03_llpf_m2m"}
@@ -113,5 +112,6 @@ def test_a_split_sweep_runs_units_stage_by_stage_then_the_notebooks() -> None:
     assert [job.unit for job in phases[0]][:2] == first
     assert all(job.unit.startswith(("m2m", "all-at-once", "peak")) for job in phases[1])
     command = phases[1][0].command()
-    assert command[1] == "notebooks/part.py" and command[-1] == phases[1][0].unit
+    assert command[1:4] == ["-m", "bookkit", "part"]
+    assert command[-1] == phases[1][0].unit
     assert phases[1][0].log.startswith("03_llpf_m2m.units/")

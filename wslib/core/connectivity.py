@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from wslib.core.data import Dataset
-from wslib.core.interpolation import linear_path
+from wslib.core.interpolation import PathTs, linear_path
 from wslib.core.matching import align
 from wslib.core.neurons import (
     StateDict,
@@ -164,7 +164,7 @@ def straight_line(
     model: nn.Module,
     start: StateDict,
     end: StateDict,
-    ts: Sequence[float],
+    ts: PathTs,
     ds: Dataset,
     *,
     test: bool = True,
@@ -180,7 +180,7 @@ def straight_line(
 def lines_between(
     a: nn.Module,
     b: nn.Module,
-    ts: Sequence[float],
+    ts: PathTs,
     ds: Dataset,
     *,
     seed: int = 0,
@@ -207,7 +207,7 @@ def barrier_sweep(
     widths: Sequence[int],
     recipe: dict[str, Any],
     seeds: Sequence[int],
-    ts: Sequence[float],
+    ts: PathTs,
     ds: Dataset,
     *,
     seed: int = 0,

@@ -119,7 +119,7 @@ def load_dataset(
     root = _data_root(root)
     if (root / name / SYNTHETIC_MARK).exists():
         warnings.warn(
-            f"{root / name} holds synthetic stand-in files (notebooks/synthetic_data.py), "
+            f"{root / name} holds synthetic stand-in files (bookkit/synthetic_data.py), "
             "not the real data set: numbers from it mean nothing; replace them with "
             f"make data DATA={name}",
             UserWarning,

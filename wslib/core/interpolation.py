@@ -14,6 +14,10 @@ from wslib.core.neurons import StateDict
 from wslib.core.norms import has_batchnorm, reset_bn_stats
 from wslib.core.train import evaluate, model_device, on_device
 
+PathTs = Sequence[float] | np.ndarray
+"""The points ``t`` of a path from one model (0) to another (1): a list, or an
+array such as ``np.linspace(0, 1, n)``."""
+
 
 def check_fraction(t: float) -> float:
     """``t`` as a float; refused unless finite and within [0, 1].
@@ -32,7 +36,7 @@ def check_fraction(t: float) -> float:
     return value
 
 
-def check_path_ts(ts: Sequence[float] | np.ndarray) -> np.ndarray:
+def check_path_ts(ts: PathTs) -> np.ndarray:
     """The points ``ts`` of a path from ``a`` (0) to ``b`` (1), checked.
 
     At least two, finite, strictly increasing, the first 0 and the last 1: a
@@ -147,7 +151,7 @@ def linear_path(
     model: nn.Module,
     a: StateDict,
     b: StateDict,
-    ts: Sequence[float],
+    ts: PathTs,
     x_train: torch.Tensor,
     y_train: torch.Tensor,
     x_test: torch.Tensor | None = None,

@@ -50,7 +50,7 @@ MAX_SEED = 2**63 - 1
 def check_seed(seed: Any, what: str = "seed") -> int:
     """``seed`` as an int; refused unless a whole number from 0 to :data:`MAX_SEED`.
 
-    Every entry point (``run.py --seed``, ``sweep.py --seeds``, the library's
+    Every entry point (``bookkit run --seed``, ``bookkit sweep --seeds``, the library's
     seed functions) checks seeds here, so they accept and refuse the same
     values with the same words.
     """

@@ -5,7 +5,7 @@ The root is the checkout when the library runs from one (so a chapter opened
 from any folder, ``notebooks/`` or a downloaded copy's, finds the same data,
 caches and results), and the working directory otherwise (the library
 installed as a package). ``WSLIB_WORKSPACE`` names another root:
-``notebooks/run.py`` sets it to the checkout it runs from, so the chapters it
+``bookkit/run.py`` sets it to the checkout it runs from, so the chapters it
 executes write where it reads. A relative path a chapter passes (its parameters say
 ``data/runs``) is taken under that root, never under the working directory:
 no library call depends on where the kernel started, and nothing changes the

@@ -4,14 +4,14 @@ stage of the data flow at a time, its table, panels and metrics.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 from torch import nn
 
-from wslib.core.interpolation import linear_path
+from wslib.core.interpolation import PathTs, linear_path
 from wslib.llpf.stages import data_flow_stage_names, data_flow_stages
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ Result = Mapping[str, Any]
 
 
 def layerwise_lines(
-    a: nn.Module, b: nn.Module, ts: Sequence[float], ds: Dataset
+    a: nn.Module, b: nn.Module, ts: PathTs, ds: Dataset
 ) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """The straight line from ``a`` to ``b`` for the whole model and for each stage alone.
 

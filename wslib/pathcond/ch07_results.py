@@ -403,8 +403,9 @@ def mlp_metrics(
     search: RateSearch[Pair],
     long_summary: dict[Pair, dict[str, Any]],
     long_epochs: int,
-) -> dict[str, dict[str, Any]]:
-    """The results-file entry of every configuration of chapter 7.
+) -> dict[str, Any]:
+    """The results-file entry of every configuration of chapter 7 (the chapter
+    adds entries of other kinds: costs, the activations' rows).
 
     Epochs to the threshold and test accuracy per method, PathCond's speed-up
     at the shared rate, and for the configurations of the learning-rate search

@@ -97,8 +97,9 @@ def arch_metrics(
     seeds: Sequence[int],
     *,
     threshold: float = 0.99,
-) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """The results-file entry of every architecture of chapter 8, and table rows.
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The results-file entry of every architecture of chapter 8 (the chapter adds
+    entries of other kinds: the solver's convergence, the costs), and table rows.
 
     Per method: final training loss (mean, std over ``seeds``), test loss and,
     for classifiers, test accuracy and epochs to ``threshold`` (None and no

@@ -88,8 +88,13 @@ class RunGrid:
     runs: dict[Job, Run] = field(default_factory=dict, repr=False)
 
     @property
-    def dataset(self) -> Dataset | None:
+    def dataset(self) -> Dataset:
         """The data set itself (loaded here once if ``ds`` is a key)."""
+        if self.ds is None:
+            raise ValueError(
+                "this grid has no data set (ds=None): it lists jobs but cannot "
+                "train them; build it with the data set or its key"
+            )
         return self.ds.load() if isinstance(self.ds, DataKey) else self.ds
 
     def job(

@@ -120,7 +120,7 @@ def write_results(
 ) -> dict[str, Any]:
     """Write one notebook's metrics, timings and environment; return what was written.
 
-    ``notebooks/run.py`` adds the notebook's name, profile and effective
+    ``bookkit/run.py`` adds the notebook's name, profile and effective
     parameters (defaults overridden by the profile and the injected values).
     A relative ``path`` is taken under the workspace's root
     (:mod:`wslib.core.workspace`).

@@ -6,7 +6,7 @@ still hold an undecided claim in the ledger after the stage before. The stage
 boundaries are the ledger's looks (:data:`wslib.runs.verdicts.LOOKS`), whose
 level is corrected for them (Bonferroni), so adding seeds until an answer
 appears does not manufacture answers. The same plan drives the local sweep,
-Slurm and the publishing workflow's job matrix (``notebooks/plan.py``).
+Slurm and the publishing workflow's job matrix (``bookkit/plan.py``).
 """
 
 from __future__ import annotations

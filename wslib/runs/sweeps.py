@@ -1,6 +1,6 @@
 """A notebook's metrics over seeds: ``results/<profile>/seeds/<notebook>.json``.
 
-A sweep (``notebooks/sweep.py``) leaves one results file per seed,
+A sweep (``bookkit/sweep.py``) leaves one results file per seed,
 ``results/<profile>/seed-<S>/<notebook>.json``, beside the default run's
 ``results/<profile>/<notebook>.json``. :func:`summarise_seeds` reads them all
 (one per seed; a seed run twice counts once, the newer run winning) and

@@ -5,7 +5,7 @@ independent pieces of work: models to train, paths to find, training runs of
 a sweep. Each piece already lands in a cache (the model zoo, the run cache, an
 LLPF checkpoint). A :class:`Unit` names one piece and computes it, filling its
 cache; a paper package lists its chapter's units from the notebook's
-parameters (``wslib.<paper>.units``). ``notebooks/sweep.py --split`` sends the
+parameters (``wslib.<paper>.units``). ``bookkit sweep --split`` sends the
 units to separate jobs, stage by stage (a stage's units may read what earlier
 stages cached, never each other's), then runs the notebook, which finds every
 piece cached and only assembles tables and figures.

@@ -8,7 +8,7 @@ thread, and so does a job run here when there is a single worker, so a job's
 result does not depend on the number of workers. Each job runs under the
 caller's warning filters, so ``warnings.catch_warnings`` around
 :func:`run_jobs` acts on the jobs too. On a GPU the jobs run here, one after
-the other, since they would share the one device. ``notebooks/run.py`` sets
+the other, since they would share the one device. ``bookkit/run.py`` sets
 ``WSLIB_CPU_WORKERS`` when it runs notebooks side by side, so that on a CPU
 they share the cores instead of each taking all of them. Workers ignore Ctrl-C (the notebook's
 process handles it and shuts the pool down), so stopping a kernel prints no
@@ -51,7 +51,7 @@ def default_workers() -> int:
     ``WSLIB_WORKERS`` if set (the user's own choice, on any device); else one
     when CUDA is available (every worker would hold a CUDA context of its own
     on the one device); else ``WSLIB_CPU_WORKERS`` (the share of the cores
-    ``notebooks/run.py`` gives each notebook it runs side by side); else one
+    ``bookkit/run.py`` gives each notebook it runs side by side); else one
     per CPU core.
     """
     if os.environ.get("WSLIB_WORKERS"):

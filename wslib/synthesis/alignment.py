@@ -44,7 +44,7 @@ from torch import nn
 
 from wslib.core.connectivity import max_output_diff
 from wslib.core.data import Dataset
-from wslib.core.interpolation import linear_path
+from wslib.core.interpolation import PathTs, linear_path
 from wslib.core.matching import align, match_scales
 from wslib.core.models import MLP
 from wslib.core.neurons import StateDict, neuron_structure, rescale_state
@@ -177,7 +177,7 @@ def lifting_distance(model: nn.Module, a: StateDict, b: StateDict) -> float:
 def alignment_study(
     pairs: dict[str, list[tuple[nn.Module, nn.Module]]],
     ds: Dataset,
-    ts: Sequence[float],
+    ts: PathTs,
     seed: int,
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """``result[arch][step]``: barrier and distance per pair of modes, and their spread.

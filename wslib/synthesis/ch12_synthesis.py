@@ -30,7 +30,7 @@ import torch
 from torch import nn
 
 from wslib.core.data import Dataset
-from wslib.core.interpolation import lerp_state, linear_path
+from wslib.core.interpolation import PathTs, lerp_state, linear_path
 from wslib.core.matching import align
 from wslib.core.neurons import neuron_structure
 from wslib.core.seeds import derive_seed
@@ -58,6 +58,10 @@ WORDS = {
 """The verdict words of :func:`compare` (keys) and how the chapter writes them."""
 ACCURACY_MARGIN = 0.01
 """1 point of test accuracy (accuracies here are fractions)."""
+
+
+Regimes = Mapping[str, Sequence[Sequence[nn.Module]]]
+"""Groups of models to fuse, by regime name (each group: the models of one fusion)."""
 
 
 def random_subset(ds: Dataset, n_train: int, n_test: int, seed: int) -> Dataset:
@@ -144,7 +148,7 @@ def sample_mean_std(values: Sequence[float]) -> dict[str, Any]:
 def alignment_run(
     modes: Mapping[str, Sequence[nn.Module]],
     ds: Dataset,
-    ts: Sequence[float],
+    ts: PathTs,
     seed: int,
     *,
     run_cache: str | Path | None = None,
@@ -187,7 +191,7 @@ def connection(
     a: nn.Module,
     b_state: dict[str, torch.Tensor],
     ds: Dataset,
-    ts: Sequence[float],
+    ts: PathTs,
     llpf: Mapping[str, Any],
     seed: int,
 ) -> dict[str, Any]:
@@ -430,9 +434,7 @@ def shard_models(
     return groups
 
 
-def base_accuracy(
-    regimes: Mapping[str, Sequence[Sequence[nn.Module]]], ds: Dataset
-) -> dict[str, Any]:
+def base_accuracy(regimes: Regimes, ds: Dataset) -> dict[str, Any]:
     """``[regime]``: mean/std test accuracy of the base models over seeds."""
     return {
         regime: sample_mean_std(
@@ -449,7 +451,7 @@ def gauged(model: nn.Module, in_shape: Sequence[int]) -> nn.Module:
 
 @cached_step(code=CODE)
 def gauge_fusion(
-    regimes: Mapping[str, Sequence[Sequence[nn.Module]]],
+    regimes: Regimes,
     ds: Dataset,
     fusion: tuple[torch.Tensor, torch.Tensor],
     methods: Sequence[MethodName],

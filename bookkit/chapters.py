@@ -7,7 +7,7 @@ Jupyter notebook only to be run (``run.py``) or linted (``lint.py``).
 The setup cell that installs ``wslib`` outside a checkout is written once,
 here (:data:`SETUP_CELL`): ``run.py`` adds it to every chapter it runs
 (:func:`with_setup_cell`), so the executed chapters the book publishes (Colab,
-downloads) carry it, and ``book/build.py`` points its install source at the
+downloads) carry it, and ``bookkit/build.py`` points its install source at the
 commit that built the book.
 """
 

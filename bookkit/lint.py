@@ -1,9 +1,9 @@
-"""Lint and format the chapters' code cells with ruff.
+"""Lint, format and type-check the chapters' code cells with ruff and mypy.
 
 Usage::
 
-    python notebooks/lint.py          # ruff format --check and ruff check
-    python notebooks/lint.py --fix    # ruff format and ruff check --fix, written back
+    bookkit lint          # ruff format --check, ruff check, then mypy
+    bookkit lint --fix    # ruff format and ruff check --fix, written back
 
 Each chapter ``notebooks/<nb>.md`` is converted to a Jupyter notebook in a
 temporary folder, so ruff checks it cell by cell with the settings of
@@ -13,21 +13,30 @@ changed are written back into the chapter, its text untouched. A chapter's
 parameters other than its profile, seed and results path are injected by
 ``run.py`` from the cpu profile; ruff takes their names as defined
 (ruff's ``builtins``), so a name the chapter reads and nothing defines is
-still an error. Exit status: 0 when every cell is formatted and passes the
-rules, else 1.
+still an error.
+
+mypy then checks each chapter as one module: its code cells in order, after a
+declaration of every injected name with the type of its cpu value
+(:func:`declarations`: a mapping is ``dict[str, Any]``, a list
+``list[Any]``), with the settings of ``pyproject.toml``, so a call that does
+not fit the library's signatures fails ``make lint``. Its messages name the
+chapter's cell and line as ruff's do. Exit status: 0 when every cell is
+formatted, passes the rules and type-checks, else 1.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-import chapters
 import nbformat
 import yaml
+
+from bookkit import chapters
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -53,6 +62,71 @@ def injected(chapter: Path) -> list[str]:
     keys of its section of the cpu profile (ruff takes them as defined)."""
     sections = yaml.safe_load(PARAMS.joinpath("cpu.yaml").read_text()) or {}
     return sorted(sections.get(chapter.stem) or {})
+
+
+def annotation(value: object) -> str:
+    """The type mypy assumes for an injected parameter whose cpu value is ``value``."""
+    for kind, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "str")):
+        if isinstance(value, kind):
+            return name
+    if isinstance(value, dict):
+        return "dict[str, Any]"
+    return "list[Any]" if isinstance(value, list) else "Any"
+
+
+def declarations(chapter: Path) -> list[str]:
+    """The lines that declare the names run.py injects into ``chapter``, typed."""
+    sections = yaml.safe_load(PARAMS.joinpath("cpu.yaml").read_text()) or {}
+    section = sections.get(chapter.stem) or {}
+    lines = ["from typing import Any"]
+    return lines + [f"{name}: {annotation(section[name])}" for name in sorted(section)]
+
+
+def as_module(chapter: Path) -> tuple[str, list[str]]:
+    """``chapter``'s code cells as one module (magics commented out), and the
+    place each of its lines comes from (``cell N:line``, N counting every cell)."""
+    lines = declarations(chapter)
+    places = [f"injected parameters:{i + 1}" for i in range(len(lines))]
+    for number, cell in enumerate(chapters.read(chapter).cells, start=1):
+        if cell.cell_type != "code":
+            continue
+        for i, line in enumerate(cell.source.splitlines(), start=1):
+            lines.append("# " + line if line.lstrip().startswith(("%", "!")) else line)
+            places.append(f"cell {number}:{i}")
+    return "\n".join(lines) + "\n", places
+
+
+def typecheck(folder: Path) -> int:
+    """mypy on every chapter as a module written in ``folder``; 0 when all pass."""
+    places = {}
+    for chapter in sorted(NOTEBOOKS.glob(f"*{chapters.SUFFIX}")):
+        source, places[chapter.stem] = as_module(chapter)
+        (folder / f"chapter_{chapter.stem}.py").write_text(source)
+    config = ["--config-file", str(ROOT / "pyproject.toml")]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            *config,
+            "--cache-dir",
+            str(ROOT / ".mypy_cache"),
+            str(folder),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    def named(match: re.Match[str]) -> str:
+        place = places[match[1]][int(match[2]) - 1]
+        return f"notebooks/{match[1]}{chapters.SUFFIX}:{place}:"
+
+    # any folder: for a module its cache holds, mypy names the path it had then
+    pattern = r"\S*/chapter_(\w+)\.py:(\d+):"
+    sys.stdout.write(re.sub(pattern, named, done.stdout))
+    sys.stderr.write(done.stderr)
+    return done.returncode
 
 
 def write_back(converted: Path, chapter: Path) -> bool:
@@ -83,7 +157,8 @@ def lint(fix: bool) -> int:
             rules = ["check", *fixing, "--quiet", "--config", names, str(path)]
             statuses.append(ruff(folder, *rules))
         if not fix:
-            return int(any(statuses))
+            typed = typecheck(folder)  # after ruff: both report every problem
+            return int(any(statuses) or typed != 0)
         for chapter, path in converted.items():
             if write_back(path, chapter):
                 print(f"rewrote {chapter.relative_to(ROOT)}")
@@ -94,7 +169,3 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--fix", action="store_true", help="format and fix in place")
     return lint(parser.parse_args(argv).fix)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

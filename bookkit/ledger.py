@@ -1,6 +1,6 @@
 """The claims ledger page and the claims box at the end of each chapter.
 
-``book/build.py`` calls :func:`write_ledger` (``book/ledger.md`` and one dot
+``bookkit/build.py`` calls :func:`write_ledger` (``book/ledger.md`` and one dot
 plot per paper in ``book/_static/ledger/``) and :func:`append_claims` (a
 markdown cell at the end of each chapter copy listing the claims it tests),
 both from one :func:`wslib.runs.claims.ledger` of every results file present

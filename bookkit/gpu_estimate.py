@@ -18,11 +18,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
-import run as runner
 import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from bookkit import run as runner
 from wslib.core.configs import build_model
 from wslib.core.train import PrecisionName, Recipe
 from wslib.synthesis.alignment import STEPS as ALIGNMENT_STEPS
@@ -489,7 +489,7 @@ def chapter_work(params_file: str | Path | None = None) -> dict[str, list[Work]]
         if nb not in CHAPTERS:
             raise KeyError(
                 f"notebook {nb} has no work counter; add one to CHAPTERS in "
-                "notebooks/gpu_estimate.py"
+                "bookkit/gpu_estimate.py"
             )
         counter = Counter(zoo)
         CHAPTERS[nb](chapter_params(nb, params_file), counter, nb)

@@ -2,8 +2,8 @@
 
 Usage::
 
-    python notebooks/plan.py matrix --stage K [--profile cpu]
-    python notebooks/plan.py merge FOLDER [FOLDER ...] [--profile cpu]
+    bookkit plan matrix --stage K [--profile cpu]
+    bookkit plan merge FOLDER [FOLDER ...] [--profile cpu]
 
 ``matrix`` prints stage ``K`` of :mod:`wslib.runs.stages` as one JSON line,
 ``{"include": [{"nb": ..., "seed": ...}, ...], "jobs": n, "longest_s": s}``:
@@ -13,7 +13,7 @@ notebooks with an undecided claim), and the longest job's expected seconds
 (``notebooks/reference_times.json``, measured on one core of a 2-core
 machine). The publishing workflow turns it into a GitHub Actions matrix;
 ``make book SEEDS=auto`` and ``make sweep SEEDS=auto EXECUTOR=slurm`` follow
-the same stages (``notebooks/sweep.py``).
+the same stages (``bookkit/sweep.py``).
 
 ``merge`` copies what each job left in its own checkout (``FOLDER``: its
 ``results/<profile>/seed-*/`` files and ``build/<profile>/seed-*/`` executed
@@ -32,8 +32,7 @@ import shutil
 import sys
 from pathlib import Path
 
-import run as runner
-
+from bookkit import run as runner
 from wslib.runs.stages import STAGES, stage_jobs
 from wslib.runs.sweeps import write_summary
 
@@ -123,7 +122,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"merged {len(merged)} notebook(s): {' '.join(merged)}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,7 +2,7 @@
 
 Usage::
 
-    python notebooks/download.py [--root data] NAME ...
+    bookkit download [--root data] NAME ...
 
 NAME is one of mnist, fashion_mnist, cifar10, cifar100; each goes to
 ``<root>/<NAME>`` in torchvision's layout, where ``wslib.core.data`` reads it.
@@ -67,7 +67,3 @@ def main(argv: list[str] | None = None) -> int:
             print(by_hand(name, folder, first_line(error)), file=sys.stderr)
             return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

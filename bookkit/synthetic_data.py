@@ -1,6 +1,6 @@
 """Small synthetic CIFAR-10, CIFAR-100, MNIST and Fashion-MNIST files in their real formats.
 
-    python notebooks/synthetic_data.py DATA_FOLDER [--force]
+    bookkit synthetic-data DATA_FOLDER [--force]
 
 The ``gpu-smoke`` profile has the gpu profile's shape (its data sets,
 architectures, augmentation and bf16) at a few seconds per chapter. Its data
@@ -115,7 +115,7 @@ def write_all(root: str | Path, force: bool = False) -> list[str]:
     for name in SIZES:
         (write_cifar if name.startswith("cifar") else write_mnist)(root, name)
         (root / name / SYNTHETIC_MARK).write_text(
-            "synthetic stand-in files written by notebooks/synthetic_data.py\n"
+            "synthetic stand-in files written by bookkit/synthetic_data.py\n"
         )
     return list(SIZES)
 
@@ -132,7 +132,3 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"wrote synthetic {', '.join(names)} under {args.root}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

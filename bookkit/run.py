@@ -2,7 +2,7 @@
 
 Usage::
 
-    python notebooks/run.py --profile cpu [--seed N] [--jobs J] [NB ...]
+    bookkit run --profile cpu [--seed N] [--jobs J] [NB ...]
 
 Each chapter ``notebooks/<nb>.md`` (a MyST Markdown notebook: jupytext's
 ``md:myst`` format, the reviewed source) is converted to a Jupyter notebook in a
@@ -34,7 +34,7 @@ notebooks' worker pools (``wslib.runs.workers``) share the cores
 (``WSLIB_CPU_WORKERS``; on CUDA one worker each).
 
 Each chapter's kernel is forked from a server that has already imported the
-modules the chapters import (``notebooks/kernels.py``: on Linux without CUDA;
+modules the chapters import (``bookkit/kernels.py``: on Linux without CUDA;
 ``WSLIB_FORK_KERNELS=0`` starts every kernel afresh): start-up was about half
 of a smoke chapter's run.
 
@@ -67,21 +67,22 @@ from pathlib import Path
 from pprint import pformat
 from typing import Any, NoReturn
 
-import chapters
-import kernels
 import nbformat
 import papermill
-import profile_values
 import psutil
 import torch
 import yaml
 from papermill.exceptions import PapermillExecutionError
 
+from bookkit import chapters, kernels, profile_values
 from wslib.core.configs import complete_model_configs
 from wslib.core.files import atomic_write, code_version, entry_lock, stable_hash
 from wslib.core.seeds import check_seed
 
 ROOT = Path(__file__).resolve().parent.parent
+COMMAND = [sys.executable, "-m", "bookkit"]
+"""How one command of this package starts another as a process (it runs with
+:data:`ROOT` as working folder, so it imports this checkout's ``bookkit``)."""
 NOTEBOOKS = ROOT / "notebooks"
 PARAMS = NOTEBOOKS / "params"
 MAX_JOBS = 4  # notebooks side by side by default (they share one GPU when there is one)
@@ -484,7 +485,7 @@ def record_time(out_dir: Path, nb: str, seconds: float) -> None:
 def code_fingerprint(nb: str) -> str:
     """Hash of the library's source and the notebook's, recorded in its results file.
 
-    ``notebooks/sweep.py`` reruns a job whose results carry another fingerprint.
+    ``bookkit/sweep.py`` reruns a job whose results carry another fingerprint.
     """
     notebook = hashlib.sha256(chapter_path(nb).read_bytes()).hexdigest()
     return stable_hash({"wslib": code_version("wslib"), "notebook": notebook})
@@ -746,7 +747,3 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: failed: {' '.join(failed)}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -2,12 +2,12 @@
 
 Usage::
 
-    python notebooks/part.py --profile gpu --seed 0 03_llpf_m2m --list
-    python notebooks/part.py --profile gpu --seed 0 03_llpf_m2m [UNIT ...]
+    bookkit part --profile gpu --seed 0 03_llpf_m2m --list
+    bookkit part --profile gpu --seed 0 03_llpf_m2m [UNIT ...]
 
 The units come from the notebook's effective parameters (its defaults, the
 profile, the seed), as in ``run.py``; each fills the cache the notebook reads.
-Without unit names every unit runs, stage by stage. ``sweep.py --split`` sends
+Without unit names every unit runs, stage by stage. ``bookkit sweep --split`` sends
 each unit to a job of its own. Chapters not in :data:`SPLIT` are one job each:
 they take under an hour on one GPU by the estimate of ``gpu_check.py``.
 
@@ -18,16 +18,16 @@ notebook, parameter or unit.
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
 import os
 import sys
 import time
 from typing import Any
 
-import run as runner
 import torch
 
+from bookkit import run as runner
+from wslib.core import workspace
 from wslib.core.train import seed_everything
 from wslib.runs.units import Unit, by_stage
 
@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         runner.fail_usage("profile", args.profile, runner.available_profiles())
     if args.notebook not in SPLIT:
         runner.fail_usage("split notebook", args.notebook, sorted(SPLIT))
-    os.chdir(runner.ROOT)  # the caches' paths are relative to the repository root
+    # the caches' root, whatever the working folder (no change of folder)
+    os.environ[workspace.ENV] = str(runner.ROOT)
     torch.set_num_threads(1)  # as in the notebooks' kernels: the same metrics
     try:
         params = parameters(args.notebook, args.profile, args.seed)
@@ -111,8 +112,3 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [names[n] for n in args.units] if args.units else units
     run_units(chosen, params["seed"])
     return 0
-
-
-if __name__ == "__main__":
-    gc.freeze()  # the units' collections skip the objects of the modules imported so far
-    sys.exit(main())

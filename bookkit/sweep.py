@@ -2,15 +2,15 @@
 
 Usage::
 
-    python notebooks/sweep.py --seeds 0 1 2 [--profile cpu] [--executor local|slurm]
+    bookkit sweep --seeds 0 1 2 [--profile cpu] [--executor local|slurm]
                               [--cluster-config sweep.yaml] [--split] [NB ...]
-    python notebooks/sweep.py --seeds auto ...
+    bookkit sweep --seeds auto ...
 
 ``--seeds auto`` runs the stages of :mod:`wslib.runs.stages`: seeds 0-4 of
 every notebook, then seeds 5-9 and 10-19 only of the notebooks that still hold
 an undecided claim in the ledger (each stage's wall time is printed).
 
-Each job is ``notebooks/run.py --profile P --seed S --jobs 1 NB``, so its
+Each job is ``bookkit run --profile P --seed S --jobs 1 NB``, so its
 results land where ``make notebook SEED=S`` puts them
 (``results/<profile>/seed-<S>/<NB>.json``), its executed copy and its log
 (``<NB>.log``) under ``build/<profile>/seed-<S>/``. A job whose results file
@@ -20,7 +20,7 @@ runs only what is missing; so is a seed that ``make book`` already ran with the
 same parameters. Jobs start longest notebook first (as in ``run.py``).
 
 ``--split`` spreads the long chapters further: each (notebook, seed) of a
-chapter in ``part.SPLIT`` is first run as its units (``notebooks/part.py``,
+chapter in ``part.SPLIT`` is first run as its units (``bookkit/part.py``,
 one job per unit, stage by stage, logs under ``<NB>.units/``; see
 :mod:`wslib.runs.units`), and its notebook job then finds every piece cached.
 After the jobs, every swept notebook's seeds are summarised in ``results/<profile>/seeds/<NB>.json`` (see
@@ -59,11 +59,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-import part
 import psutil
-import run as runner
 import yaml
 
+from bookkit import part
+from bookkit import run as runner
 from wslib.core.seeds import check_seed
 from wslib.runs.stages import STAGES, stage_notebooks
 from wslib.runs.sweeps import write_summary
@@ -116,8 +116,8 @@ class Job:
     def command(self) -> list[str]:
         common = ["--profile", self.profile, "--seed", str(self.seed), self.nb]
         if self.unit is None:
-            return [sys.executable, "notebooks/run.py", "--jobs", "1", *common]
-        return [sys.executable, "notebooks/part.py", *common, self.unit]
+            return [*runner.COMMAND, "run", "--jobs", "1", *common]
+        return [*runner.COMMAND, "part", *common, self.unit]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -443,7 +443,3 @@ def run_stage(args: argparse.Namespace, notebooks: list[str], seeds: list[int]) 
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

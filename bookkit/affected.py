@@ -2,8 +2,8 @@
 
 Usage::
 
-    python notebooks/affected.py FILE [FILE ...]
-    git diff --name-only origin/main... | python notebooks/affected.py -
+    bookkit affected FILE [FILE ...]
+    git diff --name-only origin/main... | bookkit affected -
 
 prints ``{"include": [{"nb": ...}, ...], "jobs": n}`` (one JSON line): the
 chapters whose smoke run a change of ``FILE`` (paths relative to the
@@ -31,13 +31,15 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-import chapters
 import grimp
+
+from bookkit import chapters
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
-RUNNER = ("run.py", "chapters.py", "kernels.py", "profile_values.py")
-"""The scripts every chapter's run goes through (``notebooks/``)."""
+PACKAGE = ROOT / "bookkit"
+RUNNER = ("__main__.py", "run.py", "chapters.py", "kernels.py", "profile_values.py")
+"""The modules of :mod:`bookkit` every chapter's run goes through."""
 EVERY_CHAPTER = {
     "notebooks/params/smoke.yaml",
     "notebooks/params/cpu.yaml",  # the defaults every profile inherits
@@ -104,11 +106,11 @@ def affected(paths: Iterable[str]) -> list[str]:
     runner_modules = reach(
         graph,
         set().union(
-            *(imported_modules((NOTEBOOKS / s).read_text(), known) for s in RUNNER)
+            *(imported_modules((PACKAGE / s).read_text(), known) for s in RUNNER)
         ),
     )
     changed = {m for m in map(module_of, paths) if m is not None}
-    runner_files = {f"notebooks/{s}" for s in RUNNER} | EVERY_CHAPTER
+    runner_files = {f"bookkit/{s}" for s in RUNNER} | EVERY_CHAPTER
     if paths & runner_files or changed & runner_modules:
         return stems
     return [
@@ -122,13 +124,9 @@ def affected(paths: Iterable[str]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args:
-        print("usage: affected.py FILE [FILE ...]  (or - to read them from stdin)")
+        print("usage: bookkit affected FILE [FILE ...]  (or - to read them from stdin)")
         return 2
     paths = sys.stdin.read().split() if args == ["-"] else args
     stems = affected(p.strip() for p in paths)
     print(json.dumps({"include": [{"nb": s} for s in stems], "jobs": len(stems)}))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,7 +1,7 @@
 """Check a CUDA machine for the gpu profile and estimate the gpu book's time.
 
-    python notebooks/gpu_check.py [--allow-cpu] [--quick] [--budget SECONDS] [--report FILE]
-    python notebooks/gpu_check.py --assumed        # the estimate from stated rates only
+    bookkit gpu-check [--allow-cpu] [--quick] [--budget SECONDS] [--report FILE]
+    bookkit gpu-check --assumed        # the estimate from stated rates only
 
 The check runs in phases, each with its share of ``--budget`` (default 300 s,
 what a lent device gives one command). After each phase it rewrites its
@@ -49,14 +49,13 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import device_checks
-import gpu_estimate as estimate
-import gpu_timings as timing
-import run as runner
-import synthetic_data
 import torch
 import yaml
 
+from bookkit import device_checks, synthetic_data
+from bookkit import gpu_estimate as estimate
+from bookkit import gpu_timings as timing
+from bookkit import run as runner
 from wslib.core.train import pick_device, seed_everything
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -339,14 +338,15 @@ def run_phase(name: str, ctx: Context, names: list[str]) -> Outcome:
 
 
 def make_checkout(root: Path) -> Path:
-    """A fresh checkout under ``root``: the library, the notebooks, synthetic data, no cache.
+    """A fresh checkout under ``root``: the library, the tooling, the notebooks, synthetic
+    data, no cache.
 
     No model, run or path of an earlier run can stand in for a computation,
     and the data sets are :mod:`synthetic_data`'s small files in the real
     formats (a GPU machine may have no network).
     """
     skip = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
-    for folder in ("wslib", "notebooks"):
+    for folder in ("wslib", "bookkit", "notebooks"):
         shutil.copytree(ROOT / folder, root / folder, ignore=skip)
     synthetic_data.write_all(root / "data")
     return root
@@ -408,8 +408,8 @@ def run_chapters(
     (run.py and its kernels) is stopped and the unfinished chapters say so.
     """
     command = [
-        sys.executable,
-        "notebooks/run.py",
+        *runner.COMMAND,
+        "run",
         "--profile",
         SMOKE,
         "--jobs",
@@ -546,7 +546,3 @@ def main(argv: list[str] | None = None) -> int:
         f"gpu check: {time.perf_counter() - start:.0f} s; {len(report.failures)} failure(s)"
     )
     return 1 if report.failures else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

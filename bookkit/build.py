@@ -1,15 +1,15 @@
-"""Build the Jupyter Book from the notebooks executed by ``notebooks/run.py``.
+"""Build the Jupyter Book from the notebooks executed by ``bookkit/run.py``.
 
 Usage::
 
-    python book/build.py build/<profile>[/seed-<N>] [--edition full|student]
+    bookkit build build/<profile>[/seed-<N>] [--edition full|student]
 
 Replaces ``book/chapters/`` with the executed notebooks of that folder, ends
 each with the claims it tests, links the ``wslib`` names of their text to
-the API reference (``book/apilinks.py``), points their setup cell's install
+the API reference (``bookkit/apilinks.py``), points their setup cell's install
 at this commit (for Colab and downloaded chapters), writes the claims ledger
-(``book/ledger.py``, from every results file of the profile under
-``results/``) and the course guide (``book/course.py``), then runs ``jupyter-book build`` strictly (every warning
+(``bookkit/ledger.py``, from every results file of the profile under
+``results/``) and the course guide (``bookkit/course.py``), then runs ``jupyter-book build`` strictly (every warning
 is an error, all of them are listed) into ``book/_build/html``. The student
 edition (``--edition student``) removes every solution and goes to
 ``book/_student/_build/html``. Exit status: that of jupyter-book, or 2 when
@@ -27,14 +27,14 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from apilinks import link_api
-from course import strip_solutions, write_guide
-from ledger import append_claims, write_ledger
 
+from bookkit.apilinks import link_api
+from bookkit.course import strip_solutions, write_guide
+from bookkit.ledger import append_claims, write_ledger
 from wslib.runs.claim_list import CLAIMS
 from wslib.runs.claims import ledger
 
-BOOK = Path(__file__).resolve().parent
+BOOK = Path(__file__).resolve().parents[1] / "book"
 ROOT = BOOK.parent
 CHAPTERS = BOOK / "chapters"
 
@@ -49,7 +49,7 @@ def copy_chapters(executed: Path) -> list[Path]:
     return notebooks
 
 
-# The default install source of a chapter's setup cell (notebooks/chapters.py).
+# The default install source of a chapter's setup cell (bookkit/chapters.py).
 INSTALL_SOURCE = re.compile(r"git\+https://github\.com/[\w.-]+/[\w.-]+@[\w.-]+")
 
 
@@ -173,7 +173,3 @@ def main(argv: list[str] | None = None) -> int:
     write_ledger(rows, results, BOOK)
     write_guide(chapters, args.executed / "run_times.json", BOOK)
     return build_book(args.edition)
-
-
-if __name__ == "__main__":
-    sys.exit(main())
