@@ -16,8 +16,9 @@ in a checkout: that checkout's code runs) calls one module's ``main``:
 ``synthetic-data`` small files in the real formats of those data sets (:mod:`.synthetic_data`)
 =================  ==============================================================
 
-The other modules serve these: :mod:`.chapters` (a chapter's source as a
-notebook), :mod:`.kernels` (forked kernels), :mod:`.profile_values`,
+The other modules serve these: :mod:`.profiles` (a chapter's parameters in a
+profile, and the repository's folders), :mod:`.chapters` (a chapter's source
+as a notebook), :mod:`.kernels` (forked kernels), :mod:`.profile_values`,
 :mod:`.apilinks`, :mod:`.course` and :mod:`.ledger` (pages of the build),
 :mod:`.device_checks`, :mod:`.gpu_estimate` and :mod:`.gpu_timings` (the gpu
 check). Every path is relative to the repository root, the folder above this

@@ -29,14 +29,12 @@ import ast
 import json
 import sys
 from collections.abc import Iterable
-from pathlib import Path
 
 import grimp
 
 from bookkit import chapters
+from bookkit.profiles import NOTEBOOKS, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = ROOT / "notebooks"
 PACKAGE = ROOT / "bookkit"
 RUNNER = ("__main__.py", "run.py", "chapters.py", "kernels.py", "profile_values.py")
 """The modules of :mod:`bookkit` every chapter's run goes through."""

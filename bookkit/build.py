@@ -31,11 +31,11 @@ import yaml
 from bookkit.apilinks import link_api
 from bookkit.course import strip_solutions, write_guide
 from bookkit.ledger import append_claims, write_ledger
+from bookkit.profiles import ROOT
 from wslib.runs.claim_list import CLAIMS
 from wslib.runs.claims import ledger
 
-BOOK = Path(__file__).resolve().parents[1] / "book"
-ROOT = BOOK.parent
+BOOK = ROOT / "book"
 CHAPTERS = BOOK / "chapters"
 
 

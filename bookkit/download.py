@@ -17,9 +17,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from bookkit.profiles import ROOT
 from wslib.core.data import download_dataset
 
-ROOT = Path(__file__).resolve().parent.parent
 TORCHVISION_CLASS = {
     "mnist": "MNIST",
     "fashion_mnist": "FashionMNIST",

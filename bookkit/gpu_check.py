@@ -52,13 +52,13 @@ from typing import Any
 import torch
 import yaml
 
-from bookkit import device_checks, synthetic_data
+from bookkit import device_checks, profiles, synthetic_data
 from bookkit import gpu_estimate as estimate
 from bookkit import gpu_timings as timing
 from bookkit import run as runner
+from bookkit.profiles import ROOT
 from wslib.core.train import pick_device, seed_everything
 
-ROOT = Path(__file__).resolve().parent.parent
 SMOKE = "gpu-smoke"  # the gpu profile's shape at smoke size
 QUICK_CHAPTER = "02_layerwise"  # the one chapter of --quick
 CHAPTER_JOBS = 4  # chapters side by side on the GPU
@@ -504,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:  # the parameter file is read as run.py reads a profile, first
         estimate.chapter_work(args.params)
-    except runner.UnknownParameter as error:
+    except profiles.UnknownParameter as error:
         print(f"gpu check: {error}", file=sys.stderr)
         return 2
     if args.assumed:
@@ -513,9 +513,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     device = require_cuda(args.allow_cpu)
     start = time.perf_counter()
-    gpu = yaml.safe_load((runner.PARAMS / "gpu.yaml").read_text())
+    gpu = yaml.safe_load((profiles.PARAMS / "gpu.yaml").read_text())
     notebooks = args.notebooks or (
-        [QUICK_CHAPTER] if args.quick else runner.available_notebooks()
+        [QUICK_CHAPTER] if args.quick else profiles.available_notebooks()
     )
     ctx = Context(
         device,

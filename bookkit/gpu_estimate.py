@@ -4,8 +4,8 @@
 evaluated examples, LLPF ticks, solves, CPU-side seconds) from its
 parameters; :func:`seconds` turns a chapter's work into seconds at a set of
 :class:`Rates` (measured by ``gpu_check.py`` on a device, or :data:`ASSUMED`).
-Every rate that is not measured has a stated range (:data:`RANGES`), so the
-estimate is a low / central / high triple, not one number
+The refinement steps per LLPF tick have a stated range (:data:`TICK_STEPS`),
+so the estimate is a low / central / high triple, not one number
 (:func:`estimate_table`).
 """
 
@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from bookkit import run as runner
+from bookkit import profiles
 from wslib.core.configs import build_model
 from wslib.core.train import PrecisionName, Recipe
 from wslib.synthesis.alignment import STEPS as ALIGNMENT_STEPS
@@ -485,7 +485,7 @@ def chapter_work(params_file: str | Path | None = None) -> dict[str, list[Work]]
     """
     zoo: set[str] = set()
     work = {}
-    for nb in runner.available_notebooks():
+    for nb in profiles.available_notebooks():
         if nb not in CHAPTERS:
             raise KeyError(
                 f"notebook {nb} has no work counter; add one to CHAPTERS in "
@@ -500,17 +500,17 @@ def chapter_work(params_file: str | Path | None = None) -> dict[str, list[Work]]
 def chapter_params(nb: str, params_file: str | Path | None = None) -> dict[str, Any]:
     """The parameters of ``nb``: its defaults overridden by ``params_file``'s section (default: gpu).
 
-    Read and checked as ``run.py`` reads a profile (:func:`run.section_parameters`):
+    Read and checked as ``bookkit run`` reads a profile (:func:`bookkit.profiles.section_parameters`):
     a misspelt section or parameter is refused with the same words.
     """
-    path = Path(params_file or runner.PARAMS / "gpu.yaml")
-    sections = runner.load_profile(path.stem, path)
+    path = Path(params_file or profiles.PARAMS / "gpu.yaml")
+    sections = profiles.load_profile(path.stem, path)
     where = (
-        f"notebooks/params/{path.name}" if path.parent == runner.PARAMS else str(path)
+        f"notebooks/params/{path.name}" if path.parent == profiles.PARAMS else str(path)
     )
     return {
-        **runner.default_parameters(nb),
-        **runner.section_parameters(nb, sections, where),
+        **profiles.default_parameters(nb),
+        **profiles.section_parameters(nb, sections, where),
     }
 
 

@@ -152,7 +152,9 @@ def _run_kernel(conn: socket.socket, fds: list[int], request: dict[str, Any]) ->
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.argv = ["ipykernel_launcher", *request["argv"]]
+    # parent_handle 1: no parent to poll (its parent is the server; the stub
+    # watches it) and, unlike 0, no "Ctrl-C will not work" note on run's console
+    sys.argv = ["ipykernel_launcher", *request["argv"], "--IPKernelApp.parent_handle=1"]
     conn.sendall(b"%d\n" % os.getpid())
     threading.Thread(target=_exit_with_stub, args=(conn,), daemon=True).start()
     code = 1

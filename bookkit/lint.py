@@ -37,10 +37,7 @@ import nbformat
 import yaml
 
 from bookkit import chapters
-
-ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = ROOT / "notebooks"
-PARAMS = NOTEBOOKS / "params"
+from bookkit.profiles import NOTEBOOKS, PARAMS, ROOT
 
 
 def ruff(folder: Path, *args: str) -> int:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from bookkit import profiles
 from bookkit import run as runner
 from wslib.core import workspace
 from wslib.core.train import seed_everything
@@ -43,8 +44,8 @@ SPLIT = {
 
 def parameters(nb: str, profile: str, seed: int | None) -> dict[str, Any]:
     """The parameters ``nb`` runs with at ``profile`` and ``seed`` (as in ``run.py``)."""
-    return runner.effective_parameters(
-        nb, runner.notebook_parameters(nb, profile, seed)
+    return profiles.effective_parameters(
+        nb, profiles.notebook_parameters(nb, profile, seed)
     )
 
 
@@ -79,17 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebook")
     parser.add_argument("units", nargs="*", metavar="UNIT")
     args = parser.parse_args(argv)
-    if args.profile not in runner.available_profiles():
-        runner.fail_usage("profile", args.profile, runner.available_profiles())
+    if args.profile not in profiles.available_profiles():
+        runner.fail_usage("profile", args.profile, profiles.available_profiles())
     if args.notebook not in SPLIT:
         runner.fail_usage("split notebook", args.notebook, sorted(SPLIT))
     # the caches' root, whatever the working folder (no change of folder)
-    os.environ[workspace.ENV] = str(runner.ROOT)
+    os.environ[workspace.ENV] = str(profiles.ROOT)
     torch.set_num_threads(1)  # as in the notebooks' kernels: the same metrics
     try:
         params = parameters(args.notebook, args.profile, args.seed)
         units = chapter_units(args.notebook, params)
-    except (runner.UnknownParameter, ValueError) as error:
+    except (profiles.UnknownParameter, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.list:

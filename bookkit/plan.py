@@ -32,6 +32,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from bookkit import profiles
 from bookkit import run as runner
 from wslib.runs.stages import STAGES, stage_jobs
 from wslib.runs.sweeps import write_summary
@@ -42,7 +43,7 @@ def matrix(stage: int, profile: str, root: Path) -> dict[str, object]:
     Actions matrix, with their count and the longest job's expected seconds
     (None: no reference time)."""
     results = root / "results" / profile
-    jobs = stage_jobs(stage, runner.available_notebooks(), results)
+    jobs = stage_jobs(stage, profiles.available_notebooks(), results)
     expected = (
         json.loads(runner.REFERENCE_TIMES.read_text()) if profile == "cpu" else {}
     )
@@ -110,13 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     joined.add_argument("folders", type=Path, nargs="+")
     joined.add_argument("--profile", default="cpu")
     args = parser.parse_args(argv)
-    if args.profile not in runner.available_profiles():
-        runner.fail_usage("profile", args.profile, runner.available_profiles())
+    if args.profile not in profiles.available_profiles():
+        runner.fail_usage("profile", args.profile, profiles.available_profiles())
     if args.command == "matrix":
-        print(json.dumps(matrix(args.stage, args.profile, runner.ROOT)))
+        print(json.dumps(matrix(args.stage, args.profile, profiles.ROOT)))
         return 0
     try:
-        merged = merge(args.folders, args.profile, runner.ROOT)
+        merged = merge(args.folders, args.profile, profiles.ROOT)
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

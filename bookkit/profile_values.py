@@ -1,7 +1,7 @@
 """Range checks of a profile's values, before any notebook runs.
 
-``run.py``'s :func:`section_parameters` (read by ``run.py``, ``sweep.py``,
-``part.py`` and ``gpu_check.py --params``) already refuses unknown names and
+:func:`bookkit.profiles.section_parameters` (read by ``bookkit run``, ``sweep``,
+``part`` and ``gpu-check --params``) already refuses unknown names and
 values of the wrong kind. This module refuses values of the right kind that
 cannot do what they say: a recipe that trains nothing, a count of zero, a
 negative learning rate, NaN.

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import hashlib
 import json
 import os
@@ -71,20 +70,28 @@ import nbformat
 import papermill
 import psutil
 import torch
-import yaml
 from papermill.exceptions import PapermillExecutionError
 
-from bookkit import chapters, kernels, profile_values
-from wslib.core.configs import complete_model_configs
+from bookkit import chapters, kernels
+from bookkit.profiles import (
+    NOTEBOOKS,
+    ROOT,
+    UnknownParameter,
+    available_notebooks,
+    available_profiles,
+    chapter_path,
+    code_cells,
+    effective_parameters,
+    missing_sections,
+    notebook_parameters,
+    run_dir,
+)
 from wslib.core.files import atomic_write, code_version, entry_lock, stable_hash
 from wslib.core.seeds import check_seed
 
-ROOT = Path(__file__).resolve().parent.parent
 COMMAND = [sys.executable, "-m", "bookkit"]
 """How one command of this package starts another as a process (it runs with
 :data:`ROOT` as working folder, so it imports this checkout's ``bookkit``)."""
-NOTEBOOKS = ROOT / "notebooks"
-PARAMS = NOTEBOOKS / "params"
 MAX_JOBS = 4  # notebooks side by side by default (they share one GPU when there is one)
 # Wall times of the reference cpu build: they only set the order notebooks start in.
 REFERENCE_TIMES = NOTEBOOKS / "reference_times.json"
@@ -96,21 +103,6 @@ class MissingResults(RuntimeError):
 
 class KernelFailure(RuntimeError):
     """A chapter's kernel died or did not start: no cell failed, the run did."""
-
-
-def available_profiles() -> list[str]:
-    """Profiles are the YAML files in ``notebooks/params``."""
-    return sorted(p.stem for p in PARAMS.glob("*.yaml"))
-
-
-def available_notebooks() -> list[str]:
-    """Notebooks are the stems of the chapters ``notebooks/*.md``."""
-    return sorted(p.stem for p in NOTEBOOKS.glob(f"*{chapters.SUFFIX}"))
-
-
-def chapter_path(nb: str) -> Path:
-    """The source of chapter ``nb``: ``notebooks/<nb>.md``."""
-    return NOTEBOOKS / f"{nb}{chapters.SUFFIX}"
 
 
 def fail_usage(kind: str, name: str, valid: list[str]) -> None:
@@ -239,159 +231,6 @@ def cpu_speed_text() -> str:
     return f"this CPU: {thread_gflops():.0f} GFLOPS on one thread, float32"
 
 
-def code_cells(nb: str) -> list[nbformat.NotebookNode]:
-    """The code cells of chapter ``nb``."""
-    cells = chapters.read(chapter_path(nb)).cells
-    return [c for c in cells if c.cell_type == "code"]
-
-
-def run_dir(top: str, profile: str, seed: int | None) -> Path:
-    """``<top>/<profile>`` or, for a given seed, ``<top>/<profile>/seed-<seed>``."""
-    path = Path(top) / profile
-    return path if seed is None else path / f"seed-{seed}"
-
-
-class UnknownParameter(ValueError):
-    """A profile sets a parameter that the notebook does not have."""
-
-
-def default_parameters(nb: str) -> dict[str, Any]:
-    """The notebook's defaults: its ``parameters`` cell (the profile, seed and
-    results path) and its section of the cpu profile (every other parameter,
-    written once there; each model config completed by its data set's shape).
-
-    Without ``notebooks/params/cpu.yaml`` (a test's repository of toy
-    notebooks), the parameters cell alone.
-    """
-    cell = cell_parameters(nb)
-    cpu = PARAMS / "cpu.yaml"
-    section = copy.deepcopy(load_profile("cpu").get(nb) or {}) if cpu.exists() else {}
-    data = section.get("data", cell.get("data"))
-    return {**cell, **complete_model_configs(section, data)}
-
-
-def cell_parameters(nb: str) -> dict[str, Any]:
-    """The values of the notebook's ``parameters`` cell."""
-    notebook = chapters.read(chapter_path(nb))
-    cell = next(
-        (c for c in notebook.cells if "parameters" in c.metadata.get("tags", [])), None
-    )
-    if cell is None:
-        raise UnknownParameter(f"notebook {nb} has no cell tagged 'parameters'")
-    namespace: dict[str, Any] = {}
-    exec(cell.source, namespace)  # the notebook's own first cell: plain assignments
-    return {k: v for k, v in namespace.items() if not k.startswith("__")}
-
-
-def load_profile(profile: str, file: Path | None = None) -> dict[str, Any]:
-    """``notebooks/params/<profile>.yaml`` (or ``file``): one section per notebook.
-
-    Raises :class:`UnknownParameter` naming the file for a YAML error, a file
-    that is empty or not a mapping, and a section that names no notebook.
-    """
-    file = file or PARAMS / f"{profile}.yaml"
-    path = f"notebooks/params/{profile}.yaml" if file.parent == PARAMS else str(file)
-    try:
-        sections = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as error:
-        where = getattr(error, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where else ""
-        problem = getattr(error, "problem", None) or "not valid YAML"
-        raise UnknownParameter(f"{path}{line}: {problem}") from None
-    if not isinstance(sections, dict):  # an empty file too: '{}' means every default
-        got = "an empty file" if sections is None else type(sections).__name__
-        raise UnknownParameter(
-            f"{path} must map notebook names to their parameters "
-            f"(e.g. '01_symmetries: {{n_points: 5}}'; '{{}}' for every default), "
-            f"got {got}"
-        )
-    unknown = sorted(set(sections) - set(available_notebooks()))
-    if unknown:
-        raise UnknownParameter(
-            f"{path} has a section for {', '.join(map(str, unknown))}, which is no "
-            f"notebook; valid: {' '.join(available_notebooks())}"
-        )
-    return sections
-
-
-def same_kind(value: Any, default: Any) -> bool:
-    """Whether a profile's ``value`` may replace the notebook's ``default``: the
-    same type or an int for a float; None for any default, anything for a
-    None default."""
-    if default is None or value is None:
-        return True
-    if isinstance(default, bool) or isinstance(value, bool):
-        return isinstance(value, bool) and isinstance(default, bool)
-    if isinstance(default, float):
-        return isinstance(value, int | float)
-    if isinstance(default, dict | list | str | int):
-        return isinstance(value, type(default))
-    return True
-
-
-def section_parameters(nb: str, sections: dict[str, Any], where: str) -> dict[str, Any]:
-    """The parameters a profile's ``sections`` set for ``nb``, checked against the notebook.
-
-    Every model config without ``in_shape`` or ``n_classes`` gets them from
-    its data set (the profile's ``data``, else the notebook's). Raises
-    :class:`UnknownParameter` (naming ``where``, the profile's file) when the
-    profile names a parameter the notebook does not define (papermill would
-    only warn and ignore it), gives one a value of another kind, or holds a
-    model config that cannot be completed, or a value out of its range
-    (:mod:`profile_values`: a recipe that trains nothing, a count of zero, a
-    negative rate). ``run.py``, ``sweep.py``,
-    ``part.py`` and ``gpu_check.py --params`` all read profiles through here.
-    """
-    section = sections.get(nb) or {}
-    valid = default_parameters(nb)
-    try:
-        params = complete_model_configs(section, valid.get("data"))
-    except ValueError as error:
-        raise UnknownParameter(f"{where}, section {nb}: {error}") from None
-    unknown = sorted(set(params) - set(valid))
-    if unknown:
-        raise UnknownParameter(
-            f"{where} sets {', '.join(unknown)} for {nb}, "
-            f"which has no such parameter; valid: {' '.join(valid)}"
-        )
-    for name, value in params.items():
-        if not same_kind(value, valid[name]):
-            raise UnknownParameter(
-                f"{where} sets {name} of {nb} to {value!r} "
-                f"({type(value).__name__}); the notebook's default is "
-                f"{valid[name]!r} ({type(valid[name]).__name__}): give a value of that kind"
-            )
-    try:
-        profile_values.check_values(params, valid)
-    except ValueError as error:
-        raise UnknownParameter(f"{where}, section {nb}: {error}") from None
-    return params
-
-
-def notebook_parameters(nb: str, profile: str, seed: int | None) -> dict[str, Any]:
-    """Every parameter of ``nb`` in ``profile``: its defaults overridden by the
-    profile's section (:func:`section_parameters`), then those set by this
-    script: the profile, the results path and the seed (the default's when None).
-
-    All are injected: a chapter's parameters cell holds only the profile, the
-    seed and the results path, so its executed copy carries every value it ran
-    with and runs alone (in Colab, downloaded)."""
-    where = f"notebooks/params/{profile}.yaml"
-    section = section_parameters(nb, load_profile(profile), where)
-    params = {**default_parameters(nb), **section}  # the cells hold none of them
-    params["profile"] = profile
-    params["results_path"] = str(run_dir("results", profile, seed) / f"{nb}.json")
-    if seed is not None:
-        params["seed"] = seed
-    return params
-
-
-def missing_sections(profile: str, notebooks: list[str]) -> list[str]:
-    """The notebooks the profile has no section for (they run with their defaults)."""
-    sections = load_profile(profile)
-    return [nb for nb in notebooks if nb not in sections]
-
-
 def describe_seeds(params: dict[str, Any]) -> str:
     """The seed(s) recorded in a results file's ``params``."""
     seeds = params.get("seeds", params.get("seed"))
@@ -501,7 +340,7 @@ def run_notebook(
     """Execute one notebook, add its run info and return its wall time in seconds.
 
     ``kernel_manager``: the Jupyter kernel manager class that starts its kernel
-    (:func:`kernels.server`'s); None for Jupyter's own.
+    (:func:`bookkit.kernels.server`'s); None for Jupyter's own.
     """
     out_dir = ROOT / run_dir("build", profile, seed)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -539,11 +378,6 @@ def run_notebook(
     finish_executed_copy(executed, info, params)
     record_time(out_dir, nb, seconds)
     return seconds
-
-
-def effective_parameters(nb: str, injected: dict[str, Any]) -> dict[str, Any]:
-    """The parameters a run used: the notebook's defaults overridden by the injected ones."""
-    return {**default_parameters(nb), **injected}
 
 
 def record_parameters(

@@ -62,7 +62,7 @@ from typing import Any, Protocol
 import psutil
 import yaml
 
-from bookkit import part
+from bookkit import part, profiles
 from bookkit import run as runner
 from wslib.core.seeds import check_seed
 from wslib.runs.stages import STAGES, stage_notebooks
@@ -104,7 +104,7 @@ class Job:
         return f"{self.nb} seed {self.seed}" + (f": {self.unit}" if self.unit else "")
 
     def folder(self, root: Path) -> Path:
-        return root / runner.run_dir("build", self.profile, self.seed)
+        return root / profiles.run_dir("build", self.profile, self.seed)
 
     @property
     def log(self) -> str:
@@ -157,12 +157,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             parser.error(str(error))
     runner.refuse_repeats(parser, "seed", args.seeds)
     runner.refuse_repeats(parser, "notebook", args.notebooks)
-    if args.profile not in runner.available_profiles():
-        runner.fail_usage("profile", args.profile, runner.available_profiles())
+    if args.profile not in profiles.available_profiles():
+        runner.fail_usage("profile", args.profile, profiles.available_profiles())
     for nb in args.notebooks:
-        if nb not in runner.available_notebooks():
-            runner.fail_usage("notebook", nb, runner.available_notebooks())
-    args.notebooks = args.notebooks or runner.available_notebooks()
+        if nb not in profiles.available_notebooks():
+            runner.fail_usage("notebook", nb, profiles.available_notebooks())
+    args.notebooks = args.notebooks or profiles.available_notebooks()
     return args
 
 
@@ -183,11 +183,11 @@ def is_current(job: Job) -> bool:
     counts when its seed and every other parameter are the job's: the default
     seed is then not run twice.
     """
-    injected = runner.notebook_parameters(job.nb, job.profile, job.seed)
-    params = json.loads(json.dumps(runner.effective_parameters(job.nb, injected)))
+    injected = profiles.notebook_parameters(job.nb, job.profile, job.seed)
+    params = json.loads(json.dumps(profiles.effective_parameters(job.nb, injected)))
     code = runner.code_fingerprint(job.nb)
-    own = runner.ROOT / params["results_path"]
-    default = runner.ROOT / "results" / job.profile / f"{job.nb}.json"
+    own = profiles.ROOT / params["results_path"]
+    default = profiles.ROOT / "results" / job.profile / f"{job.nb}.json"
     if same_run(own, params, code):
         return True
     if same_run(default, params, code):
@@ -200,10 +200,10 @@ def adopt(job: Job, results: Path, own: Path) -> None:
     """Copy ``make book``'s own run of ``job`` (its results file and executed
     notebook) into the job's seed folders, which ``make book SEEDS=...`` builds
     the book from."""
-    executed = runner.ROOT / "build" / job.profile / f"{job.nb}.ipynb"
+    executed = profiles.ROOT / "build" / job.profile / f"{job.nb}.ipynb"
     if executed.exists():
-        job.folder(runner.ROOT).mkdir(parents=True, exist_ok=True)
-        shutil.copy2(executed, job.folder(runner.ROOT) / executed.name)
+        job.folder(profiles.ROOT).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(executed, job.folder(profiles.ROOT) / executed.name)
     own.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(results, own)
 
@@ -220,12 +220,12 @@ def job_env() -> dict[str, str]:
 
 def run_local(job: Job) -> None:
     """Run one job here; raise with the end of its log when it fails."""
-    log = job.folder(runner.ROOT) / job.log
+    log = job.folder(profiles.ROOT) / job.log
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
         done = subprocess.run(
             job.command(),
-            cwd=runner.ROOT,
+            cwd=profiles.ROOT,
             env=job_env(),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -286,7 +286,7 @@ def slurm_submitter(path: Path) -> tuple[Callable[[Job], Handle], Callable[[], N
     import submitit
 
     config = read_cluster_config(path)
-    workdir = Path(config.pop("workdir", runner.ROOT))
+    workdir = Path(config.pop("workdir", profiles.ROOT))
     cluster = config.pop("cluster", "slurm")
     executor = submitit.AutoExecutor(folder=workdir / "build/submitit", cluster=cluster)
     partition = config.pop("partition", None)
@@ -347,7 +347,7 @@ def _sweep(
             finished += 1
             if error is not None:
                 failed.append(job)
-                copy = job.folder(runner.ROOT) / f"{job.nb}.ipynb"
+                copy = job.folder(profiles.ROOT) / f"{job.nb}.ipynb"
                 where = "its log" if job.unit else f"partial executed copy: {copy}"
                 print(
                     f"error: {job.name} failed; {where}\n"
@@ -385,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not args.auto:
         return run_stage(args, args.notebooks, args.seeds)
-    results = runner.ROOT / "results" / args.profile
+    results = profiles.ROOT / "results" / args.profile
     status = 0
     for stage, seeds in enumerate(STAGES):
         notebooks = stage_notebooks(stage, args.notebooks, results)
@@ -412,7 +412,7 @@ def run_stage(args: argparse.Namespace, notebooks: list[str], seeds: list[int]) 
     jobs = [Job(nb, s, args.profile) for nb in notebooks for s in seeds]
     try:
         todo = [job for job in jobs if not is_current(job)]
-    except runner.UnknownParameter as error:
+    except profiles.UnknownParameter as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     print(f"{len(jobs)} jobs, {len(jobs) - len(todo)} already done", flush=True)
@@ -438,7 +438,7 @@ def run_stage(args: argparse.Namespace, notebooks: list[str], seeds: list[int]) 
     print(f"sweep: {n_jobs} jobs run in {seconds:.0f} s{speed}")
     try:
         for nb in notebooks:
-            write_summary(runner.ROOT / "results" / args.profile, nb)
+            write_summary(profiles.ROOT / "results" / args.profile, nb)
     except ValueError as error:  # a results file that is not one
         print(f"error: {error}", file=sys.stderr)
         return 2

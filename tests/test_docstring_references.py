@@ -1,10 +1,11 @@
-"""Every cross-reference in wslib's docstrings resolves.
+"""Every cross-reference in the docstrings of wslib and bookkit resolves.
 
 A name moved to another module leaves ``:func:`name``` behind in the old
 module's docstrings; the built API reference shows it unresolved, which
 ``tests/book/test_reference.py`` finds only in the slow book build. Here, in
 the fast suite: a short name must be defined in the module that mentions it
-(at top level or in one of its classes), a full ``wslib.`` path must exist.
+(at top level or in one of its classes), a full ``wslib.`` or ``bookkit.``
+path must exist.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULES = sorted((ROOT / "wslib").rglob("*.py"))
+PACKAGES = ("wslib.", "bookkit.")
+MODULES = sorted(p for name in PACKAGES for p in (ROOT / name[:-1]).rglob("*.py"))
 ROLE = re.compile(r":(?:func|class|data|attr|exc|meth):`~?([A-Za-z_][\w.]*)`")
 
 
@@ -40,7 +42,8 @@ def defined_names(tree: ast.Module) -> set[str]:
 
 
 def resolves(path: str) -> bool:
-    """Whether the dotted ``wslib.`` path names a module or an object in one."""
+    """Whether the dotted ``wslib.`` (or ``bookkit.``) path names a module or an
+    object in one."""
     parts = path.split(".")
     for i in range(len(parts), 0, -1):
         try:
@@ -63,11 +66,11 @@ def test_every_reference_names_an_object_that_exists(path: Path) -> None:
         name
         for name in ROLE.findall(source)
         if not (
-            resolves(name) if name.startswith("wslib.") else name.split(".")[0] in own
+            resolves(name) if name.startswith(PACKAGES) else name.split(".")[0] in own
         )
     ]
     assert stale == [], (
-        f"references to names not here (give the full wslib path): {stale}"
+        f"references to names not here (give the full package path): {stale}"
     )
 
 

@@ -22,7 +22,7 @@ import nbformat
 import pytest
 from myst_nb.core.variables import format_plain_text
 
-from bookkit import run
+from bookkit import profiles
 from tests.conftest import NOTEBOOKS, ROOT, SMOKE, WORK
 from wslib.runs.claim_list import CLAIMS
 
@@ -251,7 +251,7 @@ def smoke_params(nb: str) -> dict:
 
 def cpu_params(nb: str) -> dict:
     """The notebook's defaults: its cpu profile entry, model configs completed."""
-    return run.default_parameters(nb)
+    return profiles.default_parameters(nb)
 
 
 def n_train(data: dict) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from bookkit import run
+from bookkit import profiles
 from tests.conftest import NOTEBOOKS, ROOT, chapter, chapters
 
 # the tags the chapters use: Jupyter Book's hide/remove tags and papermill's
@@ -66,8 +66,8 @@ def test_the_parameters_cell_holds_the_profile_seed_and_results_path_alone(
     """Every other parameter is written once, in notebooks/params/cpu.yaml,
     and each of them is read by the chapter's code (a typo there would define
     a parameter nothing reads)."""
-    assert list(run.cell_parameters(nb)) == CELL_PARAMETERS
-    cpu = run.load_profile("cpu")[nb]
+    assert list(profiles.cell_parameters(nb)) == CELL_PARAMETERS
+    cpu = profiles.load_profile("cpu")[nb]
     code = "\n".join(c.source for c in chapter(nb).cells if c.cell_type == "code")
     read = {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
     assert sorted(set(cpu) - read) == [], "cpu parameters the chapter never reads"
@@ -93,7 +93,10 @@ SHARED = {
 
 @pytest.mark.parametrize("nb", sorted(SHARED))
 def test_shared_defaults_are_chapter_1s(nb: str) -> None:
-    first, mine = run.default_parameters("01_symmetries"), run.default_parameters(nb)
+    first, mine = (
+        profiles.default_parameters("01_symmetries"),
+        profiles.default_parameters(nb),
+    )
     assert mine["data"] == first["data"]
     for name, (source, entry) in SHARED[nb].items():
         if entry is not None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import nbformat
 
-from bookkit import run
+from bookkit import profiles
 from tests.conftest import NOTEBOOKS, ROOT, SMOKE, chapter, chapters
 
 CHAPTER = "06_pathlifting"  # a short chapter in the smoke profile
@@ -86,7 +86,7 @@ def test_downloaded_chapter_installs_wslib_and_runs(
     source = chapters.read(workspace / "notebooks" / f"{CHAPTER}.md")
     runnable = chapters.with_setup_cell(source)  # as run.py runs it, the book offers it
     nbformat.write(runnable, folder / f"{CHAPTER}.ipynb")
-    params = run.notebook_parameters(CHAPTER, SMOKE, None)
+    params = profiles.notebook_parameters(CHAPTER, SMOKE, None)
     (folder / "params.json").write_text(json.dumps(params))
     script = (
         "import json, papermill\n"

@@ -356,7 +356,7 @@ def test_chapter_10_counts_its_cpu_side_grouping_and_matching(est):
     p = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())[
         "10_fusion_regimes"
     ]
-    defaults = est.runner.default_parameters("10_fusion_regimes")
+    defaults = est.profiles.default_parameters("10_fusion_regimes")
     methods, k = defaults["methods"], len(defaults["importances"])
     per = est.CPU_SECONDS
     expected = 0.0

@@ -58,8 +58,9 @@ def repo(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def probe(repo: Path, fork: str) -> tuple[dict, list[str]]:
-    """What the probing chapter saw, and the output types of its cells."""
+def probe(repo: Path, fork: str) -> tuple[dict, list[str], bool]:
+    """What the probing chapter saw, the output types of its cells, and whether
+    ipykernel printed its note for a kernel without a parent on the console."""
     env = {**os.environ, kernels.SWITCH: fork, "WSLIB_PROBE": "seen"}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
@@ -79,7 +80,7 @@ def probe(repo: Path, fork: str) -> tuple[dict, list[str]]:
         for o in c.get("outputs", [])
         for k in o.get("data", {})
     ]
-    return seen, sorted(kinds)
+    return seen, sorted(kinds), "Ctrl-C will not work" in done.stdout + done.stderr
 
 
 def test_a_forked_kernel_sees_what_a_started_kernel_sees(repo: Path) -> None:
@@ -88,6 +89,7 @@ def test_a_forked_kernel_sees_what_a_started_kernel_sees(repo: Path) -> None:
     assert forked == started
     assert forked[0]["probe"] == "seen" and forked[0]["session_leader"]
     assert "image/png" in forked[1]  # the figure is shown inline
+    assert not forked[2]  # a quiet console, as with a started kernel
 
 
 def test_the_server_is_used_only_where_forking_is_safe(monkeypatch) -> None:

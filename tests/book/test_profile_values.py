@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from bookkit import run
+from bookkit import profiles
 from tests.conftest import PROFILES
 
 WHERE = "notebooks/params/mine.yaml"
@@ -34,8 +34,8 @@ REFUSED = [
 def test_a_value_out_of_range_is_refused_by_name(
     nb: str, section: dict[str, Any], message: str
 ) -> None:
-    with pytest.raises(run.UnknownParameter, match=message) as refused:
-        run.section_parameters(nb, {nb: section}, WHERE)
+    with pytest.raises(profiles.UnknownParameter, match=message) as refused:
+        profiles.section_parameters(nb, {nb: section}, WHERE)
     assert str(refused.value).startswith(f"{WHERE}, section {nb}: ")
 
 
@@ -51,11 +51,11 @@ ACCEPTED = [
 def test_values_at_the_edge_of_their_range_are_accepted(
     nb: str, section: dict[str, Any]
 ) -> None:
-    assert run.section_parameters(nb, {nb: section}, WHERE)
+    assert profiles.section_parameters(nb, {nb: section}, WHERE)
 
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_the_book_s_profiles_are_in_range(profile: str) -> None:
-    sections = run.load_profile(profile)
-    for nb in run.available_notebooks():
-        run.section_parameters(nb, sections, profile)
+    sections = profiles.load_profile(profile)
+    for nb in profiles.available_notebooks():
+        profiles.section_parameters(nb, sections, profile)

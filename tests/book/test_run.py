@@ -16,6 +16,7 @@ import nbformat
 import pytest
 import yaml
 
+import bookkit.profiles
 import bookkit.run
 from tests.conftest import (
     NOTEBOOKS,
@@ -36,7 +37,7 @@ DEFAULTS = {
 
 @pytest.fixture()
 def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    """run.py with its repository root in ``tmp_path`` holding one tiny notebook."""
+    """bookkit.run with its repository root in ``tmp_path`` holding one tiny notebook."""
     module = bookkit.run
     notebooks = tmp_path / "notebooks"
     (notebooks / "params").mkdir(parents=True)
@@ -46,24 +47,37 @@ def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
         'write_results(results_path, {"double": 2 * width, "name": name}, {})'
     )
     write_notebook(notebooks / f"{TINY}.md", parameters, body)
-    monkeypatch.setattr(module, "ROOT", tmp_path)
-    monkeypatch.setattr(module, "NOTEBOOKS", notebooks)
-    monkeypatch.setattr(module, "PARAMS", notebooks / "params")
+    for each in (module, bookkit.profiles):
+        monkeypatch.setattr(each, "ROOT", tmp_path)
+        monkeypatch.setattr(each, "NOTEBOOKS", notebooks)
+    monkeypatch.setattr(bookkit.profiles, "PARAMS", notebooks / "params")
     return module
 
 
-def write_profile(run: ModuleType, profile: str, params: dict) -> None:
-    (run.PARAMS / f"{profile}.yaml").write_text(yaml.safe_dump({TINY: params}))
+@pytest.fixture()
+def profiles(run: ModuleType) -> ModuleType:
+    """bookkit.profiles, reading the ``run`` fixture's repository root."""
+    return bookkit.profiles
 
 
-def test_default_parameters_are_the_parameters_cell(run: ModuleType) -> None:
-    assert run.default_parameters(TINY) == DEFAULTS
+def write_profile(profile: str, params: dict) -> None:
+    (bookkit.profiles.PARAMS / f"{profile}.yaml").write_text(
+        yaml.safe_dump({TINY: params})
+    )
 
 
-def test_a_cpu_model_config_gets_the_shape_of_its_data_set(run: ModuleType) -> None:
+def test_default_parameters_are_the_parameters_cell(
+    run: ModuleType, profiles: ModuleType
+) -> None:
+    assert profiles.default_parameters(TINY) == DEFAULTS
+
+
+def test_a_cpu_model_config_gets_the_shape_of_its_data_set(
+    run: ModuleType, profiles: ModuleType
+) -> None:
     model = {"name": "mlp", "widths": [4]}
-    write_profile(run, "cpu", {"data": {"name": "mnist1d"}, "model": model})
-    assert run.default_parameters(TINY)["model"] == {
+    write_profile("cpu", {"data": {"name": "mnist1d"}, "model": model})
+    assert profiles.default_parameters(TINY)["model"] == {
         "name": "mlp",
         "in_shape": [1, 40],
         "n_classes": 10,
@@ -72,12 +86,12 @@ def test_a_cpu_model_config_gets_the_shape_of_its_data_set(run: ModuleType) -> N
 
 
 def test_defaults_are_the_cell_and_the_cpu_section_and_all_are_injected(
-    run: ModuleType,
+    run: ModuleType, profiles: ModuleType
 ) -> None:
-    write_profile(run, "cpu", {"width": 5, "depth": 2})
-    write_profile(run, "smoke", {"width": 1})
-    assert run.default_parameters(TINY) == {**DEFAULTS, "width": 5, "depth": 2}
-    injected = run.notebook_parameters(TINY, "smoke", None)
+    write_profile("cpu", {"width": 5, "depth": 2})
+    write_profile("smoke", {"width": 1})
+    assert profiles.default_parameters(TINY) == {**DEFAULTS, "width": 5, "depth": 2}
+    injected = profiles.notebook_parameters(TINY, "smoke", None)
     assert injected == {
         **DEFAULTS,
         "profile": "smoke",
@@ -91,7 +105,7 @@ def test_unknown_profile_key_stops_before_running(
     run: ModuleType, capsys: pytest.CaptureFixture
 ) -> None:
     """One line names the key, the notebook and its valid parameters; status 2."""
-    write_profile(run, "smoke", {"widht": 5})
+    write_profile("smoke", {"widht": 5})
     assert run.main(["--profile", "smoke"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
@@ -113,9 +127,13 @@ def test_unknown_profile_key_stops_before_running(
     ],
 )
 def test_a_bad_profile_file_is_named_in_one_line(
-    run: ModuleType, capsys: pytest.CaptureFixture, text: str, message: str
+    run: ModuleType,
+    capsys: pytest.CaptureFixture,
+    text: str,
+    message: str,
+    profiles: ModuleType,
 ) -> None:
-    (run.PARAMS / "smoke.yaml").write_text(text)
+    (profiles.PARAMS / "smoke.yaml").write_text(text)
     assert run.main(["--profile", "smoke"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
@@ -123,19 +141,25 @@ def test_a_bad_profile_file_is_named_in_one_line(
     assert not (run.ROOT / "build").exists()  # nothing ran
 
 
-def test_profile_values_of_a_compatible_kind_are_accepted(run: ModuleType) -> None:
-    assert run.same_kind(2, 0.5) and run.same_kind(None, [1]) and run.same_kind(3, None)
-    assert not run.same_kind(0.5, 2) and not run.same_kind(True, 1)
-    assert not run.same_kind({"a": 1}, [1])
+def test_profile_values_of_a_compatible_kind_are_accepted(
+    run: ModuleType, profiles: ModuleType
+) -> None:
+    assert (
+        profiles.same_kind(2, 0.5)
+        and profiles.same_kind(None, [1])
+        and profiles.same_kind(3, None)
+    )
+    assert not profiles.same_kind(0.5, 2) and not profiles.same_kind(True, 1)
+    assert not profiles.same_kind({"a": 1}, [1])
 
 
 def test_unknown_key_of_a_later_notebook_stops_the_first(
-    run: ModuleType, capsys: pytest.CaptureFixture
+    run: ModuleType, capsys: pytest.CaptureFixture, profiles: ModuleType
 ) -> None:
     """All requested notebooks are checked before the first one runs."""
     first = run.NOTEBOOKS / "00_first.md"
     first.write_bytes((run.NOTEBOOKS / f"{TINY}.md").read_bytes())
-    (run.PARAMS / "smoke.yaml").write_text(
+    (profiles.PARAMS / "smoke.yaml").write_text(
         yaml.safe_dump({"00_first": {}, TINY: {"bogus": 1}})
     )
     assert run.main(["--profile", "smoke"]) == 2
@@ -146,7 +170,7 @@ def test_unknown_key_of_a_later_notebook_stops_the_first(
 def test_run_records_effective_parameters_and_collapses_injected_cell(
     run: ModuleType,
 ) -> None:
-    write_profile(run, "smoke", {"width": 5})
+    write_profile("smoke", {"width": 5})
     assert run.main(["--profile", "smoke"]) == 0
     results = json.loads((run.ROOT / "results/smoke/00_tiny.json").read_text())
     assert results["notebook"] == TINY and results["profile"] == "smoke"
@@ -187,14 +211,16 @@ def write_model_chapter(run: ModuleType, profile: dict) -> None:
         'model = {"name": "mlp", "in_shape": [1, 40], "n_classes": 10, "widths": [4]}'
     )
     write_notebook(run.NOTEBOOKS / "00_model.md", parameters, "x = 1")
-    (run.PARAMS / "smoke.yaml").write_text(yaml.safe_dump({"00_model": profile}))
+    (bookkit.profiles.PARAMS / "smoke.yaml").write_text(
+        yaml.safe_dump({"00_model": profile})
+    )
 
 
 def test_profile_model_configs_take_the_shape_of_their_data_set(
-    run: ModuleType,
+    run: ModuleType, profiles: ModuleType
 ) -> None:
     write_model_chapter(run, {"model": {"name": "mlp", "widths": [8]}})
-    params = run.notebook_parameters("00_model", "smoke", None)
+    params = profiles.notebook_parameters("00_model", "smoke", None)
     assert list(params["model"].items()) == [
         ("name", "mlp"),
         ("in_shape", [1, 40]),
@@ -203,7 +229,7 @@ def test_profile_model_configs_take_the_shape_of_their_data_set(
     ]
     profile = {"data": {"name": "cifar100"}, "model": {"name": "vgg11"}}
     write_model_chapter(run, profile)
-    params = run.notebook_parameters("00_model", "smoke", None)
+    params = profiles.notebook_parameters("00_model", "smoke", None)
     assert params["model"] == {
         "name": "vgg11",
         "in_shape": [3, 32, 32],
@@ -221,7 +247,7 @@ def test_a_model_config_without_a_known_data_set_stops_before_running(
 
 
 def test_seed_is_recorded_as_a_parameter(run: ModuleType) -> None:
-    write_profile(run, "smoke", {})
+    write_profile("smoke", {})
     assert run.main(["--profile", "smoke", "--seed", "7"]) == 0
     results = json.loads((run.ROOT / "results/smoke/seed-7/00_tiny.json").read_text())
     assert results["params"]["seed"] == 7
@@ -236,7 +262,7 @@ def test_notebook_without_results_file_fails(
     notebook = chapters.read(path)
     notebook.cells[2].source = "x = 1"
     chapters.write(notebook, path)
-    write_profile(run, "smoke", {})
+    write_profile("smoke", {})
     assert run.main(["--profile", "smoke"]) == 1
     assert "did not write results/smoke/00_tiny.json" in capsys.readouterr().err
 
@@ -261,7 +287,7 @@ def test_injected_parameters_are_wrapped_to_the_page(run: ModuleType) -> None:
 def test_every_profile_key_is_a_parameter_of_its_notebook(profile: str) -> None:
     """The book's own profiles pass the check that run.py makes before running."""
     for nb in NOTEBOOKS:
-        bookkit.run.notebook_parameters(nb, profile, None)
+        bookkit.profiles.notebook_parameters(nb, profile, None)
 
 
 def copy_tiny(run: ModuleType, name: str, body: str | None = None) -> None:
@@ -272,13 +298,15 @@ def copy_tiny(run: ModuleType, name: str, body: str | None = None) -> None:
     chapters.write(notebook, run.NOTEBOOKS / f"{name}.md")
 
 
-def test_notebooks_side_by_side_compute_on_one_thread_each(run: ModuleType) -> None:
+def test_notebooks_side_by_side_compute_on_one_thread_each(
+    run: ModuleType, profiles: ModuleType
+) -> None:
     body = (
         "import torch\nfrom wslib.runs.results import write_results\n"
         'write_results(results_path, {"threads": torch.get_num_threads()}, {})'
     )
     copy_tiny(run, "00_threads", body)
-    (run.PARAMS / "cpu.yaml").write_text("{}")
+    (profiles.PARAMS / "cpu.yaml").write_text("{}")
     assert run.main(["--profile", "cpu", "--jobs", "2"]) == 0
     for nb in ("00_threads", TINY):
         assert (run.ROOT / f"results/cpu/{nb}.json").exists()
@@ -289,10 +317,10 @@ def test_notebooks_side_by_side_compute_on_one_thread_each(run: ModuleType) -> N
 
 
 def test_a_failed_notebook_is_named_and_the_others_go_on(
-    run: ModuleType, capsys: pytest.CaptureFixture
+    run: ModuleType, capsys: pytest.CaptureFixture, profiles: ModuleType
 ) -> None:
     copy_tiny(run, "00_broken", "raise ValueError('planted failure')")
-    (run.PARAMS / "cpu.yaml").write_text("{}")
+    (profiles.PARAMS / "cpu.yaml").write_text("{}")
     assert run.main(["--profile", "cpu", "--jobs", "2"]) == 1
     err = capsys.readouterr().err
     assert "notebook 00_broken failed" in err and "planted failure" in err
@@ -301,12 +329,12 @@ def test_a_failed_notebook_is_named_and_the_others_go_on(
 
 
 def test_a_chapter_whose_kernel_dies_is_named_and_the_others_go_on(
-    run: ModuleType, capsys: pytest.CaptureFixture
+    run: ModuleType, capsys: pytest.CaptureFixture, profiles: ModuleType
 ) -> None:
     """A kernel that dies (here it exits; out of memory kills it the same way)
     fails its own chapter, in a few lines, not the whole run with a traceback."""
     copy_tiny(run, "00_dies", "import os\nos._exit(3)")
-    (run.PARAMS / "cpu.yaml").write_text("{}")
+    (profiles.PARAMS / "cpu.yaml").write_text("{}")
     assert run.main(["--profile", "cpu", "--jobs", "1"]) == 1
     err = capsys.readouterr().err
     assert "error: notebook 00_dies failed outside its cells" in err
@@ -325,7 +353,7 @@ def test_gpu_profile_refuses_to_start_without_cuda(
 ) -> None:
     """No silent fallback to days of CPU time: one line naming CUDA and the way out."""
     monkeypatch.setattr(run.torch.cuda, "is_available", lambda: False)
-    write_profile(run, "gpu", {})
+    write_profile("gpu", {})
     assert run.main(["--profile", "gpu"]) == 2
     err = capsys.readouterr().err
     assert "needs a CUDA device" in err and "--allow-cpu" in err
@@ -382,9 +410,9 @@ def test_cpu_speed_counts_the_products_flops_on_one_thread(
 
 
 def test_the_run_line_names_the_cpu_speed(
-    run: ModuleType, capsys: pytest.CaptureFixture
+    run: ModuleType, capsys: pytest.CaptureFixture, profiles: ModuleType
 ) -> None:
-    (run.PARAMS / "cpu.yaml").write_text("{}")
+    (profiles.PARAMS / "cpu.yaml").write_text("{}")
     assert run.main(["--profile", "cpu"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
     speed = float(line.split("this CPU: ")[1].split(" GFLOPS")[0])
@@ -392,14 +420,14 @@ def test_the_run_line_names_the_cpu_speed(
 
 
 def test_a_profile_without_a_section_says_the_defaults_run(
-    run: ModuleType, capsys: pytest.CaptureFixture
+    run: ModuleType, capsys: pytest.CaptureFixture, profiles: ModuleType
 ) -> None:
-    (run.PARAMS / "smoke.yaml").write_text("{}")
+    (profiles.PARAMS / "smoke.yaml").write_text("{}")
     assert run.main(["--profile", "smoke"]) == 0
     out = capsys.readouterr().out
     assert (
         f"notebooks/params/smoke.yaml has no section for {TINY}: they run with" in out
     )
-    (run.PARAMS / "smoke.yaml").write_text(f"{TINY}: {{}}")
+    (profiles.PARAMS / "smoke.yaml").write_text(f"{TINY}: {{}}")
     assert run.main(["--profile", "smoke"]) == 0
     assert "has no section" not in capsys.readouterr().out

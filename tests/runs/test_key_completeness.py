@@ -67,7 +67,7 @@ from wslib.runs.zoo import CONFIG_KEYS, Zoo, normalise_config
 
 # wslib.llpf exports the function autoneb under the module's name
 autoneb = importlib.import_module("wslib.llpf.autoneb")
-runner = sweep.runner
+runner, profiles = sweep.runner, sweep.profiles
 
 MISSING: Any = object()
 
@@ -1142,20 +1142,20 @@ def read_once(fn: Callable[[str], dict[str, Any]]) -> Callable[[str], dict[str, 
 
 # the chapter's parameters cell and the profile's YAML, parsed once
 READ_ONCE = {
-    "default_parameters": read_once(runner.default_parameters),
-    "load_profile": read_once(runner.load_profile),
+    "default_parameters": read_once(profiles.default_parameters),
+    "load_profile": read_once(profiles.load_profile),
 }
 
 
 def reading_once():
-    return patch.multiple(runner, **READ_ONCE)
+    return patch.multiple(profiles, **READ_ONCE)
 
 
 def job_parameters(job: Any) -> dict[str, Any]:
     """The effective parameters ``is_current`` compares for ``job`` (as JSON reads them)."""
     with reading_once():
-        injected = runner.notebook_parameters(job.nb, job.profile, job.seed)
-        return json.loads(json.dumps(runner.effective_parameters(job.nb, injected)))
+        injected = profiles.notebook_parameters(job.nb, job.profile, job.seed)
+        return json.loads(json.dumps(profiles.effective_parameters(job.nb, injected)))
 
 
 def sweep_base(tmp: Path) -> dict[str, Any]:
@@ -1179,7 +1179,7 @@ def sweep_key(args: dict[str, Any]) -> bool:
     recorded.parent.mkdir(parents=True)
     recorded.write_text(json.dumps(args["record"]))
     with (
-        patch.object(runner, "ROOT", root),
+        patch.object(profiles, "ROOT", root),
         reading_once(),
     ):
         return sweep.is_current(args["job"])
