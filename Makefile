@@ -120,8 +120,9 @@ gpu-check: $(STAMP)
 	$(BOOKKIT) gpu-check $(if $(ALLOW_CPU_ON),--allow-cpu)
 
 # ruff covers the .py files and, through `bookkit lint`, the chapters' code
-# cells; the layers contract of pyproject.toml is checked by lint-imports; mypy
-# checks the types of wslib and the scripts (the files and settings of [tool.mypy]).
+# cells (which it also type-checks with mypy); the contracts of pyproject.toml are
+# checked by lint-imports; mypy checks the types of wslib and bookkit (the files
+# and settings of [tool.mypy]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .

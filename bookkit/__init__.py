@@ -10,7 +10,7 @@ in a checkout: that checkout's code runs) calls one module's ``main``:
 ``plan``           the CI stages' job matrix and the merge of their files (:mod:`.plan`)
 ``affected``       the chapters a change touches (:mod:`.affected`)
 ``build``          the Jupyter Book from executed chapters (:mod:`.build`)
-``lint``           ruff over the chapters' code cells (:mod:`.lint`)
+``lint``           ruff and mypy over the chapters' code cells (:mod:`.lint`)
 ``download``       the gpu profile's image data sets (:mod:`.download`)
 ``gpu-check``      the check for a CUDA machine (:mod:`.gpu_check`)
 ``synthetic-data`` small files in the real formats of those data sets (:mod:`.synthetic_data`)

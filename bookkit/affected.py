@@ -36,7 +36,14 @@ from bookkit import chapters
 from bookkit.profiles import NOTEBOOKS, ROOT
 
 PACKAGE = ROOT / "bookkit"
-RUNNER = ("__main__.py", "run.py", "chapters.py", "kernels.py", "profile_values.py")
+RUNNER = (
+    "__main__.py",
+    "run.py",
+    "profiles.py",
+    "chapters.py",
+    "kernels.py",
+    "profile_values.py",
+)
 """The modules of :mod:`bookkit` every chapter's run goes through."""
 EVERY_CHAPTER = {
     "notebooks/params/smoke.yaml",

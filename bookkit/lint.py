@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import yaml
@@ -54,11 +55,11 @@ def ruff(folder: Path, *args: str) -> int:
     return done.returncode
 
 
-def injected(chapter: Path) -> list[str]:
-    """The names run.py injects into ``chapter`` beyond its parameters cell: the
-    keys of its section of the cpu profile (ruff takes them as defined)."""
+def injected(chapter: Path) -> dict[str, Any]:
+    """What ``bookkit run`` injects into ``chapter`` beyond its parameters cell:
+    its section of the cpu profile (ruff takes the names as defined)."""
     sections = yaml.safe_load(PARAMS.joinpath("cpu.yaml").read_text()) or {}
-    return sorted(sections.get(chapter.stem) or {})
+    return sections.get(chapter.stem) or {}
 
 
 def annotation(value: object) -> str:
@@ -72,9 +73,8 @@ def annotation(value: object) -> str:
 
 
 def declarations(chapter: Path) -> list[str]:
-    """The lines that declare the names run.py injects into ``chapter``, typed."""
-    sections = yaml.safe_load(PARAMS.joinpath("cpu.yaml").read_text()) or {}
-    section = sections.get(chapter.stem) or {}
+    """The lines that declare the names injected into ``chapter``, typed."""
+    section = injected(chapter)
     lines = ["from typing import Any"]
     return lines + [f"{name}: {annotation(section[name])}" for name in sorted(section)]
 
@@ -113,6 +113,7 @@ def typecheck(folder: Path) -> int:
         capture_output=True,
         text=True,
         check=False,
+        cwd=ROOT,  # mypy finds wslib in the repository root
     )
 
     def named(match: re.Match[str]) -> str:
@@ -150,7 +151,7 @@ def lint(fix: bool) -> int:
         checking, fixing = ([], ["--fix"]) if fix else (["--check", "--diff"], [])
         statuses = [ruff(folder, "format", *checking, *files)]
         for chapter, path in converted.items():
-            names = f"builtins = {injected(chapter)}"
+            names = f"builtins = {sorted(injected(chapter))}"
             rules = ["check", *fixing, "--quiet", "--config", names, str(path)]
             statuses.append(ruff(folder, *rules))
         if not fix:

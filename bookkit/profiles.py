@@ -144,8 +144,8 @@ def section_parameters(nb: str, sections: dict[str, Any], where: str) -> dict[st
     only warn and ignore it), gives one a value of another kind, or holds a
     model config that cannot be completed, or a value out of its range
     (:mod:`profile_values`: a recipe that trains nothing, a count of zero, a
-    negative rate). ``run.py``, ``sweep.py``,
-    ``part.py`` and ``gpu_check.py --params`` all read profiles through here.
+    negative rate). ``bookkit run``, ``sweep``, ``part``, ``plan`` and
+    ``gpu-check --params`` all read profiles through here.
     """
     section = sections.get(nb) or {}
     valid = default_parameters(nb)

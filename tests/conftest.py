@@ -51,7 +51,7 @@ class Ran:
 
 
 def run_main(script: ModuleType, *args: str) -> Ran:
-    """``python <script> <args>`` in the repository root, in this process.
+    """``bookkit <command> <args>`` in the repository root, in this process.
 
     For the tests of a script's argument and file checks: no interpreter, torch
     and library to start (about 3 s a call); the working folder and torch's

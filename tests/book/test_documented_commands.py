@@ -38,9 +38,10 @@ def check_bookkit(words: list[str]) -> None:
     """Parse the arguments of the ``bookkit`` command in ``words``, if there is one,
     with that command's own parser (a refused argument exits with status 2)."""
     starts = [i for i, w in enumerate(words) if w.endswith("bookkit")]
-    if not starts or words[starts[0] + 1] not in PARSED:
+    rest = words[starts[0] + 1 :] if starts else []
+    if not rest or rest[0] not in PARSED:
         return
-    command, *args = words[starts[0] + 1 :]
+    command, *args = rest
     args = args[: args.index("&&")] if "&&" in args else args
     importlib.import_module(f"bookkit.{COMMANDS[command]}").parse_args(args)
 

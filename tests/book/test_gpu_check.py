@@ -24,8 +24,6 @@ from tests.conftest import ROOT, SESSION_ENV, chapters, run_main
 from tests.kit import mlp
 from wslib.core.configs import complete_model_configs
 
-SCRIPT = ROOT / "notebooks" / "gpu_check.py"
-
 
 @pytest.fixture(scope="module")
 def check() -> ModuleType:
@@ -47,7 +45,7 @@ def timing() -> ModuleType:
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *args],
+        [sys.executable, "-m", "bookkit", "gpu-check", *args],
         cwd=ROOT,
         env=SESSION_ENV,
         capture_output=True,

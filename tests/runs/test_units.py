@@ -1,6 +1,6 @@
 """wslib.runs.units: units grouped by stage; every cache refuses to compute when told.
 
-A split sweep (``bookkit/sweep.py --split``) runs the units stage by
+A split sweep (``bookkit sweep --split``) runs the units stage by
 stage, then the notebooks. ``WSLIB_CACHED_ONLY=1`` is the check that a split
 chapter's units covered all its work (``tests/book/test_split.py``), so each
 cache's refusal is tested here: the run cache, the model zoo, an LLPF path.
