@@ -91,7 +91,7 @@ from wslib.core.seeds import check_seed
 
 COMMAND = [sys.executable, "-m", "bookkit"]
 """How one command of this package starts another as a process (it runs with
-:data:`ROOT` as working folder, so it imports this checkout's ``bookkit``)."""
+:data:`bookkit.profiles.ROOT` as working folder, so it imports this checkout's ``bookkit``)."""
 MAX_JOBS = 4  # notebooks side by side by default (they share one GPU when there is one)
 # Wall times of the reference cpu build: they only set the order notebooks start in.
 REFERENCE_TIMES = NOTEBOOKS / "reference_times.json"
@@ -195,7 +195,7 @@ def default_jobs() -> int:
 
 def one_thread_kernels(jobs: int) -> None:
     """Kernels started from now on compute on one thread (worker pools share the
-    cores) and take their relative paths under :data:`ROOT` (the workspace)."""
+    cores) and take their relative paths under :data:`bookkit.profiles.ROOT` (the workspace)."""
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"
     os.environ["WSLIB_CPU_WORKERS"] = str(max(1, cores() // jobs))

@@ -32,7 +32,8 @@ TIMING = re.compile(r"seconds|time|wall|_s$|over_epoch")  # wall-clock metric ke
 
 @pytest.fixture()
 def checkout(tmp_path: Path) -> Path:
-    """A repository root with the library, the notebooks and MNIST-1D; no caches.
+    """A repository root with the library, the tooling, the notebooks and MNIST-1D;
+    no caches.
 
     One per test, so that no chapter's units fill a cache another chapter's
     notebook reads.
@@ -41,6 +42,7 @@ def checkout(tmp_path: Path) -> Path:
     skip = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints")
     for source, folder in (
         (ROOT, "wslib"),
+        (ROOT, "bookkit"),
         (ROOT, "notebooks"),
         (WORK, "data/mnist1d"),
     ):

@@ -60,8 +60,9 @@ ACCURACY_MARGIN = 0.01
 """1 point of test accuracy (accuracies here are fractions)."""
 
 
+# Groups of models to fuse, by regime name (each group: the models of one fusion);
+# a comment, not a docstring: the API page would show the alias's parts as names
 Regimes = Mapping[str, Sequence[Sequence[nn.Module]]]
-"""Groups of models to fuse, by regime name (each group: the models of one fusion)."""
 
 
 def random_subset(ds: Dataset, n_train: int, n_test: int, seed: int) -> Dataset:
