@@ -6,11 +6,12 @@ import importlib
 import inspect
 import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
 import bookkit
-from bookkit.__main__ import COMMANDS, main
+from bookkit.__main__ import COMMANDS, main, other_checkout
 from tests.conftest import ROOT
 
 
@@ -56,3 +57,23 @@ def test_a_command_gets_the_other_arguments_under_its_name(
 def test_the_console_script_is_the_dispatcher() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["scripts"] == {"bookkit": "bookkit.__main__:main"}
+
+
+def test_another_checkout_without_its_own_bookkit_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    """From a checkout's root without bookkit/, ``python -m bookkit`` would run the
+    installed package on its own repository's files: refused, naming both."""
+    (tmp_path / "notebooks").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "--profile", "smoke"]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path.resolve()} holds chapters but no bookkit/ of its own" in err
+    assert f"installed from {ROOT}" in err
+
+
+def test_the_repository_and_a_folder_without_chapters_may_run_it(
+    tmp_path: Path,
+) -> None:
+    assert other_checkout(ROOT, ROOT) is None
+    assert other_checkout(tmp_path, ROOT) is None
