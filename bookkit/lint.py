@@ -55,11 +55,10 @@ def ruff(folder: Path, *args: str) -> int:
     return done.returncode
 
 
-def injected(chapter: Path) -> dict[str, Any]:
-    """What ``bookkit run`` injects into ``chapter`` beyond its parameters cell:
+def cpu_sections() -> dict[str, Any]:
+    """What ``bookkit run`` injects into each chapter beyond its parameters cell:
     its section of the cpu profile (ruff takes the names as defined)."""
-    sections = yaml.safe_load(PARAMS.joinpath("cpu.yaml").read_text()) or {}
-    return sections.get(chapter.stem) or {}
+    return yaml.safe_load(PARAMS.joinpath("cpu.yaml").read_text()) or {}
 
 
 def annotation(value: object) -> str:
@@ -72,17 +71,16 @@ def annotation(value: object) -> str:
     return "list[Any]" if isinstance(value, list) else "Any"
 
 
-def declarations(chapter: Path) -> list[str]:
-    """The lines that declare the names injected into ``chapter``, typed."""
-    section = injected(chapter)
+def declarations(section: dict[str, Any]) -> list[str]:
+    """The lines that declare the names of a chapter's cpu ``section``, typed."""
     lines = ["from typing import Any"]
     return lines + [f"{name}: {annotation(section[name])}" for name in sorted(section)]
 
 
-def as_module(chapter: Path) -> tuple[str, list[str]]:
+def as_module(chapter: Path, section: dict[str, Any]) -> tuple[str, list[str]]:
     """``chapter``'s code cells as one module (magics commented out), and the
     place each of its lines comes from (``cell N:line``, N counting every cell)."""
-    lines = declarations(chapter)
+    lines = declarations(section)
     places = [f"injected parameters:{i + 1}" for i in range(len(lines))]
     for number, cell in enumerate(chapters.read(chapter).cells, start=1):
         if cell.cell_type != "code":
@@ -93,11 +91,13 @@ def as_module(chapter: Path) -> tuple[str, list[str]]:
     return "\n".join(lines) + "\n", places
 
 
-def typecheck(folder: Path) -> int:
-    """mypy on every chapter as a module written in ``folder``; 0 when all pass."""
+def typecheck(folder: Path, sections: dict[str, Any]) -> int:
+    """mypy on every chapter as a module written in ``folder``, its injected names
+    typed from ``sections`` (the cpu profile's); 0 when all pass."""
     places = {}
     for chapter in sorted(NOTEBOOKS.glob(f"*{chapters.SUFFIX}")):
-        source, places[chapter.stem] = as_module(chapter)
+        section = sections.get(chapter.stem) or {}
+        source, places[chapter.stem] = as_module(chapter, section)
         (folder / f"chapter_{chapter.stem}.py").write_text(source)
     config = ["--config-file", str(ROOT / "pyproject.toml")]
     done = subprocess.run(
@@ -141,6 +141,7 @@ def write_back(converted: Path, chapter: Path) -> bool:
 
 def lint(fix: bool) -> int:
     """Check (or fix) every chapter's code cells; 0 when all pass."""
+    sections = cpu_sections()  # read once for ruff and mypy
     with tempfile.TemporaryDirectory(prefix="wslib-lint-") as name:
         folder = Path(name)
         converted = {}
@@ -151,11 +152,11 @@ def lint(fix: bool) -> int:
         checking, fixing = ([], ["--fix"]) if fix else (["--check", "--diff"], [])
         statuses = [ruff(folder, "format", *checking, *files)]
         for chapter, path in converted.items():
-            names = f"builtins = {sorted(injected(chapter))}"
+            names = f"builtins = {sorted(sections.get(chapter.stem) or {})}"
             rules = ["check", *fixing, "--quiet", "--config", names, str(path)]
             statuses.append(ruff(folder, *rules))
         if not fix:
-            typed = typecheck(folder)  # after ruff: both report every problem
+            typed = typecheck(folder, sections)  # after ruff: both report every problem
             return int(any(statuses) or typed != 0)
         for chapter, path in converted.items():
             if write_back(path, chapter):
