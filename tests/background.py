@@ -1,20 +1,24 @@
 """Long runs of the smoke chapters, computed in the background while other tests run.
 
 Most tests compute on one thread, so a serial ``make test`` leaves a core idle
-for most of its length. The smoke runs of the seeds after the default one and
-the run of the gpu-smoke profile need nothing else of the session: they
-start when the tests are collected, run one after another on half of the
-cores, each in a workspace of its own (a seed's results must not enter the
-smoke book's ledger while it is built), and the fixtures that read them
-wait for them; the tests that use those fixtures run last. More jobs here
-made the suite no faster (measured once each, serial, 2 cores): 877 s and
-1,528 CPU-s as it is; 861 s and 1,619 with the split chapters' units in the
-background too (the jobs' core is busy for most of the run already); 900 s
-and 1,699 with those, ``plan.py``'s jobs and the gpu check's quick run, the
-jobs not bound to their half of the cores (the two sides' processes
-crowded each other's core). Under pytest-xdist a job starts when a
-fixture first asks for it: a worker cannot know beforehand which tests it
-will be given.
+for most of its length. The runs that need nothing else of the session are
+jobs here: the smoke book (every chapter at the default seed, then the
+build), its student edition, the smoke runs of the seeds after the default
+one and the run of the gpu-smoke profile. They start when the tests are
+collected, run one after another on half of the cores (the seeds' and the
+gpu-smoke run each in a workspace of its own: a seed's results must not
+enter the smoke book's ledger), and the fixtures that read them wait for
+them; the tests that use those fixtures run last, in the order of the jobs.
+Measured on 2 cores, serial, on one machine: with the smoke book built in
+the foreground (its tests waited 129 s for it before any other test ran)
+907 s and 894 s; with the smoke book here 820 s at 1,500 CPU-s, the second
+core busy for nearly all of it, so more jobs here would only move time from
+one core to the other. Earlier, more jobs made the suite no faster: 861 s
+against 877 s with the split chapters' units here too; 900 s with those,
+``plan.py``'s jobs and the gpu check's quick run, the jobs not bound to
+their half of the cores (the two sides' processes crowded each other's
+core). Under pytest-xdist a job starts when a fixture first asks for it: a
+worker cannot know beforehand which tests it will be given.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -134,12 +135,17 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 BACKGROUND_FIXTURES = {
+    "smoke_book": "smoke-book",
+    "student_book": "student-book",
     "smoke_other_seed": "seeds",
     "sweep_entries": "seeds",
     "seed_results": "seeds",
     "gpu_smoke_run": "gpu-smoke",
 }
 """The fixtures that read a job of :data:`BACKGROUND`, and the job."""
+JOB_ORDER = ("smoke-book", "student-book", "seeds", "gpu-smoke")
+"""The jobs in the order they run: the smoke book first, which most of the
+tests that read a job read."""
 SMOKE_FIXTURES = {"smoke_book", "student_book", "smoke_other_seed", "sweep_entries"}
 SMOKE_FIXTURES |= {"seed_results"}
 """The session fixtures that run and build the smoke book or read the seeds' runs."""
@@ -163,16 +169,23 @@ def fixture_names(item: pytest.Item) -> set[str]:
     return set(getattr(item, "fixturenames", ()))
 
 
+def last_job(item: pytest.Item) -> int:
+    """1 + the place in :data:`JOB_ORDER` of the last background job ``item``
+    reads; 0 if it reads none."""
+    jobs = {BACKGROUND_FIXTURES.get(f) for f in fixture_names(item)}
+    return max((i + 1 for i, job in enumerate(JOB_ORDER) if job in jobs), default=0)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the background jobs that the selected tests will read (after
     ``-m`` and ``-k`` chose them: ``make test-fast`` starts none). Not in a
     pytest-xdist worker, which is given its tests one by one."""
     gc.freeze()  # the collections of the tests' own objects skip the imported modules
     if not os.environ.get("PYTEST_XDIST_WORKER"):
-        needed = [
+        needed = {
             BACKGROUND_FIXTURES.get(f) for i in session.items for f in fixture_names(i)
-        ]
-        BACKGROUND.start(list(dict.fromkeys(n for n in needed if n)))
+        }
+        BACKGROUND.start([job for job in JOB_ORDER if job in needed])
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -180,16 +193,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests that share an expensive fixture go to one pytest-xdist worker
     (``--dist loadgroup``), which builds it once: all the smoke book's tests
     together, and the tests of a file that has a module-scoped fixture.
-    The tests that read a background job go last (in their order), so that
-    the others run beside the jobs instead of waiting for them; :data:`ISOLATION`
-    goes after them all.
+    The tests that read a background job go last, in the order of the last
+    job they read (:data:`JOB_ORDER`), so that the others run beside the jobs
+    instead of waiting for them; :data:`ISOLATION` goes after them all.
     """
-    items.sort(
-        key=lambda item: (
-            bool(BACKGROUND_FIXTURES.keys() & fixture_names(item)),
-            item.nodeid == ISOLATION,
-        )
-    )
+    items.sort(key=lambda item: (last_job(item), item.nodeid == ISOLATION))
     for item in items:
         fixtures = getattr(item, "_fixtureinfo", None)
         defs = fixtures.name2fixturedefs.values() if fixtures else []
@@ -216,12 +224,23 @@ def snapshot(root: Path, folders: tuple[str, ...] = READER_FOLDERS) -> dict[str,
 READER_SNAPSHOT = snapshot(ROOT)  # taken when the tests start
 
 
+WORKSPACE_LOCK = threading.Lock()
+"""Guards the copy into :data:`WORK`: a test and the smoke book's background
+job may ask for it at once."""
+
+
+def prepare_workspace() -> Path:
+    """:data:`WORK`, filled with a copy of the checkout (once per session)."""
+    with WORKSPACE_LOCK:
+        if not (WORK / "wslib").is_dir():
+            copy_checkout(WORK)
+    return WORK
+
+
 @pytest.fixture(scope="session")
 def workspace() -> Path:
-    """:data:`WORK`, filled with a copy of the checkout (once per session)."""
-    if not (WORK / "wslib").is_dir():
-        copy_checkout(WORK)
-    return WORK
+    """:func:`prepare_workspace`'s folder."""
+    return prepare_workspace()
 
 
 SESSION_ENV: dict[str, str] = {}
@@ -245,12 +264,21 @@ def script_env(workspace: Path, **env: str) -> dict[str, str]:
 
 
 def run_in(workspace: Path, script: list[str], **env: str) -> None:
-    """``python <script>`` in ``workspace``, importing the workspace's ``wslib``."""
+    """``python <script>`` in ``workspace``, importing the workspace's ``wslib``;
+    RuntimeError naming the script and the end of its output if it fails (a
+    background job reports it; in a test it is the test's failure)."""
     done = subprocess.run(
-        [sys.executable, *script], cwd=workspace, env=script_env(workspace, **env)
+        [sys.executable, *script],
+        cwd=workspace,
+        env=script_env(workspace, **env),
+        capture_output=True,
+        text=True,
     )
     if done.returncode != 0:
-        pytest.fail(f"{' '.join(script)} failed with exit status {done.returncode}")
+        output = (done.stdout + done.stderr)[-3000:]
+        raise RuntimeError(
+            f"{' '.join(script)} failed with exit status {done.returncode}\n{output}"
+        )
 
 
 def run_smoke(workspace: Path, seed: int | None, entry_log: Path) -> None:
@@ -261,22 +289,30 @@ def run_smoke(workspace: Path, seed: int | None, entry_log: Path) -> None:
     run_in(workspace, script, **{ENTRY_LOG: str(entry_log)})
 
 
-@pytest.fixture(scope="session")
-def entry_logs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The folder of the smoke runs' entry logs, ``seed-<N>.log`` per seed."""
-    return tmp_path_factory.mktemp("entry-logs")
+def build_smoke_book(folder: Path) -> Path:
+    """Run all notebooks in the smoke profile and build the book, as `make book`
+    does, in :data:`WORK` (``build/smoke``, ``results/smoke`` and ``book/_build``
+    there); the run's entry log is ``folder/seed-0.log``. Returns ``folder``."""
+    work = prepare_workspace()
+    run_smoke(work, None, folder / "seed-0.log")
+    run_in(work, ["-m", "bookkit", "build", f"build/{SMOKE}"])
+    return folder
+
+
+def build_student_book(folder: Path) -> Path:
+    """The student edition of the smoke book (every solution removed), built
+    after :func:`build_smoke_book` (the job before it); its HTML folder."""
+    work = prepare_workspace()
+    run_in(work, ["-m", "bookkit", "build", f"build/{SMOKE}", "--edition", "student"])
+    return work / "book" / "_student" / "_build" / "html"
 
 
 @pytest.fixture(scope="session")
-def smoke_book(workspace: Path, entry_logs: Path) -> Path:
-    """Run all notebooks in the smoke profile and build the book, as `make book` does.
-
-    In the tests' workspace (``build/smoke``, ``results/smoke`` and
-    ``book/_build`` of :data:`WORK`); returns the folder of the built HTML.
-    """
-    run_smoke(workspace, None, entry_logs / "seed-0.log")
-    run_in(workspace, ["-m", "bookkit", "build", f"build/{SMOKE}"])
-    return workspace / "book" / "_build" / "html"
+def smoke_book() -> Path:
+    """The smoke book (:func:`build_smoke_book`, a background job): the folder
+    of its HTML."""
+    background_result("smoke-book")
+    return WORK / "book" / "_build" / "html"
 
 
 OTHER_SEED = 1  # the smoke book runs each notebook's default seed (0)
@@ -317,7 +353,14 @@ def run_gpu_smoke(folder: Path) -> list[Any]:
     )
 
 
-BACKGROUND = Background({"seeds": run_seeds, "gpu-smoke": run_gpu_smoke})
+BACKGROUND = Background(
+    {
+        "smoke-book": build_smoke_book,
+        "student-book": build_student_book,
+        "seeds": run_seeds,
+        "gpu-smoke": run_gpu_smoke,
+    }
+)
 """The long runs that need nothing else of the session (:mod:`tests.background`)."""
 
 
@@ -358,25 +401,22 @@ def relative_entries(log: Path, root: Path) -> set[str]:
 
 
 @pytest.fixture(scope="session")
-def sweep_entries(
-    smoke_book: Path, workspace: Path, entry_logs: Path
-) -> dict[int, set[str]]:
+def sweep_entries(smoke_book: Path, workspace: Path) -> dict[int, set[str]]:
     """The cache entries (zoo, run cache, LLPF checkpoints) each of SWEEP_SEEDS
     used, relative to its workspace (seed 0's and the background runs' differ)."""
+    seed_0 = background_result("smoke-book") / "seed-0.log"
     checkout = background_result("seeds")
-    entries = {0: relative_entries(entry_logs / "seed-0.log", workspace)}
+    entries = {0: relative_entries(seed_0, workspace)}
     for seed in SWEEP_SEEDS[1:]:
         entries[seed] = relative_entries(seed_log(seed), checkout)
     return entries
 
 
 @pytest.fixture(scope="session")
-def student_book(smoke_book: Path, workspace: Path) -> Path:
-    """The student edition of the smoke book (every solution removed); its HTML folder."""
-    run_in(
-        workspace, ["-m", "bookkit", "build", f"build/{SMOKE}", "--edition", "student"]
-    )
-    return workspace / "book" / "_student" / "_build" / "html"
+def student_book(smoke_book: Path) -> Path:
+    """The student edition of the smoke book (:func:`build_student_book`, a
+    background job); its HTML folder."""
+    return background_result("student-book")
 
 
 @pytest.fixture(autouse=True)

@@ -62,3 +62,16 @@ def test_stopping_ended_jobs_leaves_other_processes_alone():
     finally:
         other.kill()
         other.wait()
+
+
+def test_every_job_has_its_place_and_the_smoke_book_comes_first():
+    """The session's jobs run in :data:`JOB_ORDER`: every job of the session's
+    :data:`BACKGROUND` has a place there, every fixture that reads a job names
+    one of them, and the student edition (built from the smoke book's run)
+    comes after the smoke book."""
+    from tests.conftest import BACKGROUND, BACKGROUND_FIXTURES, JOB_ORDER
+
+    assert sorted(JOB_ORDER) == sorted(BACKGROUND.jobs)
+    assert set(BACKGROUND_FIXTURES.values()) <= set(JOB_ORDER)
+    assert JOB_ORDER[0] == "smoke-book"
+    assert JOB_ORDER.index("student-book") > JOB_ORDER.index("smoke-book")
