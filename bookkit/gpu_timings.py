@@ -276,7 +276,7 @@ def zoo_tick_steps(
     """
     from wslib.core.connectivity import mode_config
     from wslib.llpf import M2MSettings, m2m
-    from wslib.llpf.protocols import PathSetup
+    from wslib.llpf.protocols import PathRun, PathSetup
     from wslib.llpf.setup import mode_seeds
     from wslib.runs.resumable import Persist
     from wslib.runs.zoo import Zoo
@@ -297,7 +297,7 @@ def zoo_tick_steps(
     setup = PathSetup(
         ds, params["batch_size"], params["r_min"], params["threshold_margin"]
     )
-    settings = params["llpf"][name]
+    settings = PathRun.of(params["llpf"][name], f"llpf.{name}")
     refine = setup.refine(modes, settings)
     steps = [0]
 
@@ -321,9 +321,9 @@ def zoo_tick_steps(
                 ds.x_train,
                 ds.y_train,
                 M2MSettings(
-                    ticks=settings["ticks"],
+                    ticks=settings.ticks,
                     refine=refine,
-                    record_every=settings["record_every"],
+                    record_every=settings.record_every,
                 ),
                 persist=Persist(progress=False, on_tick=stop),
             )

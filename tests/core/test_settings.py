@@ -114,3 +114,52 @@ def test_numbers_are_keyed_as_their_declared_type_and_arrays_as_lists():
     array = Example(rates=np.array([0.5, 1.0]))
     assert array.key()["rates"] == [0.5, 1.0]
     assert plain(np.arange(3)) == [0, 1, 2] and plain(range(2)) == [0, 1]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Required(Settings):
+    ticks: int
+    rate: float
+    factory: list = dataclasses.field(default_factory=list)
+    cap: int = 5
+
+    def __post_init__(self) -> None:
+        if self.ticks < 1:
+            raise ValueError(f"ticks must be >= 1, got {self.ticks}")
+
+
+WHERE = "cpu profile, chapter 3, llpf.mlp"
+
+
+def test_of_reads_a_mapping_and_keeps_settings_as_they_are():
+    read = Required.of({"ticks": 2, "rate": 0.5}, WHERE)
+    assert read == Required(ticks=2, rate=0.5)
+    assert Required.of(read, WHERE) is read
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"ticks": 2, "rate": 0.5, "tick": 1, "capp": 2},
+            f"{WHERE}: unknown setting capp, tick; valid: cap, factory, rate, ticks",
+        ),
+        ({"rate": 0.5}, f"{WHERE}: missing setting ticks"),
+        ({"factory": []}, f"{WHERE}: missing setting ticks, rate"),
+        ({"ticks": 0, "rate": 0.5}, f"{WHERE}: ticks must be >= 1, got 0"),
+    ],
+)
+def test_of_names_the_place_and_the_field(values: dict, message: str):
+    """An unknown name (every one, sorted, with the valid ones), a missing one
+    (a field with a default or a default factory is never missing) and a value
+    the checks refuse are named with where they were written."""
+    with pytest.raises(ValueError) as error:
+        Required.of(values, WHERE)
+    assert str(error.value) == message
+
+
+def test_of_refuses_what_is_neither_a_mapping_nor_its_settings():
+    with pytest.raises(TypeError, match=f"{WHERE}: a mapping or Required, got 3"):
+        Required.of(3, WHERE)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="a mapping or Required, got Example"):
+        Required.of(Example(), WHERE)  # type: ignore[arg-type]

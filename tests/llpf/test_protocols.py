@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+from typing import Any
+
 import grimp
 import numpy as np
 import pytest
@@ -21,6 +25,7 @@ from wslib.llpf.layerwise import (
 from wslib.llpf.path import LLPFPath
 from wslib.llpf.protocols import (
     CODE,
+    PathRun,
     PathSetup,
     batch_mode_loss,
     compare_at_equal_steps,
@@ -64,7 +69,7 @@ def test_endpoint_loss_is_the_larger_training_loss() -> None:
 def test_refine_stops_at_the_endpoint_loss_plus_the_margin() -> None:
     s = setup()
     a, b = pair()
-    refine = s.refine([a, b], {"lr": 0.3, "r_max": 7, "ticks": 1})
+    refine = s.refine([a, b], PathRun(lr=0.3, r_max=7, ticks=1, record_every=1))
     assert refine.threshold == endpoint_loss([a, b], s.ds) + 0.25
     assert (refine.lr, refine.r_max, refine.batch_size, refine.r_min) == (0.3, 7, 8, 2)
 
@@ -80,7 +85,7 @@ def test_m2m_path_connects_the_pair_and_writes_its_checkpoint(tmp_path) -> None:
     s = setup(checkpoint_dir=tmp_path)
     a, b = pair()
     path = m2m_path(s, [a, b], FAST, seed=0, name="mlp")
-    assert s.checkpoint("mlp", 0, settings=FAST, ends=[a, b]).exists()
+    assert s.checkpoint("mlp", 0, settings=PathRun(**FAST).key(), ends=[a, b]).exists()
     assert all(torch.equal(path.states[0][k], v) for k, v in a.state_dict().items())
     assert all(torch.equal(path.states[-1][k], v) for k, v in b.state_dict().items())
     assert path.ticks == [0, 2, 4] and path.total_grad_steps > 0
@@ -200,7 +205,7 @@ def test_hybrid_ends_on_the_destination_sphere() -> None:
         m2o_ticks=20,
         shrink=0.1,
         m2m_ticks=FAST["ticks"],
-        refine=s.refine([source, dest], FAST),
+        refine=s.refine([source, dest], PathRun(**FAST)),
         record_every=FAST["record_every"],
         persist=QUIET,
     )
@@ -266,7 +271,7 @@ def test_on_refined_sees_the_point_before_its_projection() -> None:
         b.state_dict(),
         s.ds.x_train,
         s.ds.y_train,
-        M2MSettings(ticks=4, refine=s.refine([a, b], FAST)),
+        M2MSettings(ticks=4, refine=s.refine([a, b], PathRun(**FAST))),
         on_refined=lambda t, m: record(t, m, before),
         persist=Persist(progress=False, on_tick=lambda t, m: record(t, m, after)),
     )
@@ -279,7 +284,7 @@ def test_on_refined_sees_the_point_before_its_projection() -> None:
 def test_a_bf16_refinement_measures_its_threshold_in_bf16() -> None:
     s = setup()
     a, b = pair()
-    settings = {"lr": 0.3, "r_max": 7, "ticks": 1, "precision": "bf16"}
+    settings = PathRun(lr=0.3, r_max=7, ticks=1, record_every=1, precision="bf16")
     refine = s.refine([a, b], settings)
     bf16 = max(batch_mode_loss(m, s.ds, 8, precision="bf16") for m in (a, b))
     assert refine.precision == "bf16" and refine.threshold == bf16 + 0.25
@@ -299,3 +304,36 @@ def test_a_path_s_test_metrics_are_read_on_the_test_split() -> None:
         assert res["train_loss"][i] == pytest.approx(
             evaluate(model, s.ds.x_train, s.ds.y_train)[0], rel=1e-5
         )
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({**FAST, "tick": 3}, "M2M settings: unknown setting tick; valid: lr, "),
+        (
+            {"ticks": 4, "lr": 0.05, "r_max": 3},
+            "M2M settings: missing setting record_every",
+        ),
+        ({**FAST, "ticks": 0}, "ticks must be >= 1, got 0"),  # by M2MSettings
+    ],
+)
+def test_a_wrong_path_setting_is_named_before_any_work(
+    settings: dict[str, Any], message: str
+) -> None:
+    """A chapter's LLPF settings are read as a :class:`PathRun` first: a
+    misspelt or missing name is named; a value is checked, and named, by the
+    algorithm's own settings."""
+    s = setup()
+    with pytest.raises(ValueError, match=re.escape(message)):
+        m2m_path(s, pair(), settings, seed=0)
+
+
+def test_path_settings_and_their_mapping_give_one_checkpoint(tmp_path: Path) -> None:
+    """A :class:`PathRun` and the mapping it was read from name one checkpoint:
+    the name is made from the settings' key, not from how they were given."""
+    s = setup(checkpoint_dir=tmp_path)
+    a, b = pair()
+    m2m_path(s, [a, b], FAST, seed=0, name="mlp")
+    stamp = {p.name: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    m2m_path(s, [a, b], PathRun(**FAST), seed=0, name="mlp")
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == stamp

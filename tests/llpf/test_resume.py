@@ -18,6 +18,7 @@ from wslib.core.configs import build_model
 from wslib.core.data import Dataset
 from wslib.llpf.layerwise import ComplianceSGD, LLPFPath, M2MSettings, m2m
 from wslib.llpf.protocols import (
+    PathRun,
     PathSetup,
     batch_mode_loss,
     endpoint_loss,
@@ -207,7 +208,7 @@ def test_batchnorm_threshold_is_the_train_mode_batch_loss() -> None:
     assert all(torch.equal(before[k], a.state_dict()[k]) for k in before)
     assert not a.training
     setup = PathSetup(ds, 16, 2, 0.25)
-    refine = setup.refine([a, b], {"lr": 0.1, "r_max": 5})
+    refine = setup.refine([a, b], PathRun(lr=0.1, r_max=5, ticks=1, record_every=1))
     assert refine.threshold == pytest.approx(max(expected) + 0.25, rel=1e-6)
 
 

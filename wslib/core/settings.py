@@ -14,7 +14,7 @@ import dataclasses
 import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, get_args, get_origin, get_type_hints
+from typing import Any, Self, get_args, get_origin, get_type_hints
 
 import numpy as np
 
@@ -54,6 +54,31 @@ def plain(value: Any) -> Any:
 class Settings:
     """Base of a run's settings (see the module docstring)."""
 
+    @classmethod
+    def of(cls, values: Mapping[str, Any] | Self, where: str) -> Self:
+        """``values`` (a profile's mapping) as these settings; settings of this
+        class are returned as they are. ValueError naming ``where`` and the
+        field for an unknown or missing field, or a value the checks refuse."""
+        if isinstance(values, cls):
+            return values
+        if not isinstance(values, Mapping):
+            raise TypeError(f"{where}: a mapping or {cls.__name__}, got {values!r}")
+        fields = dataclasses.fields(cls)
+        names = sorted(f.name for f in fields)
+        unknown = sorted(set(map(str, values)) - set(names))
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown setting {', '.join(unknown)}; "
+                f"valid: {', '.join(names)}"
+            )
+        missing = [f.name for f in fields if _required(f) and f.name not in values]
+        if missing:
+            raise ValueError(f"{where}: missing setting {', '.join(missing)}")
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"{where}: {error}") from None
+
     def key(self) -> dict[str, Any]:
         """Every field but those declared :func:`not_in_key`, by name, as plain
         data (the part of a key the settings give). A field declared ``float``
@@ -65,6 +90,14 @@ class Settings:
             for f in dataclasses.fields(self)
             if "why_not_in_key" not in f.metadata
         }
+
+
+def _required(field: dataclasses.Field) -> bool:
+    """Whether ``field`` has no default."""
+    return (
+        field.default is dataclasses.MISSING
+        and field.default_factory is dataclasses.MISSING
+    )
 
 
 def as_declared(value: Any, hint: Any) -> Any:

@@ -13,7 +13,7 @@ import pandas as pd
 
 from wslib.core.train import evaluate
 from wslib.llpf.layerwise import M2MSettings, m2m
-from wslib.llpf.protocols import CODE, Pair, PathSetup
+from wslib.llpf.protocols import CODE, Pair, PathRun, PathSetup
 from wslib.runs.resumable import Persist
 from wslib.runs.steps import cached_step
 from wslib.runs.verdicts import LOSS_MARGIN, Decision, decide_summary
@@ -82,7 +82,7 @@ def seed_table(seed_runs: Mapping[str, Sequence[Result]]) -> pd.DataFrame:
 def peak_anatomy(
     setup: PathSetup,
     pair: Pair,
-    settings: Mapping[str, Any],
+    settings: PathRun | Mapping[str, Any],
     seed: int,
     *,
     run_cache: str | Path | None = None,
@@ -101,8 +101,9 @@ def peak_anatomy(
     ``projection`` (after - before) and ``elsewhere`` (peak - after: other
     points, segment midpoints) add up to ``peak_excess``.
     """
+    run = PathRun.of(settings, "M2M settings")
     a, b = pair
-    refine = setup.refine(pair, settings)
+    refine = setup.refine(pair, run)
     ds = setup.ds
     before: dict[int, float] = {}
     after: dict[int, float] = {}
@@ -119,10 +120,10 @@ def peak_anatomy(
         ds.x_train,
         ds.y_train,
         M2MSettings(
-            ticks=settings["ticks"],
+            ticks=run.ticks,
             refine=refine,
             seed=seed,
-            record_every=settings["record_every"],
+            record_every=run.record_every,
         ),
         on_refined=full(before),
         persist=Persist(progress=False, on_tick=full(after)),

@@ -35,7 +35,7 @@ from torch import nn
 from wslib.core.files import note_entry, stable_hash, tensor_digest
 from wslib.core.neurons import StateDict
 from wslib.core.norms import has_batchnorm
-from wslib.core.settings import plain
+from wslib.core.settings import Settings, plain
 from wslib.core.train import (
     PrecisionName,
     evaluate,
@@ -154,6 +154,44 @@ def threshold_loss(
     return max(batch_mode_loss(m, ds, batch_size, precision=precision) for m in models)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PathRun(Settings):
+    """One LLPF path's settings in a chapter (a profile's ``llpf`` entry).
+
+    ``ticks`` and ``record_every`` (a point is recorded, and checkpointed,
+    every that many ticks), and the refinement's SGD learning rate ``lr``,
+    step limit ``r_max`` and ``precision``; the rest of the refinement rule
+    is the chapter's :class:`PathSetup`. A chapter's mapping is read with
+    :meth:`~wslib.core.settings.Settings.of` (an unknown or missing name is
+    refused); the values are checked where they are used
+    (:class:`~wslib.llpf.layerwise.M2MSettings`, :class:`~wslib.llpf.ticks.Refine`).
+    """
+
+    ticks: int
+    record_every: int
+    lr: float
+    r_max: int
+    precision: PrecisionName = "fp32"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SphereRun(PathRun):
+    """An M2O path's settings: :class:`PathRun`'s, the variance's ``shrink``
+    per tick and, optionally, ``target_ratio``: the fraction of its start
+    variance at which every movable tensor stops."""
+
+    shrink: float
+    target_ratio: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class M2OPhase(Settings):
+    """The M2O phase of a hybrid path: its ``ticks`` and ``shrink``."""
+
+    ticks: int
+    shrink: float
+
+
 @dataclass(frozen=True)
 class PathSetup:
     """What every LLPF run of a chapter shares.
@@ -188,29 +226,25 @@ class PathSetup:
         data = tensor_digest(ds.x_train, ds.y_train, ds.x_test, ds.y_test)
         return {"data": data, **plain(fields)}
 
-    def refine(
-        self, models: Sequence[nn.Module], settings: Mapping[str, Any]
-    ) -> Refine:
+    def refine(self, models: Sequence[nn.Module], run: PathRun) -> Refine:
         """The book's refinement rule: threshold = larger endpoint training loss + margin.
 
-        ``models`` are the endpoints (one model for M2O); ``settings`` give
-        the SGD learning rate ``lr`` and the step limit ``r_max`` (the cap on
-        each tick's refinement: a path whose ticks stop there above the
-        threshold warns), and optionally its ``precision`` (``"fp32"``, the
-        default, or ``"bf16"``). The endpoint loss is measured as the stop
-        rule measures its batches (:func:`threshold_loss`).
+        ``models`` are the endpoints (one model for M2O); ``run`` gives the
+        SGD learning rate ``lr``, the step limit ``r_max`` (the cap on each
+        tick's refinement: a path whose ticks stop there above the threshold
+        warns) and the ``precision``. The endpoint loss is measured as the
+        stop rule measures its batches (:func:`threshold_loss`).
         """
-        precision = settings.get("precision", "fp32")
         threshold = threshold_loss(
-            models, self.ds, self.batch_size, precision=precision
+            models, self.ds, self.batch_size, precision=run.precision
         )
         return Refine(
-            lr=settings["lr"],
+            lr=run.lr,
             batch_size=self.batch_size,
             r_min=self.r_min,
-            r_max=settings["r_max"],
+            r_max=run.r_max,
             threshold=threshold + self.margin,
-            precision=precision,
+            precision=run.precision,
         )
 
     def checkpoint(
@@ -257,7 +291,7 @@ class PathSetup:
 def m2m_path(
     setup: PathSetup,
     pair: Pair,
-    settings: Mapping[str, Any],
+    settings: PathRun | Mapping[str, Any],
     seed: int,
     *,
     name: str | None = None,
@@ -265,17 +299,18 @@ def m2m_path(
 ) -> LLPFPath:
     """The M2M path from ``pair[0]`` to ``pair[1]`` with the book's refinement rule.
 
-    ``settings`` give ``ticks``, ``record_every``, ``lr`` and ``r_max``;
-    ``seed`` is the path seed. With a ``name`` the run is checkpointed under
-    that name (see :meth:`PathSetup.checkpoint`) at every recorded point, so
-    a save never writes a point that is not part of the path.
+    ``settings``: a :class:`PathRun` (or its mapping); ``seed`` is the path
+    seed. With a ``name`` the run is checkpointed under that name (see
+    :meth:`PathSetup.checkpoint`) at every recorded point, so a save never
+    writes a point that is not part of the path.
     """
+    run = PathRun.of(settings, "M2M settings")
     a, b = pair
     checkpoint = (
         None
         if name is None
         else setup.checkpoint(
-            name, seed, all_at_once=all_at_once, settings=settings, ends=pair
+            name, seed, all_at_once=all_at_once, settings=run.key(), ends=pair
         )
     )
     return m2m(
@@ -285,20 +320,20 @@ def m2m_path(
         setup.ds.x_train,
         setup.ds.y_train,
         M2MSettings(
-            ticks=settings["ticks"],
-            refine=setup.refine(pair, settings),
+            ticks=run.ticks,
+            refine=setup.refine(pair, run),
             seed=seed,
-            record_every=settings["record_every"],
+            record_every=run.record_every,
             all_at_once=all_at_once,
         ),
-        persist=Persist(checkpoint, checkpoint_every=settings["record_every"]),
+        persist=Persist(checkpoint, checkpoint_every=run.record_every),
     )
 
 
 def m2m_run(
     setup: PathSetup,
     pair: Pair,
-    settings: Mapping[str, Any],
+    settings: PathRun | Mapping[str, Any],
     seed: int,
     *,
     name: str | None = None,
@@ -429,34 +464,34 @@ def variance_along(
 def m2o_path(
     setup: PathSetup,
     model: nn.Module,
-    settings: Mapping[str, Any],
+    settings: SphereRun | Mapping[str, Any],
     seed: int,
     *,
     compliance: bool = True,
     name: str | None = None,
 ) -> LLPFPath:
-    """The M2O path from ``model`` (``ticks``, ``shrink``, ``record_every``, ``lr``, ``r_max``).
+    """The M2O path from ``model`` (``settings``: a :class:`SphereRun` or its mapping).
 
     With a ``name`` the run is checkpointed (see :meth:`PathSetup.checkpoint`).
 
-    With ``settings["target_ratio"]`` every movable tensor (of more than one
-    element) stops at that fraction of its start variance (see
+    With a ``target_ratio`` every movable tensor (of more than one element)
+    stops at that fraction of its start variance (see
     :func:`~wslib.llpf.layerwise.m2o`), so runs with other settings end on the
     same sphere.
     """
+    run = SphereRun.of(settings, "M2O settings")
     names = movable_names(model)
-    ratio = settings.get("target_ratio")
     target = None
-    if ratio is not None:
+    if run.target_ratio is not None:
         start = tensor_variances(model.state_dict(), names)
-        target = {n: ratio * v for n, v in start.items() if v > 0}
+        target = {n: run.target_ratio * v for n, v in start.items() if v > 0}
     checkpoint = (
         None
         if name is None
         else setup.checkpoint(
             name,
             seed,
-            settings={**settings, "m2o_compliance": compliance},
+            settings={**run.key(), "m2o_compliance": compliance},
             ends=[model],
         )
     )
@@ -466,22 +501,22 @@ def m2o_path(
         setup.ds.x_train,
         setup.ds.y_train,
         M2OSettings(
-            ticks=settings["ticks"],
-            shrink=settings["shrink"],
-            refine=setup.refine([model], settings),
+            ticks=run.ticks,
+            shrink=run.shrink,
+            refine=setup.refine([model], run),
             compliance=compliance,
             target_variance=target,
             seed=seed,
-            record_every=settings["record_every"],
+            record_every=run.record_every,
         ),
-        persist=Persist(checkpoint, checkpoint_every=settings["record_every"]),
+        persist=Persist(checkpoint, checkpoint_every=run.record_every),
     )
 
 
 def m2o_run(
     setup: PathSetup,
     model: nn.Module,
-    settings: Mapping[str, Any],
+    settings: SphereRun | Mapping[str, Any],
     seed: int,
     *,
     compliance: bool = True,
@@ -502,26 +537,29 @@ def hybrid_path(
     setup: PathSetup,
     source: nn.Module,
     dest: nn.Module,
-    m2o_phase: Mapping[str, Any],
-    m2m_settings: Mapping[str, Any],
+    m2o_phase: M2OPhase | Mapping[str, Any],
+    m2m_settings: PathRun | Mapping[str, Any],
     seed: int,
     *,
     name: str | None = None,
 ) -> LLPFPath:
     """The hybrid path from ``source`` to ``dest`` on a smaller sphere.
 
-    M2O (``m2o_phase``: ``ticks``, ``shrink``) until every movable tensor has
-    ``dest``'s variance, then M2M (``m2m_settings``); one refinement, set by
-    both endpoints. With a ``name`` both phases are checkpointed (see
+    M2O (``m2o_phase``: an :class:`M2OPhase`) until every movable tensor has
+    ``dest``'s variance, then M2M (``m2m_settings``: a :class:`PathRun`); one
+    refinement, set by both endpoints. Each may be given as its mapping. With
+    a ``name`` both phases are checkpointed (see
     :func:`~wslib.llpf.layerwise.hybrid`).
     """
+    phase = M2OPhase.of(m2o_phase, "hybrid M2O phase")
+    run = PathRun.of(m2m_settings, "hybrid M2M settings")
     checkpoint = (
         None
         if name is None
         else setup.checkpoint(
             name,
             seed,
-            settings={"m2o": dict(m2o_phase), **m2m_settings},
+            settings={"m2o": phase.key(), **run.key()},
             ends=[source, dest],
         )
     )
@@ -531,13 +569,13 @@ def hybrid_path(
         dest.state_dict(),
         setup.ds.x_train,
         setup.ds.y_train,
-        m2o_ticks=m2o_phase["ticks"],
-        shrink=m2o_phase["shrink"],
-        m2m_ticks=m2m_settings["ticks"],
-        refine=setup.refine([source, dest], m2m_settings),
+        m2o_ticks=phase.ticks,
+        shrink=phase.shrink,
+        m2m_ticks=run.ticks,
+        refine=setup.refine([source, dest], run),
         seed=seed,
-        record_every=m2m_settings["record_every"],
-        persist=Persist(checkpoint, checkpoint_every=m2m_settings["record_every"]),
+        record_every=run.record_every,
+        persist=Persist(checkpoint, checkpoint_every=run.record_every),
     )
 
 
@@ -545,8 +583,8 @@ def hybrid_run(
     setup: PathSetup,
     source: nn.Module,
     dest: nn.Module,
-    m2o_phase: Mapping[str, Any],
-    m2m_settings: Mapping[str, Any],
+    m2o_phase: M2OPhase | Mapping[str, Any],
+    m2m_settings: PathRun | Mapping[str, Any],
     seed: int,
     *,
     name: str | None = None,

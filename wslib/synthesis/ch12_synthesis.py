@@ -39,7 +39,7 @@ from wslib.fusion import GradientConfig, fuse, fuse_by
 from wslib.fusion.baselines import MethodName
 from wslib.fusion.levels import RetrofitName
 from wslib.llpf import CurveSettings, M2MSettings, evaluate_path, fit_curve, m2m
-from wslib.llpf.protocols import PathSetup
+from wslib.llpf.protocols import PathRun, PathSetup
 from wslib.runs.resumable import Persist
 from wslib.runs.steps import cached_step
 from wslib.runs.verdicts import LOSS_MARGIN, Verdict, decide_paired
@@ -160,6 +160,12 @@ def alignment_run(
     return alignment_study(pairs, ds, ts, seed)
 
 
+SETUP_KEYS = ("batch_size", "r_min", "margin")
+"""The keys of chapter 12's ``llpf`` settings that make its
+:class:`~wslib.llpf.protocols.PathSetup`; the rest make its
+:class:`~wslib.llpf.protocols.PathRun`."""
+
+
 def llpf_path(
     a: nn.Module, b: nn.Module, ds: Dataset, llpf: Mapping[str, Any], seed: int
 ) -> tuple[list[dict[str, torch.Tensor]], float]:
@@ -168,6 +174,8 @@ def llpf_path(
     Refined by the book's rule (:meth:`wslib.llpf.protocols.PathSetup.refine`).
     """
     setup = PathSetup(ds, llpf["batch_size"], llpf["r_min"], llpf["margin"])
+    path_run = {k: v for k, v in llpf.items() if k not in SETUP_KEYS}
+    run = PathRun.of(path_run, "chapter 12's llpf settings")
     path = m2m(
         a,
         a.state_dict(),
@@ -175,10 +183,10 @@ def llpf_path(
         ds.x_train,
         ds.y_train,
         M2MSettings(
-            ticks=llpf["ticks"],
-            refine=setup.refine([a, b], llpf),
+            ticks=run.ticks,
+            refine=setup.refine([a, b], run),
             seed=seed,
-            record_every=llpf["record_every"],
+            record_every=run.record_every,
         ),
         persist=Persist(progress=False),
     )
