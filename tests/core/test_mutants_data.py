@@ -91,12 +91,15 @@ def test_the_torchvision_data_sets_take_no_options(name: str, tmp_path: Path) ->
 def test_the_mnist1d_cache_file_is_named_by_size_seed_and_a_hash_of_every_argument() -> (
     None
 ):
-    """A cache written earlier is found again: the name is part of the cache."""
+    """A cache written earlier is found again: the name is part of the cache.
+    Another argument or another version of the generator names another file."""
     args = {"num_samples": 200, "seed": 4, "noise": 0.5}
-    path = data._mnist1d_cache_path(Path("cache"), args)
-    assert path == Path("cache") / "mnist1d_n200_seed4_b61f6eec1141.npz"
-    other = data._mnist1d_cache_path(Path("cache"), {**args, "noise": 0.25})
+    path = data._mnist1d_cache_path(Path("cache"), args, "0.0.2")
+    assert path == Path("cache") / "mnist1d_n200_seed4_2c0948843769.npz"
+    other = data._mnist1d_cache_path(Path("cache"), {**args, "noise": 0.25}, "0.0.2")
     assert other.name.startswith("mnist1d_n200_seed4_") and other != path
+    newer = data._mnist1d_cache_path(Path("cache"), args, "0.0.3")
+    assert newer.name.startswith("mnist1d_n200_seed4_") and newer != path
 
 
 def test_digits_are_the_documented_pipeline_bit_for_bit() -> None:

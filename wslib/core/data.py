@@ -237,14 +237,16 @@ def _mnist1d_defaults(folder: Path) -> dict[str, Any]:
     return args
 
 
-def _mnist1d_cache_path(folder: Path, args: dict) -> Path:
-    """Cache file of the MNIST-1D arrays generated with ``args``."""
-    key = stable_hash(args, length=12)
+def _mnist1d_cache_path(folder: Path, args: dict, version: str) -> Path:
+    """Cache file of the MNIST-1D arrays generated with ``args`` by version
+    ``version`` of the ``mnist1d`` package (another version may generate
+    other arrays from the same arguments: it gets a file of its own)."""
+    key = stable_hash({**args, "mnist1d version": version}, length=12)
     return folder / f"mnist1d_n{args['num_samples']}_seed{args['seed']}_{key}.npz"
 
 
 def _cached_mnist1d(folder: Path, args: dict) -> dict[str, np.ndarray]:
-    path = _mnist1d_cache_path(folder, args)
+    path = _mnist1d_cache_path(folder, args, importlib.metadata.version("mnist1d"))
     if not path.exists():
         arrays = _generate_mnist1d(args)
         atomic_write(path, lambda tmp: _save_npz(tmp, arrays))
