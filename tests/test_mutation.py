@@ -97,3 +97,23 @@ def test_the_table_keeps_the_rows_of_earlier_runs(tmp_path, monkeypatch) -> None
     assert [r.module for r in rows] == ["core/seeds", "runs/verdicts"]  # MODULES' order
     assert rows[1].status == {"a": "killed"} and rows[1].equivalent == {}
     assert rows[0].survivors == ["c"]
+
+
+def test_the_scripts_environment_is_taken_when_each_session_starts(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """mutmut runs several pytest sessions in one process, each with the mutant
+    to test in ``MUTANT_UNDER_TEST``: the scripts a session's tests start
+    (:func:`tests.conftest.script_env`) must see that session's mutant, not
+    the one of the session that imported the conftest first."""
+    from tests import conftest
+
+    taken = dict(conftest.SESSION_ENV)
+    try:
+        for mutant in ("wslib.core.seeds.x_derive_seed__mutmut_1", "another"):
+            monkeypatch.setenv("MUTANT_UNDER_TEST", mutant)
+            conftest.pytest_sessionstart(pytest.Session.__new__(pytest.Session))
+            assert conftest.script_env(tmp_path)["MUTANT_UNDER_TEST"] == mutant
+    finally:
+        conftest.SESSION_ENV.clear()
+        conftest.SESSION_ENV.update(taken)
