@@ -56,6 +56,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import sys
 import tempfile
@@ -330,6 +331,20 @@ def code_fingerprint(nb: str) -> str:
     return stable_hash({"wslib": code_version("wslib"), "notebook": notebook})
 
 
+class ProfileParameters(logging.Filter):
+    """Drops papermill's "Passed unknown parameter" warnings. A chapter's
+    parameters cell holds only ``profile`` and ``seed``; every other parameter
+    comes from the cpu profile and is checked before any chapter runs
+    (:class:`~bookkit.profiles.UnknownParameter`). papermill reads only the
+    cell, so it would warn about each of them, in every chapter of every run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Passed unknown parameter")
+
+
+PROFILE_PARAMETERS = ProfileParameters()
+
+
 def run_notebook(
     nb: str,
     profile: str,
@@ -349,6 +364,7 @@ def run_notebook(
     results_file = ROOT / params["results_path"]
     results_file.unlink(missing_ok=True)
     code = code_fingerprint(nb)
+    logging.getLogger("papermill").addFilter(PROFILE_PARAMETERS)  # once: same filter
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="wslib-chapter-") as folder:
         source = Path(folder) / f"{nb}.ipynb"

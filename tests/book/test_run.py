@@ -8,6 +8,7 @@ not depend on the book's chapters.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from types import ModuleType
@@ -195,6 +196,19 @@ def test_run_records_effective_parameters_and_collapses_injected_cell(
     times = json.loads((run.ROOT / "build/smoke/run_times.json").read_text())
     assert set(times) == {TINY}
     assert executed.metadata.papermill.input_path == "notebooks/00_tiny.md"
+
+
+def test_parameters_from_the_profile_are_not_called_unknown(
+    run: ModuleType, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A parameter the cpu profile declares is injected without papermill's
+    warning (it reads only the parameters cell); its other messages stay."""
+    write_profile("cpu", {"depth": 2})
+    with caplog.at_level(logging.INFO, logger="papermill"):
+        assert run.main(["--profile", "cpu"]) == 0
+    messages = [r.getMessage() for r in caplog.records if r.name == "papermill"]
+    assert not [m for m in messages if "unknown parameter" in m]
+    assert any(m.startswith("Executing notebook with kernel") for m in messages)
 
 
 def test_fingerprint_follows_the_chapter_source(run: ModuleType) -> None:
