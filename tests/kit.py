@@ -21,6 +21,12 @@ so a test states them where they matter and the random draws stay the same:
   models seeded by the request, every request recorded;
 - :data:`QUIET`, the ``persist`` of a path finder run without a checkpoint or
   a progress bar.
+
+What one package's tests alone use stays in that package's folder, built on
+these: PathCond's tiny liftable networks and toy grid (``tests/pathcond/tiny.py``,
+``toy.py``), its planted results and independent reference solver, the fusion
+chapters' toy studies, the LLPF chapters' fake path results and the resumable
+runs' kit. Here they would make one module of every package's fixtures.
 """
 
 from __future__ import annotations
