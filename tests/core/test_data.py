@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import struct
 from pathlib import Path
 
@@ -50,6 +52,10 @@ def test_mnist1d_shapes_determinism_and_cache(tmp_path, monkeypatch):
     assert set(ds.y_train.tolist()) == set(range(10))
 
     (cache,) = (tmp_path / "mnist1d").glob("*.npz")
+    version = importlib.metadata.version("mnist1d")
+    args = json.loads((tmp_path / "mnist1d" / f"defaults-{version}.json").read_text())
+    args.update(num_samples=500, seed=3)
+    assert cache == data._mnist1d_cache_path(tmp_path / "mnist1d", args, version)
     mtime = cache.stat().st_mtime_ns
 
     import mnist1d.data
