@@ -326,18 +326,10 @@ def run_seeds(folder: Path) -> Path:
     checkout = copy_checkout(folder / "checkout")
     failed = []
     for seed in SWEEP_SEEDS[1:]:
-        script = ["-m", "bookkit", "run", "--profile", SMOKE, "--seed", str(seed)]
-        env = script_env(checkout, **{ENTRY_LOG: str(folder / f"seed-{seed}.log")})
-        done = subprocess.run(
-            [sys.executable, *script],
-            cwd=checkout,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        if done.returncode != 0:
-            output = (done.stdout + done.stderr)[-3000:]
-            failed.append(f"seed {seed}: exit status {done.returncode}\n{output}")
+        try:
+            run_smoke(checkout, seed, folder / f"seed-{seed}.log")
+        except RuntimeError as error:  # the other seeds still run
+            failed.append(f"seed {seed}: {error}")
     if failed:
         raise RuntimeError("the smoke runs of " + "\n".join(failed))
     return checkout
