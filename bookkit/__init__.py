@@ -18,7 +18,9 @@ in a checkout: that checkout's code runs) calls one module's ``main``:
 
 The other modules serve these: :mod:`.profiles` (a chapter's parameters in a
 profile, and the repository's folders), :mod:`.chapters` (a chapter's source
-as a notebook), :mod:`.kernels` (forked kernels), :mod:`.profile_values`,
+as a notebook), :mod:`.kernels` (forked kernels), :mod:`.engine`
+(papermill's engine, saving a running chapter's copy less often),
+:mod:`.speed` (the CPU's speed beside each wall time), :mod:`.profile_values`,
 :mod:`.apilinks`, :mod:`.course` and :mod:`.ledger` (pages of the build),
 :mod:`.device_checks`, :mod:`.gpu_estimate` and :mod:`.gpu_timings` (the gpu
 check). Every path is relative to the repository root, the folder above this

@@ -31,7 +31,7 @@ import yaml
 from bookkit.apilinks import link_api
 from bookkit.course import strip_solutions, write_guide
 from bookkit.ledger import append_claims, write_ledger
-from bookkit.profiles import ROOT
+from bookkit.profiles import ROOT, read_yaml
 from wslib.runs.claim_list import CLAIMS
 from wslib.runs.claims import ledger
 
@@ -59,7 +59,7 @@ def install_source() -> str:
     Outside git, or with uncommitted changes to the library (which that
     commit does not hold), a warning says what the chapters will install.
     """
-    config = yaml.safe_load((BOOK / "_config.yml").read_text())
+    config = read_yaml((BOOK / "_config.yml").read_text())
     url = (config.get("repository") or {}).get("url")
     if not url:
         raise SystemExit(
@@ -111,7 +111,7 @@ EDITIONS = {
 
 def edition_config(edition: str, folder: Path) -> Path:
     """The book's configuration, with plain solutions hidden in the student edition."""
-    config = yaml.safe_load((BOOK / "_config.yml").read_text())
+    config = read_yaml((BOOK / "_config.yml").read_text())
     if edition == "student":
         config.setdefault("sphinx", {}).setdefault("config", {})["hide_solutions"] = (
             True

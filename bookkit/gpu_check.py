@@ -50,7 +50,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from bookkit import device_checks, profiles, synthetic_data
 from bookkit import gpu_estimate as estimate
@@ -513,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     device = require_cuda(args.allow_cpu)
     start = time.perf_counter()
-    gpu = yaml.safe_load((profiles.PARAMS / "gpu.yaml").read_text())
+    gpu = profiles.read_yaml((profiles.PARAMS / "gpu.yaml").read_text())
     notebooks = args.notebooks or (
         [QUICK_CHAPTER] if args.quick else profiles.available_notebooks()
     )

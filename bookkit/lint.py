@@ -35,10 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-import yaml
 
 from bookkit import chapters
-from bookkit.profiles import NOTEBOOKS, PARAMS, ROOT
+from bookkit.profiles import NOTEBOOKS, PARAMS, ROOT, read_yaml
 
 
 def ruff(folder: Path, *args: str) -> int:
@@ -58,7 +57,7 @@ def ruff(folder: Path, *args: str) -> int:
 def cpu_sections() -> dict[str, Any]:
     """What ``bookkit run`` injects into each chapter beyond its parameters cell:
     its section of the cpu profile (ruff takes the names as defined)."""
-    return yaml.safe_load(PARAMS.joinpath("cpu.yaml").read_text()) or {}
+    return read_yaml(PARAMS.joinpath("cpu.yaml").read_text()) or {}
 
 
 def annotation(value: object) -> str:

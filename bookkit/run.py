@@ -36,7 +36,8 @@ notebooks' worker pools (``wslib.runs.workers``) share the cores
 Each chapter's kernel is forked from a server that has already imported the
 modules the chapters import (``bookkit/kernels.py``: on Linux without CUDA;
 ``WSLIB_FORK_KERNELS=0`` starts every kernel afresh): start-up was about half
-of a smoke chapter's run.
+of a smoke chapter's run. The executed copy of a running chapter is written
+at most every 10 s (``bookkit/engine.py``), not before and after each cell.
 
 The ``gpu`` profile refuses to start without a usable CUDA device (it would
 quietly run on the CPU for days), naming the CUDA version torch was built
@@ -45,7 +46,7 @@ for; ``--allow-cpu`` runs it anyway.
 Every requested notebook's parameters are checked before the first one runs;
 a failed notebook is reported (cell, error, partial executed copy) and the
 others go on. The last line gives the wall time and the CPU's one-thread
-speed (:func:`thread_gflops`), to compare timings by. Exit status: 0 on
+speed (:func:`bookkit.speed.thread_gflops`), to compare timings by. Exit status: 0 on
 success, 1 when a notebook fails, 2 for an unknown profile, notebook or
 parameter (one line on stderr naming it and the valid ones).
 """
@@ -73,7 +74,7 @@ import psutil
 import torch
 from papermill.exceptions import PapermillExecutionError
 
-from bookkit import chapters, kernels
+from bookkit import chapters, engine, kernels, speed
 from bookkit.profiles import (
     NOTEBOOKS,
     ROOT,
@@ -203,35 +204,6 @@ def one_thread_kernels(jobs: int) -> None:
     os.environ["WSLIB_WORKSPACE"] = str(ROOT)
 
 
-def thread_gflops(repeats: int = 5000) -> float:
-    """This CPU's float32 speed on one thread, in GFLOPS.
-
-    A 128x256 by 256x256 matrix product (a layer of the book's MLPs at batch
-    128) timed ``repeats`` times. The run prints it beside its wall time: a
-    timing means little without the machine's speed (the book's 2-core build
-    machine was seen at about 90 and at 180 GFLOPS on different days), and
-    this number lets builds on different machines or days be compared.
-    """
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        a, b = torch.ones(128, 256), torch.ones(256, 256)
-        for _ in range(repeats // 10):  # warm-up
-            a @ b
-        start = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        seconds = time.perf_counter() - start
-    finally:
-        torch.set_num_threads(threads)
-    return 2 * 128 * 256 * 256 * repeats / seconds / 1e9
-
-
-def cpu_speed_text() -> str:
-    """:func:`thread_gflops` in words, for the line that reports a wall time."""
-    return f"this CPU: {thread_gflops():.0f} GFLOPS on one thread, float32"
-
-
 def describe_seeds(params: dict[str, Any]) -> str:
     """The seed(s) recorded in a results file's ``params``."""
     seeds = params.get("seeds", params.get("seed"))
@@ -354,6 +326,8 @@ def run_notebook(
 ) -> float:
     """Execute one notebook, add its run info and return its wall time in seconds.
 
+    Its kernel starts in the current folder: :func:`run_all` runs in ROOT.
+
     ``kernel_manager``: the Jupyter kernel manager class that starts its kernel
     (:func:`bookkit.kernels.server`'s); None for Jupyter's own.
     """
@@ -377,7 +351,7 @@ def run_notebook(
                 executed,
                 parameters=params,
                 kernel_name="python3",
-                cwd=ROOT,
+                engine_name=engine.NAME,
                 progress_bar=progress_bar,
                 **({"kernel_manager_class": kernel_manager} if kernel_manager else {}),
                 extra_arguments=[
@@ -514,7 +488,13 @@ def run_all(args: argparse.Namespace) -> list[str]:
     modules = kernels.imported_modules(
         [c.source for nb in args.notebooks for c in code_cells(nb)]
     )
-    with kernels.server(ROOT, modules) as manager, ThreadPoolExecutor(jobs) as pool:
+    # one chdir for all: papermill's (cwd=), undone by each notebook as it
+    # ended, left notebooks side by side in the folder the last but one found
+    with (
+        contextlib.chdir(ROOT),
+        kernels.server(ROOT, modules) as manager,
+        ThreadPoolExecutor(jobs) as pool,
+    ):
         running: dict[Future, str] = {}
         queue = (
             longest_first(args.notebooks, args.profile)
@@ -591,7 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - start
     print(
         f"{len(args.notebooks)} notebook(s) in {wall:.1f} s wall, {args.jobs} at a time"
-        f" ({cpu_speed_text()})"
+        f" ({speed.cpu_speed_text()})"
     )
     if failed:
         print(f"error: failed: {' '.join(failed)}", file=sys.stderr)

@@ -64,6 +64,7 @@ import yaml
 
 from bookkit import part, profiles
 from bookkit import run as runner
+from bookkit.speed import cpu_speed_text
 from wslib.core.seeds import check_seed
 from wslib.runs.stages import STAGES, stage_notebooks
 from wslib.runs.sweeps import write_summary
@@ -254,7 +255,7 @@ def read_cluster_config(path: Path) -> dict[str, Any]:
             f"{', '.join(SLURM_KEYS)} (see book/running/sweeps.md)"
         )
     try:
-        config = yaml.safe_load(path.read_text()) or {}
+        config = profiles.read_yaml(path.read_text()) or {}
     except yaml.YAMLError as error:
         raise SystemExit(f"error: {path} is not valid YAML: {error}") from None
     if not isinstance(config, dict):
@@ -434,7 +435,7 @@ def run_stage(args: argparse.Namespace, notebooks: list[str], seeds: list[int]) 
         close()
     n_jobs = sum(len(phase) for phase in phases)
     seconds = time.perf_counter() - start
-    speed = f" ({runner.cpu_speed_text()})" if args.executor == "local" else ""
+    speed = f" ({cpu_speed_text()})" if args.executor == "local" else ""
     print(f"sweep: {n_jobs} jobs run in {seconds:.0f} s{speed}")
     try:
         for nb in notebooks:
