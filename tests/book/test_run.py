@@ -16,7 +16,9 @@ from types import ModuleType
 import nbformat
 import pytest
 import yaml
+from papermill.engines import papermill_engines
 
+import bookkit.engine
 import bookkit.profiles
 import bookkit.run
 from tests.conftest import (
@@ -406,6 +408,25 @@ def test_kernels_share_the_cores_without_overriding_the_cuda_rule(
     monkeypatch.setattr(run, "cores", lambda: 16)
     run.one_thread_kernels(2)
     assert os.environ["WSLIB_CPU_WORKERS"] == "8" and "WSLIB_WORKERS" not in os.environ
+
+
+def test_chapters_run_with_the_engine_that_saves_less_often(
+    run: ModuleType, profiles: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """papermill gets bookkit's engine (bookkit/engine.py), not its own."""
+    (profiles.PARAMS / "cpu.yaml").write_text("{}")
+    calls: list[dict] = []
+
+    def record(*args: object, **kwargs: object) -> None:
+        calls.append(kwargs)
+        raise KeyboardInterrupt  # stop before any kernel starts
+
+    monkeypatch.setattr(run.papermill, "execute_notebook", record)
+    with pytest.raises(KeyboardInterrupt):
+        run.run_notebook(TINY, "cpu", None, progress_bar=False)
+    (kwargs,) = calls
+    engine = papermill_engines.get_engine(kwargs["engine_name"])
+    assert engine is bookkit.engine.ChapterEngine
 
 
 def test_the_run_line_names_the_cpu_speed(

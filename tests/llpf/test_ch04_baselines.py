@@ -23,7 +23,8 @@ from wslib.llpf.ch04_baselines import (
     tuned_methods,
     tuning_sweep,
 )
-from wslib.llpf.protocols import CODE, NOT_KEYED, PathSetup
+from wslib.llpf.methods import NOT_KEYED
+from wslib.llpf.protocols import CODE, PathSetup
 from wslib.runs.steps import cached_step
 from wslib.runs.verdicts import Verdict
 

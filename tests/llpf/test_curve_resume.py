@@ -15,7 +15,8 @@ from wslib.core.configs import build_model
 from wslib.core.data import Dataset
 from wslib.llpf.autoneb import AutoNEBSettings, autoneb
 from wslib.llpf.curves import CurveSettings, fit_curve
-from wslib.llpf.protocols import PathSetup, baseline_checkpoint, method_run
+from wslib.llpf.methods import baseline_checkpoint, method_run
+from wslib.llpf.protocols import PathSetup
 from wslib.runs.resumable import Persist
 from wslib.runs.units import CACHED_ONLY, NotCached
 

@@ -28,13 +28,11 @@ from wslib.llpf.protocols import (
     PathRun,
     PathSetup,
     batch_mode_loss,
-    compare_at_equal_steps,
     endpoint_loss,
     hybrid_run,
     m2m_path,
     m2m_run,
     m2o_run,
-    method_run,
     threshold_loss,
     variance_along,
 )
@@ -131,31 +129,6 @@ def test_evaluate_uses_the_setups_dense_points() -> None:
     assert setup(dense=3).evaluate(a, path)["dense_loss"].shape == (1, 3)
 
 
-def test_the_three_methods_get_the_budget_llpf_used() -> None:
-    s = setup()
-    methods = {
-        "LLPF": {"method": "llpf", **FAST},
-        "bezier": {"method": "curve", **CURVE},
-        "AutoNEB": {"method": "autoneb", **NEB},
-    }
-    res = compare_at_equal_steps(s, pair(), methods, seed=0)
-    assert list(res) == ["LLPF", "bezier", "AutoNEB"]
-    budget = res["LLPF"]["grad_steps"]
-    assert budget > 0 and res["bezier"]["grad_steps"] == budget
-    assert res["AutoNEB"]["grad_steps"] == budget
-    assert len(res["bezier"]["train_loss"]) == CURVE["n_eval"]
-
-
-def test_method_run_refuses_unknown_methods_and_missing_budgets() -> None:
-    s = setup()
-    with pytest.raises(ValueError, match="settings\\['method'\\]"):
-        method_run(s, pair(), {"method": "spline"}, seed=0)
-    with pytest.raises(ValueError, match="budget"):
-        method_run(s, pair(), {"method": "curve", **CURVE}, seed=0)
-    with pytest.raises(ValueError, match="first method must be LLPF"):
-        compare_at_equal_steps(s, pair(), {"b": {"method": "curve"}}, seed=0)
-
-
 def test_checkpoint_files_differ_by_settings(tmp_path) -> None:
     s = PathSetup(toy_dataset(), 8, 2, 0.1, checkpoint_dir=tmp_path)
     one = s.checkpoint("mlp", 0, settings={"lr": 0.1})
@@ -219,13 +192,14 @@ def test_code_names_every_module_the_runs_import() -> None:
     graph = grimp.build_graph(
         "wslib", cache_dir=None, exclude_type_checking_imports=True
     )
-    imported = graph.find_upstream_modules("wslib.llpf.protocols")
+    runs = {"wslib.llpf.protocols", "wslib.llpf.methods"}  # both key by CODE
+    imported = set().union(*(graph.find_upstream_modules(m) for m in runs))
     # wslib.runs.units only refuses to compute under WSLIB_CACHED_ONLY=1 and
     # wslib.core.workspace only says where files go: no result depends on their
     # source, so they stay out of the cache key.
     imported = imported - {"wslib.runs.units", "wslib.core.workspace"}
     models = {"wslib.core.models", "wslib.core.pooling"}  # they run in every path
-    expected = imported | {"wslib.llpf.protocols"} | models
+    expected = imported | runs | models
     assert set(CODE) == expected
 
 

@@ -17,7 +17,8 @@ from wslib.core.seeds import derive_seeds
 from wslib.llpf import ch04_baselines, units
 from wslib.llpf.ch04_baselines import methods_by_model, tuning_seed
 from wslib.llpf.ch05_spheres import sphere_configs
-from wslib.llpf.protocols import CODE, NOT_KEYED, PathSetup
+from wslib.llpf.methods import NOT_KEYED
+from wslib.llpf.protocols import CODE, PathSetup
 from wslib.llpf.setup import chapter_setup, mode_seeds, path_seed_list
 from wslib.runs.steps import cached_step
 from wslib.runs.units import Unit, by_stage

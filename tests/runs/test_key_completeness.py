@@ -48,7 +48,7 @@ import wslib.llpf.ch03_m2m as ch03
 import wslib.llpf.ch04_baselines as ch04
 import wslib.llpf.curves as curves
 import wslib.llpf.layerwise as layerwise
-import wslib.llpf.protocols as protocols
+import wslib.llpf.methods as methods
 import wslib.pathcond.training as training
 import wslib.runs.cache as cache
 import wslib.runs.zoo as zoo_module
@@ -594,10 +594,10 @@ LLPF_RUN = {
     "seed": In(),
 }
 LLPF_SETTINGS = {"setup": PathSetup, "setup__ds": Dataset}
-CHECKPOINT_NAME = Out(protocols.NOT_KEYED["name"], to="other")
+CHECKPOINT_NAME = Out(methods.NOT_KEYED["name"], to="other")
 
 METHOD_RUN = step_entry(
-    protocols.method_run,
+    methods.method_run,
     {**LLPF_RUN, "budget": In(), "name": CHECKPOINT_NAME},
     llpf_base,
     **LLPF_SETTINGS,
@@ -621,7 +621,7 @@ def compare_key(args: dict[str, Any]) -> list[str]:
 
 
 COMPARISON = step_entry(
-    protocols.compare_at_equal_steps,
+    methods.compare_at_equal_steps,
     {
         **{k: v for k, v in LLPF_RUN.items() if k != "settings"},
         "methods": In(

@@ -14,7 +14,8 @@ import pandas as pd
 from torch import nn
 
 from wslib.core.seeds import derive_seed
-from wslib.llpf.protocols import PathSetup, compare_at_equal_steps, method_run
+from wslib.llpf.methods import compare_at_equal_steps, method_run
+from wslib.llpf.protocols import PathSetup
 from wslib.runs.published import LLPF, beside_paper, run_setting
 from wslib.runs.verdicts import LOSS_MARGIN, Decision, decide_paired
 
@@ -61,7 +62,7 @@ def tuning_budget(
     """The gradient steps of the first method (LLPF) at its base settings on ``seed``.
 
     ``methods``: one model's label -> settings, LLPF first; the run is
-    :func:`~wslib.llpf.protocols.method_run`'s (cached in ``run_cache``). It
+    :func:`~wslib.llpf.methods.method_run`'s (cached in ``run_cache``). It
     is the budget of every baseline of :func:`tuning_sweep`.
     """
     first = methods[next(iter(methods))]
@@ -173,7 +174,7 @@ def compare_methods(
     *,
     run_cache: str | Path | None = None,
 ) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """:func:`~wslib.llpf.protocols.compare_at_equal_steps` for every model and path seed.
+    """:func:`~wslib.llpf.methods.compare_at_equal_steps` for every model and path seed.
 
     ``methods[model]``: label -> settings, LLPF first. Each comparison is a
     cached step in ``run_cache`` (:mod:`wslib.runs.steps`). Returns

@@ -6,15 +6,11 @@ losses is under the larger training loss of its endpoints plus a margin
 (:meth:`PathSetup.evaluate`, see :mod:`wslib.llpf.evaluation`). On top:
 
 - :func:`m2m_path`, :func:`m2m_run`: one model-to-model path (chapter 3);
-- :func:`method_run`: one path of any method (LLPF, a Bezier / PolyChain
-  curve, simplified AutoNEB) between two modes, baselines with exactly a
-  given number of gradient steps;
-- :func:`compare_at_equal_steps`: every method between the same modes, the
-  baselines given exactly the gradient steps LLPF used (chapter 4);
 - :func:`m2o_path`, :func:`m2o_run`, :func:`hybrid_path`, :func:`hybrid_run`:
   towards the origin and across variance spheres (chapter 5).
 
-Nothing here reads a profile; each chapter's tables live in its module
+Chapter 4's runs of every method between two modes are in
+:mod:`wslib.llpf.methods`. Nothing here reads a profile; each chapter's tables live in its module
 (:mod:`wslib.llpf.ch03_m2m`, ...). :data:`CODE` names the modules whose source
 determines the result of these runs (the key of their run cache).
 """
@@ -26,7 +22,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -43,8 +39,6 @@ from wslib.core.train import (
     precision_autocast,
 )
 from wslib.core.workspace import workspace
-from wslib.llpf.autoneb import AutoNEBSettings, autoneb
-from wslib.llpf.curves import CurveSettings, fit_curve
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import (
     M2MSettings,
@@ -59,7 +53,6 @@ from wslib.llpf.path import LLPFPath
 from wslib.llpf.stages import data_flow_stage_names
 from wslib.llpf.ticks import Refine, tensor_variances
 from wslib.runs.resumable import Persist
-from wslib.runs.steps import cached_step
 
 if TYPE_CHECKING:
     from wslib.core.data import Dataset
@@ -82,6 +75,7 @@ CODE = (
     "wslib.llpf.curves",
     "wslib.llpf.evaluation",
     "wslib.llpf.layerwise",
+    "wslib.llpf.methods",
     "wslib.llpf.path",
     "wslib.llpf.stages",
     "wslib.llpf.ticks",
@@ -343,114 +337,6 @@ def m2m_run(
     path = m2m_path(setup, pair, settings, seed, name=name, all_at_once=all_at_once)
     res = setup.evaluate(pair[0], path)
     res["stage_names"] = data_flow_stage_names(pair[0])
-    return res
-
-
-# The methods of method_run (settings["method"]; the tuple lists them at run time).
-MethodKind = Literal["llpf", "curve", "autoneb"]
-METHOD_KINDS: tuple[MethodKind, ...] = get_args(MethodKind)
-
-
-# An LLPF path's checkpoint is guarded by its own key: its name changes no result.
-NOT_KEYED = {"name": "names the LLPF path's checkpoint, which its own key guards"}
-
-
-@cached_step(code=CODE, not_keyed=NOT_KEYED)
-def method_run(
-    setup: PathSetup,
-    pair: Pair,
-    settings: Mapping[str, Any],
-    seed: int,
-    *,
-    budget: int | None = None,
-    name: str | None = None,
-    run_cache: str | Path | None = None,
-) -> dict[str, Any]:
-    """One evaluated path from ``pair[0]`` to ``pair[1]`` (a cached step:
-    :mod:`wslib.runs.steps`, in ``run_cache``).
-
-    ``settings["method"]`` is ``"llpf"`` (the rest as in :func:`m2m_path`,
-    checkpointed under ``name``), ``"curve"`` (the rest are fields of
-    :class:`~wslib.llpf.curves.CurveSettings`) or ``"autoneb"`` (of
-    :class:`~wslib.llpf.autoneb.AutoNEBSettings`); the two baselines take exactly
-    ``budget`` gradient steps and are checkpointed in the setup's checkpoint
-    folder (:func:`baseline_checkpoint`), so a killed run resumes.
-    """
-    kind = settings.get("method")
-    if kind not in METHOD_KINDS:
-        raise ValueError(
-            f"settings['method'] must be one of {METHOD_KINDS}, got {kind!r}"
-        )
-    rest = {k: v for k, v in settings.items() if k != "method"}
-    if kind == "llpf":
-        return setup.evaluate(pair[0], m2m_path(setup, pair, rest, seed, name=name))
-    if budget is None:
-        raise ValueError(f"a {kind} run needs a gradient-step budget (budget=...)")
-    a, b = pair
-    sa, sb, x, y = a.state_dict(), b.state_dict(), setup.ds.x_train, setup.ds.y_train
-    checkpoint = baseline_checkpoint(setup, pair, settings, seed, budget)
-    common: dict[str, Any] = {"batch_size": setup.batch_size, "seed": seed}
-    persist = Persist(checkpoint, progress=False)  # each method's save interval
-    if kind == "curve":
-        curve = CurveSettings(steps=budget, **common, **rest)
-        path = fit_curve(a, sa, sb, x, y, curve, persist=persist)
-    else:
-        neb = AutoNEBSettings(total_steps=budget, **common, **rest)
-        path = autoneb(a, sa, sb, x, y, neb, persist=persist)
-    return setup.evaluate(a, path)
-
-
-def baseline_checkpoint(
-    setup: PathSetup,
-    pair: Pair,
-    settings: Mapping[str, Any],
-    seed: int,
-    budget: int,
-) -> Path | None:
-    """The checkpoint file of a baseline run of :func:`method_run` (None: no folder).
-
-    Named (see :meth:`PathSetup.checkpoint`) by the method, a digest of the
-    two modes, the seed and a digest of the settings, budget and batch size:
-    the same run in a tuning sweep and in a comparison shares its file, and
-    no run overwrites another's. The file's key guards the rest.
-    """
-    if setup.checkpoint_dir is None:
-        return None
-    config = {**settings, "budget": budget, "batch_size": setup.batch_size}
-    folder = setup.checkpoint(settings["method"], seed, settings=config, ends=pair)
-    assert folder is not None  # checkpoint_dir is set
-    return folder.with_name(f"{folder.name}.pt")
-
-
-@cached_step(code=CODE, not_keyed=NOT_KEYED)
-def compare_at_equal_steps(
-    setup: PathSetup,
-    pair: Pair,
-    methods: Mapping[str, Mapping[str, Any]],
-    seed: int,
-    *,
-    name: str | None = None,
-    run_cache: str | Path | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Every method of ``methods`` (label -> settings) between the same modes (a
-    cached step: :mod:`wslib.runs.steps`, in ``run_cache``).
-
-    The first method must be LLPF (checkpointed under ``name``); every other
-    one then gets exactly the gradient steps it used (:func:`method_run`).
-    Returns label -> evaluated path.
-    """
-    labels = list(methods)
-    if not labels or methods[labels[0]].get("method") != "llpf":
-        raise ValueError(
-            "the first method must be LLPF ({'method': 'llpf', ...}): its "
-            "gradient steps are the budget of the others"
-        )
-    first = method_run(setup, pair, methods[labels[0]], seed, name=name)
-    res = {labels[0]: first}
-    for label in labels[1:]:
-        res[label] = method_run(
-            setup, pair, methods[label], seed, budget=first["grad_steps"]
-        )
     return res
 
 
