@@ -318,8 +318,9 @@ def test_notebooks_side_by_side_compute_on_one_thread_each(
     run: ModuleType, profiles: ModuleType
 ) -> None:
     body = (
-        "import torch\nfrom wslib.runs.results import write_results\n"
-        'write_results(results_path, {"threads": torch.get_num_threads()}, {})'
+        "import os\nimport torch\nfrom wslib.runs.results import write_results\n"
+        "write_results(results_path, "
+        '{"threads": torch.get_num_threads(), "folder": os.getcwd()}, {})'
     )
     copy_tiny(run, "00_threads", body)
     (profiles.PARAMS / "cpu.yaml").write_text("{}")
@@ -329,7 +330,7 @@ def test_notebooks_side_by_side_compute_on_one_thread_each(
     for nb in ("00_threads", TINY):
         assert (run.ROOT / f"results/cpu/{nb}.json").exists()
     results = json.loads((run.ROOT / "results/cpu/00_threads.json").read_text())
-    assert results["metrics"] == {"threads": 1}
+    assert results["metrics"] == {"threads": 1, "folder": str(run.ROOT)}
     times = json.loads((run.ROOT / "build/cpu/run_times.json").read_text())
     assert set(times) == {"00_threads", TINY}
 
