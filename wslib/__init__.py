@@ -36,7 +36,8 @@ The package is layered; a package imports only those listed before it::
     wslib.llpf       Low-Loss Path Finding: layerwise (M2M, M2O, hybrid), ticks
                      (the tick loop they share), stages (their layer order), path
                      (the result type of every path finder), curves (Bezier),
-                     autoneb, evaluation; protocols (the chapters' runs), setup
+                     autoneb, evaluation; protocols (the chapters' runs),
+                     methods (chapter 4's runs of every method), setup
                      (what the chapters share), ch02_layerwise, ch03_m2m,
                      ch04_baselines, ch05_spheres (each chapter's tables and
                      metrics), figures, units (chapters 3-5 as independent

@@ -8,7 +8,9 @@
 - :mod:`~wslib.llpf.autoneb`: AutoNEB (Draxler et al.);
 - :mod:`~wslib.llpf.evaluation`: honest evaluation of any path;
 - :mod:`~wslib.llpf.protocols`: the runs of the LLPF chapters (refinement rule,
-  equal gradient-step budgets, M2O and the hybrid);
+  M2M, M2O and the hybrid);
+- :mod:`~wslib.llpf.methods`: chapter 4's runs of every method between two
+  modes, at equal gradient-step budgets;
 - :mod:`~wslib.llpf.setup`: what the chapters and their units share (zoo, data,
   path setup, derived seeds, run-cache keys);
 - :mod:`~wslib.llpf.ch02_layerwise`, :mod:`~wslib.llpf.ch03_m2m`,

@@ -48,7 +48,7 @@ def method_run(
     """One evaluated path from ``pair[0]`` to ``pair[1]`` (a cached step:
     :mod:`wslib.runs.steps`, in ``run_cache``).
 
-    ``settings["method"]`` is ``"llpf"`` (the rest as in :func:`m2m_path`,
+    ``settings["method"]`` is ``"llpf"`` (the rest as in :func:`~wslib.llpf.protocols.m2m_path`,
     checkpointed under ``name``), ``"curve"`` (the rest are fields of
     :class:`~wslib.llpf.curves.CurveSettings`) or ``"autoneb"`` (of
     :class:`~wslib.llpf.autoneb.AutoNEBSettings`); the two baselines take exactly
@@ -105,7 +105,7 @@ def baseline_checkpoint(
 ) -> Path | None:
     """The checkpoint file of a baseline run of :func:`method_run` (None: no folder).
 
-    Named (see :meth:`PathSetup.checkpoint`) by the method, a digest of the
+    Named (see :meth:`~wslib.llpf.protocols.PathSetup.checkpoint`) by the method, a digest of the
     two modes, the seed and a digest of the settings, budget and batch size:
     the same run in a tuning sweep and in a comparison shares its file, and
     no run overwrites another's. The file's key guards the rest.
