@@ -51,7 +51,7 @@ from typing import Any
 
 import torch
 
-from bookkit import device_checks, profiles, synthetic_data
+from bookkit import device_checks, gpu_work, profiles, synthetic_data
 from bookkit import gpu_estimate as estimate
 from bookkit import gpu_timings as timing
 from bookkit import run as runner
@@ -188,7 +188,7 @@ def pilot_phase(ctx: Context, out: Outcome) -> None:
 
 
 def chapter_3(ctx: Context) -> dict[str, Any]:
-    return estimate.chapter_params("03_llpf_m2m", ctx.params)
+    return gpu_work.chapter_params("03_llpf_m2m", ctx.params)
 
 
 def timings_phase(ctx: Context, out: Outcome) -> None:
@@ -276,7 +276,7 @@ def host_phase(ctx: Context, out: Outcome) -> None:
     for what, seconds in out.results.items():
         print(f"  {what:<55} {seconds:8.3f} s")
     print(
-        f"  counted in the estimate (s, at the gpu profile's size): {estimate.CPU_SECONDS}"
+        f"  counted in the estimate (s, at the gpu profile's size): {gpu_work.CPU_SECONDS}"
     )
 
 
@@ -502,7 +502,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:  # the parameter file is read as run.py reads a profile, first
-        estimate.chapter_work(args.params)
+        gpu_work.chapter_work(args.params)
     except profiles.UnknownParameter as error:
         print(f"gpu check: {error}", file=sys.stderr)
         return 2

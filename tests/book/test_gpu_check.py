@@ -19,7 +19,7 @@ import pytest
 import torch
 import yaml
 
-from bookkit import gpu_check, gpu_estimate, gpu_timings
+from bookkit import gpu_check, gpu_estimate, gpu_timings, gpu_work
 from tests.conftest import ROOT, SESSION_ENV, chapters, run_main
 from tests.kit import mlp
 from wslib.core.configs import complete_model_configs
@@ -211,7 +211,7 @@ def test_chapter_7_counts_every_run(est):
     n_rates = len(p["lr_grid"]) + 2  # the default refinement: two neighbours
     sweeps = len(p["lr_sweep_configs"]) * 2 * (n_rates + p["n_seeds"])
     expected = (main + sizes + acts + sweeps * p["long_epochs"]) * steps
-    items = est.chapter_work()["07_pathcond_mlp"]
+    items = gpu_work.chapter_work()["07_pathcond_mlp"]
     train = [w for w in items if w.kind == "train"]
     assert sum(w.amount * w.runs for w in train) == expected
     assert {w.batch for w in train} == {p["recipe"]["batch_size"]}
@@ -241,7 +241,7 @@ def test_each_item_has_its_profiles_precision(tmp_path, est):
     ch3["llpf"]["mlp"]["precision"] = "bf16"
     path = tmp_path / "gpu.yaml"
     path.write_text(yaml.safe_dump({"03_llpf_m2m": ch3}))
-    items = est.chapter_work(path)["03_llpf_m2m"]
+    items = gpu_work.chapter_work(path)["03_llpf_m2m"]
     for w in items:
         if w.kind in ("train", "ticks"):
             expected = "resnet" if w.kind == "train" else "mlp"
@@ -252,17 +252,17 @@ def test_each_item_has_its_profiles_precision(tmp_path, est):
 def test_stacked_runs_share_their_steps(est):
     rates = est.ASSUMED
     model = mlp([500], in_shape=[3, 32, 32], n_classes=10)
-    one = est.Work("train", model, 100, 128)
-    many = est.Work("train", model, 100, 128, runs=8)
+    one = gpu_work.Work("train", model, 100, 128)
+    many = gpu_work.Work("train", model, 100, 128, runs=8)
     assert est.seconds([one], rates) == pytest.approx(100 * rates.floor_s)
     assert est.seconds([many], rates) == est.seconds([one], rates)  # the floor
-    big = est.Work("train", est.RESNET, 100, rates.batch, runs=3)
+    big = gpu_work.Work("train", est.RESNET, 100, rates.batch, runs=3)
     assert est.seconds([big], rates) == pytest.approx(3 * 100 * rates.step_s)
 
 
 def test_a_model_in_the_zoo_is_trained_once(tmp_path, est):
     params = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())
-    work = est.chapter_work()
+    work = gpu_work.chapter_work()
     assert not [w for w in work["02_layerwise"] if w.kind == "train"]  # = chapter 1's
     resnet = params["11_fusion_beyond"]["architectures"]["resnet18"]
     counted = {}
@@ -271,7 +271,7 @@ def test_a_model_in_the_zoo_is_trained_once(tmp_path, est):
         resnet["model"] = model if width is None else {**model, "width": width}
         path = tmp_path / "gpu.yaml"
         path.write_text(yaml.safe_dump(params))
-        items = est.chapter_work(path)["11_fusion_beyond"]
+        items = gpu_work.chapter_work(path)["11_fusion_beyond"]
         model = complete_model_configs(resnet["model"], {"name": "cifar10"})
         counted[width] = [
             w
@@ -285,25 +285,25 @@ def test_a_model_in_the_zoo_is_trained_once(tmp_path, est):
 
 def test_seconds_scale_by_flops_with_a_floor(est, timing):
     rates = est.ASSUMED
-    resnet = est.Work("train", est.RESNET, 10, rates.batch)
+    resnet = gpu_work.Work("train", est.RESNET, 10, rates.batch)
     assert est.seconds([resnet], rates) == pytest.approx(10 * rates.step_s)
     assert est.seconds([resnet], rates, "bf16") == pytest.approx(10 * rates.bf16_step_s)
     # an item the profile writes in bf16 counts at bf16 rates unless fp32 is forced
-    written = est.Work("train", est.RESNET, 10, rates.batch, bf16=True)
+    written = gpu_work.Work("train", est.RESNET, 10, rates.batch, bf16=True)
     assert est.seconds([written], rates) == pytest.approx(10 * rates.bf16_step_s)
     assert est.seconds([written], rates, "fp32") == pytest.approx(10 * rates.step_s)
-    half = est.Work("train", est.RESNET, 10, rates.batch // 2)
+    half = gpu_work.Work("train", est.RESNET, 10, rates.batch // 2)
     assert est.seconds([half], rates) == pytest.approx(5 * rates.step_s)
-    tiny = est.Work("train", timing.QUICK_MLP, 10, 16)
+    tiny = gpu_work.Work("train", timing.QUICK_MLP, 10, 16)
     assert est.seconds([tiny], rates) == pytest.approx(10 * rates.floor_s)
-    solves = est.Work("solve", None, 4)
+    solves = gpu_work.Work("solve", None, 4)
     assert est.seconds([solves], rates) == pytest.approx(4 * rates.solve_s)
 
 
 def test_chapter_12_counts_its_paths_and_only_new_models(est):
     p = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())["12_synthesis"]
     pairs = p["n_modes"] * (p["n_modes"] - 1) // 2
-    items = est.chapter_work()["12_synthesis"]
+    items = gpu_work.chapter_work()["12_synthesis"]
     ticks = [w for w in items if w.kind == "ticks"]
     assert len(ticks) == 6 * pairs  # fused-parent (2 variants x 2), parent-parent x 2
     assert {w.amount for w in ticks} == {p["llpf"]["ticks"]}
@@ -354,9 +354,9 @@ def test_chapter_10_counts_its_cpu_side_grouping_and_matching(est):
     p = yaml.safe_load((ROOT / "notebooks/params/gpu.yaml").read_text())[
         "10_fusion_regimes"
     ]
-    defaults = est.profiles.default_parameters("10_fusion_regimes")
+    defaults = gpu_work.profiles.default_parameters("10_fusion_regimes")
     methods, k = defaults["methods"], len(defaults["importances"])
-    per = est.CPU_SECONDS
+    per = gpu_work.CPU_SECONDS
     expected = 0.0
     for n in p["n_models"]:
         runs = len(p["regimes"]) * p["n_seeds"]
@@ -366,13 +366,13 @@ def test_chapter_10_counts_its_cpu_side_grouping_and_matching(est):
             scale = (n / 6) ** 2 if kind == "kf" else (n - 1) / 5
             expected += runs * fusions * scale * per[f"{kind} grouping, 6 models"]
         expected += runs * (n - 1) * per["weight matching"]  # once per pair
-    items = est.chapter_work()["10_fusion_regimes"]
+    items = gpu_work.chapter_work()["10_fusion_regimes"]
     assert sum(w.amount for w in items if w.kind == "cpu") == pytest.approx(expected)
 
 
 def test_llpf_ticks_are_counted_by_the_pilot_rates(est):
     rates = est.ASSUMED
-    tick = est.Work("ticks", est.RESNET, 10, rates.batch, record_every=0)
+    tick = gpu_work.Work("ticks", est.RESNET, 10, rates.batch, record_every=0)
     # each tick a record (record_every 0 counts as 1), so a save each
     expected = 10 * rates.tick_steps * rates.refine_step_s + 10 * rates.save_s
     assert est.seconds([tick], rates) == pytest.approx(expected)
@@ -380,7 +380,9 @@ def test_llpf_ticks_are_counted_by_the_pilot_rates(est):
         1 - rates.bf16_step_s / rates.step_s
     )
     assert est.seconds([tick], rates, "bf16") == pytest.approx(bf16)
-    written = est.Work("ticks", est.RESNET, 10, rates.batch, record_every=0, bf16=True)
+    written = gpu_work.Work(
+        "ticks", est.RESNET, 10, rates.batch, record_every=0, bf16=True
+    )
     assert est.seconds([written], rates) == pytest.approx(bf16)
 
 
@@ -413,7 +415,10 @@ def test_the_estimate_has_a_range_from_the_steps_per_tick(est):
     )
     assert h_low < h_central < h_high
     ticks = [
-        w for items in est.chapter_work().values() for w in items if w.kind == "ticks"
+        w
+        for items in gpu_work.chapter_work().values()
+        for w in items
+        if w.kind == "ticks"
     ]
     assert ticks  # the range comes from the LLPF chapters' ticks
     measured = est.estimate_table(
@@ -424,11 +429,11 @@ def test_the_estimate_has_a_range_from_the_steps_per_tick(est):
 
 
 def test_pathcond_on_conv_nets_counts_at_the_device_rate(est):
-    items = est.chapter_work()["08_pathcond_conv"]
+    items = gpu_work.chapter_work()["08_pathcond_conv"]
     solves = [w for w in items if w.kind == "pathcond"]
     assert solves and not [w for w in items if w.kind == "cpu"]
     rates = est.ASSUMED
-    one = est.Work("pathcond", None, 1)
+    one = gpu_work.Work("pathcond", None, 1)
     assert est.seconds([one], rates) == pytest.approx(
         rates.pathcond_s * est.PATHCOND_SWEEPS / 100
     )

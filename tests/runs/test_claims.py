@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bookkit import gpu_estimate
+from bookkit import gpu_work
 from bookkit import ledger as ledger_page
 from tests.conftest import NOTEBOOKS, ROOT
 from wslib.runs.claim_list import CLAIMS, PAPERS
@@ -220,10 +220,10 @@ def test_every_profile_runs_the_architectures_its_claims_read(profile):
     params_file = ROOT / "notebooks" / "params" / f"{profile}.yaml"
     chapters = sorted({claim.chapter for claim in CLAIMS})  # read each chapter once
     cpu = {
-        ch: gpu_estimate.chapter_params(ch, ROOT / "notebooks/params/cpu.yaml")
+        ch: gpu_work.chapter_params(ch, ROOT / "notebooks/params/cpu.yaml")
         for ch in chapters
     }
-    own = {ch: gpu_estimate.chapter_params(ch, params_file) for ch in chapters}
+    own = {ch: gpu_work.chapter_params(ch, params_file) for ch in chapters}
     missing = []
     for claim in CLAIMS:
         models = cpu[claim.chapter].get("models")
