@@ -14,13 +14,11 @@ from tests.kit import (
     same_state,
     toy_tensors,
 )
-from wslib.core.configs import build_model
 from wslib.core.norms import norm_parameter_names
 from wslib.llpf.autoneb import AutoNEBSettings
 from wslib.llpf.curves import CurveSettings
 from wslib.llpf.evaluation import evaluate_path
 from wslib.llpf.layerwise import M2MSettings, M2OSettings, hybrid, m2m, m2o
-from wslib.llpf.stages import data_flow_stages, stage_starts
 from wslib.llpf.ticks import Refine, project_on_spheres, tensor_variances
 from wslib.runs.resumable import Persist
 
@@ -64,24 +62,6 @@ def test_m2m_between_identical_modes_ends_on_them() -> None:
         persist=QUIET,
     )
     assert same_state(path.states[0], a) and same_state(path.states[-1], a)
-
-
-def test_data_flow_stages_follow_module_order() -> None:
-    model = build_model(RESNET)
-    stages = data_flow_stages(model)
-    assert stages[0][0].startswith("stem.") and stages[-1] == [
-        "head.weight",
-        "head.bias",
-    ]
-    assert sorted(n for s in stages for n in s) == sorted(
-        n for n, _ in model.named_parameters()
-    )
-    assert stage_starts(4, 100, 10) == [0, 10, 20, 30]
-    assert stage_starts(4, 100, None, all_at_once=True) == [0, 0, 0, 0]
-    with pytest.raises(ValueError, match="stage_ticks"):
-        stage_starts(4, 100, [1, 2])
-    with pytest.raises(ValueError, match="last stage"):
-        stage_starts(4, 10, 5)
 
 
 def test_fdf_moves_input_stage_first() -> None:
@@ -472,12 +452,3 @@ def test_gpu_profile_code_paths_on_tiny_cifar(tmp_path, config: dict) -> None:
             progress=False,
         )
         assert np.isfinite(res["peak_excess"])
-
-
-def test_stage_names_match_stages() -> None:
-    from wslib.llpf import data_flow_stage_names
-
-    model = build_model(TRANSFORMER)
-    names = data_flow_stage_names(model)
-    assert len(names) == len(data_flow_stages(model))
-    assert names[-1] == "head" and "blocks.0" in names
