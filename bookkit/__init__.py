@@ -23,6 +23,7 @@ as a notebook), :mod:`.kernels` (forked kernels), :mod:`.engine`
 :mod:`.speed` (the CPU's speed beside each wall time), :mod:`.profile_values`,
 :mod:`.apilinks`, :mod:`.course` and :mod:`.ledger` (pages of the build),
 :mod:`.device_checks`, :mod:`.gpu_work`, :mod:`.gpu_estimate` and
-:mod:`.gpu_timings` (the gpu check). Every path is relative to the repository root, the folder above this
-package; ``wslib`` never imports ``bookkit`` (an import-linter contract).
+:mod:`.gpu_timings` (the gpu check). Every path is relative to the repository
+root, the folder above this package; ``wslib`` never imports ``bookkit`` (an
+import-linter contract).
 """

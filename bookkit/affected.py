@@ -39,6 +39,8 @@ PACKAGE = ROOT / "bookkit"
 RUNNER = (
     "__main__.py",
     "run.py",
+    "engine.py",
+    "speed.py",
     "profiles.py",
     "chapters.py",
     "kernels.py",

@@ -6,8 +6,10 @@ and runs for seconds, and its 80 writes (each a JSON dump and a schema check
 of the notebook, figures included) cost about 0.3 CPU-s of the few it runs.
 :class:`ChapterEngine` writes the copy at most every :data:`SAVE_EVERY`
 seconds while the notebook runs, so a long chapter's copy is still at most
-that old. papermill itself writes the finished copy, and the copy of a
-notebook that failed in a cell, after the engine returns.
+that old, and when the notebook ends, however it ends (papermill also writes
+the finished copy, and the copy of a notebook that failed in a cell, after
+the engine returns). :meth:`ChapterEngine.execute_notebook` is papermill
+2.7's ``Engine.execute_notebook`` with :class:`SparseSaves` as its record.
 """
 
 from __future__ import annotations
@@ -29,11 +31,20 @@ NAME = "wslib"
 
 class SparseSaves(NotebookExecutionManager):
     """papermill's record of a running notebook, written at most every
-    :data:`SAVE_EVERY` seconds."""
+    :data:`SAVE_EVERY` seconds, and always when the notebook ends."""
+
+    ended = False
 
     def save(self, **kwargs: Any) -> None:
-        if (self.now() - self.last_save_time).total_seconds() >= SAVE_EVERY:
+        since = (self.now() - self.last_save_time).total_seconds()
+        if self.ended or since >= SAVE_EVERY:
             super().save(**kwargs)
+
+    def notebook_complete(self, **kwargs: Any) -> None:
+        """papermill's, its last write made: a notebook whose kernel died
+        (the engine raised) has no other."""
+        self.ended = True
+        super().notebook_complete(**kwargs)
 
 
 class ChapterEngine(NBClientEngine):

@@ -337,6 +337,7 @@ def run_notebook(
     params = notebook_parameters(nb, profile, seed)
     results_file = ROOT / params["results_path"]
     results_file.unlink(missing_ok=True)
+    executed.unlink(missing_ok=True)  # no earlier run's copy survives a failure
     code = code_fingerprint(nb)
     logging.getLogger("papermill").addFilter(PROFILE_PARAMETERS)  # once: same filter
     start = time.perf_counter()

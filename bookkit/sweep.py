@@ -435,8 +435,8 @@ def run_stage(args: argparse.Namespace, notebooks: list[str], seeds: list[int]) 
         close()
     n_jobs = sum(len(phase) for phase in phases)
     seconds = time.perf_counter() - start
-    speed = f" ({cpu_speed_text()})" if args.executor == "local" else ""
-    print(f"sweep: {n_jobs} jobs run in {seconds:.0f} s{speed}")
+    cpu = f" ({cpu_speed_text()})" if args.executor == "local" else ""
+    print(f"sweep: {n_jobs} jobs run in {seconds:.0f} s{cpu}")
     try:
         for nb in notebooks:
             write_summary(profiles.ROOT / "results" / args.profile, nb)

@@ -28,6 +28,7 @@ def test_the_chapters_are_the_twelve_sources_in_book_order() -> None:
         # imported by run.py (seeds are checked there): every chapter runs it
         (["wslib/core/seeds.py"], ALL),
         (["bookkit/run.py"], ALL),
+        (["bookkit/engine.py"], ALL),
         (["bookkit/profiles.py"], ALL),
         (["notebooks/params/smoke.yaml"], ALL),
         (["pyproject.toml"], ALL),

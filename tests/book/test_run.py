@@ -360,6 +360,8 @@ def test_a_chapter_whose_kernel_dies_is_named_and_the_others_go_on(
     assert "DeadKernelError" in err and "Traceback" not in err
     assert "failed: 00_dies" in err
     assert (run.ROOT / "results/cpu/00_tiny.json").exists()
+    copy = nbformat.read(run.ROOT / "build/cpu/00_dies.ipynb", as_version=4)
+    assert copy.metadata.papermill["end_time"]  # its last write was made
 
 
 def test_jobs_must_be_positive(run: ModuleType) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.kit import pair
@@ -55,5 +57,5 @@ def test_a_baseline_gets_the_budget_the_batch_size_and_the_seed() -> None:
 def test_a_wrong_baseline_option_is_named_with_its_method(
     kind: str, options: dict, message: str
 ) -> None:
-    with pytest.raises(ValueError, match="^" + message.replace("(", "\\(")):
+    with pytest.raises(ValueError, match="^" + re.escape(message)):
         method_run(setup(), pair(), {"method": kind, **options}, seed=0, budget=4)

@@ -6,7 +6,8 @@ import pytest
 
 from tests.kit import RESNET, TRANSFORMER
 from wslib.core.configs import build_model
-from wslib.llpf.stages import data_flow_stage_names, data_flow_stages, stage_starts
+from wslib.llpf import data_flow_stage_names  # the package exports it
+from wslib.llpf.stages import data_flow_stages, stage_starts
 
 
 def test_data_flow_stages_follow_module_order() -> None:

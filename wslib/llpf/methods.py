@@ -48,8 +48,9 @@ def method_run(
     """One evaluated path from ``pair[0]`` to ``pair[1]`` (a cached step:
     :mod:`wslib.runs.steps`, in ``run_cache``).
 
-    ``settings["method"]`` is ``"llpf"`` (the rest as in :func:`~wslib.llpf.protocols.m2m_path`,
-    checkpointed under ``name``), ``"curve"`` (the rest are fields of
+    ``settings["method"]`` is ``"llpf"`` (the rest as in
+    :func:`~wslib.llpf.protocols.m2m_path`, checkpointed under ``name``),
+    ``"curve"`` (the rest are fields of
     :class:`~wslib.llpf.curves.CurveSettings`) or ``"autoneb"`` (of
     :class:`~wslib.llpf.autoneb.AutoNEBSettings`); the two baselines take exactly
     ``budget`` gradient steps and are checkpointed in the setup's checkpoint
@@ -78,7 +79,11 @@ def method_run(
 
 
 def baseline_settings(
-    kind: MethodKind, rest: Mapping[str, Any], budget: int, batch_size: int, seed: int
+    kind: Literal["curve", "autoneb"],
+    rest: Mapping[str, Any],
+    budget: int,
+    batch_size: int,
+    seed: int,
 ) -> CurveSettings | AutoNEBSettings:
     """A baseline's settings: ``rest`` (a ``"curve"``'s or an ``"autoneb"``'s
     options) with exactly ``budget`` gradient steps, the setup's batch size
@@ -105,8 +110,9 @@ def baseline_checkpoint(
 ) -> Path | None:
     """The checkpoint file of a baseline run of :func:`method_run` (None: no folder).
 
-    Named (see :meth:`~wslib.llpf.protocols.PathSetup.checkpoint`) by the method, a digest of the
-    two modes, the seed and a digest of the settings, budget and batch size:
+    Named (see :meth:`~wslib.llpf.protocols.PathSetup.checkpoint`) by the
+    method, a digest of the two modes, the seed and a digest of the settings,
+    budget and batch size:
     the same run in a tuning sweep and in a comparison shares its file, and
     no run overwrites another's. The file's key guards the rest.
     """

@@ -10,9 +10,10 @@ losses is under the larger training loss of its endpoints plus a margin
   towards the origin and across variance spheres (chapter 5).
 
 Chapter 4's runs of every method between two modes are in
-:mod:`wslib.llpf.methods`. Nothing here reads a profile; each chapter's tables live in its module
-(:mod:`wslib.llpf.ch03_m2m`, ...). :data:`CODE` names the modules whose source
-determines the result of these runs (the key of their run cache).
+:mod:`wslib.llpf.methods`. Nothing here reads a profile; each chapter's
+tables live in its module (:mod:`wslib.llpf.ch03_m2m`, ...). :data:`CODE`
+names the modules whose source determines the result of these runs and of
+:mod:`wslib.llpf.methods`' (the key of their run cache).
 """
 
 from __future__ import annotations
