@@ -17,7 +17,11 @@ one core to the other. Earlier, more jobs made the suite no faster: 861 s
 against 877 s with the split chapters' units here too; 900 s with those,
 ``plan.py``'s jobs and the gpu check's quick run, the jobs not bound to
 their half of the cores (the two sides' processes crowded each other's
-core). Under pytest-xdist a job starts when a fixture first asks for it: a
+core). A timeline of a later run (each test's start, each job's end; 765 s,
+1,414 CPU-s) showed the two sides balanced: the jobs ended at 738 s, when
+the foreground had just run the smoke book's readers (``test_split``'s
+units among them), so only less CPU, not another split, makes it faster.
+Under pytest-xdist a job starts when a fixture first asks for it: a
 worker cannot know beforehand which tests it will be given.
 """
 
