@@ -59,3 +59,12 @@ def test_a_wrong_baseline_option_is_named_with_its_method(
 ) -> None:
     with pytest.raises(ValueError, match="^" + re.escape(message)):
         method_run(setup(), pair(), {"method": kind, **options}, seed=0, budget=4)
+
+
+def test_an_option_the_run_sets_is_refused_with_the_reason() -> None:
+    with pytest.raises(ValueError) as refused:
+        baseline_settings("curve", {**CURVE, "seed": 1}, 30, 8, 5)
+    assert str(refused.value) == (
+        "the curve settings set seed; leave them out: the budget, the setup's "
+        "batch size and the path seed set them"
+    )
