@@ -49,6 +49,7 @@ MODULES = [
     *(f"runs/{m}" for m in RUNS),
     *(f"llpf/{m}" for m in ("layerwise", "ticks", "stages", "autoneb", "curves")),
     "llpf/evaluation",
+    "llpf/methods",
     *(f"pathcond/{m}" for m in ("rescaling", "solver", "lifting", "enorm", "training")),
     *(f"fusion/{m}" for m in ("levels", "checks", "grouping", "retrofit", "hfkf")),
     *(f"fusion/{m}" for m in ("baselines", "residual", "taps")),
