@@ -136,12 +136,17 @@ format: $(STAMP)
 	$(BOOKKIT) lint --fix
 
 # TEST_WORKERS=N (N > 1): N pytest-xdist workers, tests that share an expensive
-# fixture grouped (--dist loadgroup, the groups of tests/conftest.py)
+# fixture grouped (--dist loadgroup, the groups of tests/conftest.py).
+# The tests start about 200 Python processes: with PYTHONDONTWRITEBYTECODE set
+# (some containers set it) each compiled the library again and each pytest
+# rewrote every test module (a collection: 12 CPU-s, against 7 with the caches),
+# so the tests run without it (the __pycache__ folders are ignored by git).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 test: lint
-	$(PY) -m pytest $(XDIST)
+	$(PYTEST) $(XDIST)
 
 test-fast: lint
-	$(PY) -m pytest $(XDIST) -m "not slow"
+	$(PYTEST) $(XDIST) -m "not slow"
 
 mutants: $(STAMP)
 	$(PY) tests/mutants.py $(LISTS) $(if $(JOBS),--jobs $(JOBS))

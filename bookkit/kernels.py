@@ -203,10 +203,20 @@ def connect(path: str, argv: list[str]) -> int:
     return int(status) if status.strip() else 1  # nothing: killed by a signal
 
 
+GPU_DRIVER_FILES = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd")
+"""Files of the NVIDIA and AMD (ROCm) drivers: torch sees a GPU only where one exists."""
+
+
 def wanted() -> bool:
-    """Whether this machine forks its kernels (see the module's docstring)."""
+    """Whether this machine forks its kernels (see the module's docstring).
+
+    Without a GPU driver torch cannot see a device, so ``run.py`` starts
+    without importing torch (2.6 CPU-s); where a driver is, torch is asked.
+    """
     if os.environ.get(SWITCH, "1") == "0" or sys.platform != "linux":
         return False
+    if not any(os.path.exists(f) for f in GPU_DRIVER_FILES):
+        return True
     import torch
 
     return not torch.cuda.is_available()

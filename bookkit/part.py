@@ -24,12 +24,9 @@ import sys
 import time
 from typing import Any
 
-import torch
-
 from bookkit import profiles
 from bookkit import run as runner
 from wslib.core import workspace
-from wslib.core.train import seed_everything
 from wslib.runs.units import Unit, by_stage
 
 # The chapters split into units: notebook -> "module:function(params) -> units".
@@ -61,6 +58,8 @@ def chapter_units(nb: str, params: dict[str, Any]) -> list[Unit]:
 
 def run_units(units: list[Unit], seed: int) -> None:
     """Run ``units`` stage by stage, each from the chapter's seed, printing times."""
+    from wslib.core.train import seed_everything  # torch: not for a sweep's import
+
     for stage in by_stage(units):
         for unit in stage:
             start = time.perf_counter()
@@ -86,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         runner.fail_usage("split notebook", args.notebook, sorted(SPLIT))
     # the caches' root, whatever the working folder (no change of folder)
     os.environ[workspace.ENV] = str(profiles.ROOT)
+    import torch  # here: a sweep imports this module and starts without torch
+
     torch.set_num_threads(1)  # as in the notebooks' kernels: the same metrics
     try:
         params = parameters(args.notebook, args.profile, args.seed)

@@ -6,7 +6,7 @@ values of the wrong kind. This module refuses values of the right kind that
 cannot do what they say: a recipe that trains nothing, a count of zero, a
 negative learning rate, NaN.
 
-- Recipes are checked by the library's own :class:`wslib.core.train.Recipe`
+- Recipes are checked by the library's own :class:`wslib.core.recipes.Recipe`
   and model configs by :func:`wslib.core.configs.check_sizes`: one rule for
   library calls and profiles.
 - Whether a model fits its data set is checked where it is trained
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from wslib.core.configs import MODEL_NAMES, check_sizes
-from wslib.core.train import Recipe
+from wslib.core.recipes import Recipe
 
 POSITIVE = {
     "lr": "a learning rate",

@@ -71,7 +71,6 @@ from typing import Any, NoReturn
 import nbformat
 import papermill
 import psutil
-import torch
 from papermill.exceptions import PapermillExecutionError
 
 from bookkit import chapters, engine, kernels, speed
@@ -167,7 +166,11 @@ GPU_PROFILES = ("gpu",)  # profiles sized for a CUDA device
 
 def missing_cuda(profile: str, allow_cpu: bool) -> str | None:
     """Why ``profile`` cannot start here (no usable CUDA device), or None."""
-    if profile not in GPU_PROFILES or allow_cpu or torch.cuda.is_available():
+    if profile not in GPU_PROFILES or allow_cpu:
+        return None
+    import torch  # only here: the runner starts without torch (bookkit/speed.py)
+
+    if torch.cuda.is_available():
         return None
     built = torch.version.cuda
     needs = (

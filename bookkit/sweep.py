@@ -66,7 +66,6 @@ from bookkit import part, profiles
 from bookkit import run as runner
 from bookkit.speed import cpu_speed_text
 from wslib.core.seeds import check_seed
-from wslib.runs.stages import STAGES, stage_notebooks
 from wslib.runs.sweeps import write_summary
 
 POLL_S = 2.0  # seconds between looks at the running jobs
@@ -142,7 +141,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("notebooks", nargs="*", metavar="NB")
     args = parser.parse_args(argv)
     args.auto = args.seeds == ["auto"]
-    if args.auto:
+    if args.auto:  # the stages read the ledger (scipy): imported only for auto
+        from wslib.runs.stages import STAGES
+
         args.seeds = list(STAGES[0])
     elif not all(re.fullmatch(r"-?\d+", s) for s in args.seeds):
         parser.error(
@@ -386,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if not args.auto:
         return run_stage(args, args.notebooks, args.seeds)
+    from wslib.runs.stages import STAGES, stage_notebooks
+
     results = profiles.ROOT / "results" / args.profile
     status = 0
     for stage, seeds in enumerate(STAGES):

@@ -41,7 +41,7 @@ GOAL = 0.90
 """The score each module must reach: killed / mutants that are not equivalent."""
 
 CORE = ["matching", "interpolation", "train", "data", "seeds", "neurons", "stacked"]
-CORE += ["connectivity", "files", "norms", "pooling", "configs", "settings"]
+CORE += ["connectivity", "files", "norms", "pooling", "configs", "settings", "recipes"]
 RUNS = ["claims", "verdicts", "sweeps", "stats", "store", "resumable", "cache", "zoo"]
 RUNS += ["results", "units", "stages", "steps"]
 MODULES = [

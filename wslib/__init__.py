@@ -6,7 +6,8 @@ The package is layered; a package imports only those listed before it::
                      permutations, rescalings), models, configs (in_shape and
                      n_classes of a model config from its data set), pooling
                      (max pooling over pairs, faster to train), data and
-                     splits, train,
+                     splits, recipes (how a model is trained, checked
+                     without torch), train,
                      stacked (same-shaped runs trained as one model), norms (BatchNorm / LayerNorm helpers), interpolation,
                      matching (Git Re-Basin), files (hashes, atomic writes),
                      seeds (every random choice from a chapter's seed),

@@ -95,6 +95,7 @@ def test_a_forked_kernel_sees_what_a_started_kernel_sees(repo: Path) -> None:
 def test_the_server_is_used_only_where_forking_is_safe(monkeypatch) -> None:
     import torch
 
+    monkeypatch.setattr(kernels, "GPU_DRIVER_FILES", (os.devnull,))  # a driver is here
     monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.delenv(kernels.SWITCH, raising=False)
@@ -107,6 +108,24 @@ def test_the_server_is_used_only_where_forking_is_safe(monkeypatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(sys, "platform", "darwin")
     assert not kernels.wanted()
+
+
+def test_without_a_gpu_driver_the_server_is_used_and_torch_not_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import torch
+
+    def asked() -> bool:
+        raise AssertionError("torch was asked for a device")
+
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.delenv(kernels.SWITCH, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", asked)
+    monkeypatch.setattr(kernels, "GPU_DRIVER_FILES", ("/no/such/driver",))
+    assert kernels.wanted()
+    monkeypatch.setattr(kernels, "GPU_DRIVER_FILES", ("/no/such/driver", os.devnull))
+    with pytest.raises(AssertionError, match="asked"):
+        kernels.wanted()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="kernels are forked on Linux only")

@@ -15,6 +15,7 @@ from types import ModuleType
 
 import nbformat
 import pytest
+import torch
 import yaml
 from papermill.engines import papermill_engines
 
@@ -373,7 +374,7 @@ def test_gpu_profile_refuses_to_start_without_cuda(
     run: ModuleType, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
     """No silent fallback to days of CPU time: one line naming CUDA and the way out."""
-    monkeypatch.setattr(run.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     write_profile("gpu", {})
     assert run.main(["--profile", "gpu"]) == 2
     err = capsys.readouterr().err

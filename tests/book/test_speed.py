@@ -3,22 +3,35 @@
 from __future__ import annotations
 
 import pytest
+from threadpoolctl import threadpool_info
 
 from bookkit import speed
 
 
-def test_cpu_speed_counts_the_products_flops_on_one_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """2 m n k FLOPs per product over the timed seconds; the thread count comes back."""
+def blas_threads() -> list[int]:
+    """The thread count of each BLAS library NumPy loaded."""
+    return [
+        lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"
+    ]
+
+
+def test_cpu_speed_counts_the_products_flops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2 m n k FLOPs per product over the timed seconds; the thread counts come back."""
     clock = iter([10.0, 12.0])  # two seconds for the timed products
     monkeypatch.setattr(speed.time, "perf_counter", lambda: next(clock))
-    threads = []
-    real_set = speed.torch.set_num_threads
-    monkeypatch.setattr(
-        speed.torch, "set_num_threads", lambda n: (threads.append(n), real_set(n))
-    )
-    before = speed.torch.get_num_threads()
+    before = blas_threads()
     gflops = speed.thread_gflops(repeats=100)
     assert gflops == pytest.approx(2 * 128 * 256 * 256 * 100 / 2 / 1e9)
-    assert threads == [1, before] and speed.torch.get_num_threads() == before
+    assert blas_threads() == before
+
+
+def test_the_products_are_timed_on_one_blas_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = []
+    clock = speed.time.perf_counter
+    monkeypatch.setattr(
+        speed.time, "perf_counter", lambda: (seen.append(blas_threads()), clock())[1]
+    )
+    speed.thread_gflops(repeats=10)
+    assert len(seen) == 2 and all(threads and set(threads) == {1} for threads in seen)

@@ -8,6 +8,10 @@ number of classes, which follow from the data set the model is trained on.
 :func:`with_data_shape` adds them to one config, :func:`complete_model_configs`
 to every model config among a chapter's parameters, so a parameter profile
 names only what differs between models.
+
+Only the factories import torch (through :mod:`wslib.core.models`), when a
+model is built: the book's commands read configs to check a profile, and
+start without torch (2.6 CPU-s a process; ``bookkit/speed.py``).
 """
 
 from __future__ import annotations
@@ -16,18 +20,19 @@ import inspect
 import math
 import numbers
 from collections.abc import Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from torch import nn
+if TYPE_CHECKING:  # torch is imported when a model is built, not before
+    from torch import nn
 
-from wslib.core.models import (
-    MLP,
-    ActivationName,
-    ConvNet,
-    PoolName,
-    ResNet,
-    Transformer,
-)
+    from wslib.core.models import (
+        MLP,
+        ActivationName,
+        ConvNet,
+        PoolName,
+        ResNet,
+        Transformer,
+    )
 
 #: Shape of one input and number of classes of each data set of
 #: :data:`wslib.core.data.DATASETS` (as :func:`wslib.core.data.load_dataset` returns it).
@@ -153,6 +158,8 @@ def mlp(
     output_bias: bool = True,
 ) -> MLP:
     """Fully connected net on the flattened input (``output_bias``: a bias in the head)."""
+    from wslib.core.models import MLP
+
     return MLP(
         in_shape, n_classes, widths, activation=activation, output_bias=output_bias
     )
@@ -203,6 +210,8 @@ def _staged_cnn(
 ) -> ConvNet:
     plan = [c for ch in channels for c in ((ch, "P") if pool else (ch,))]
     head: Literal["flatten", "conv"] = "conv" if fully_conv else "flatten"
+    from wslib.core.models import ConvNet
+
     return ConvNet(
         shape,
         n_classes,
@@ -223,6 +232,8 @@ def resnet1d(
     kernel_size: int = 3,
 ) -> ResNet:
     """1-D ResNet of BasicBlocks, one stage per entry of ``widths``."""
+    from wslib.core.models import ResNet
+
     return ResNet(
         _check_shape(in_shape, 1, "resnet1d"),
         n_classes,
@@ -244,6 +255,8 @@ def transformer1d(
 ) -> Transformer:
     """Small pre-LN transformer on patches of a 1-D signal."""
     shape = _check_shape(in_shape, 1, "transformer1d")
+    from wslib.core.models import Transformer
+
     return Transformer(shape, n_classes, patch_size, embed_dim, depth, heads, mlp_dim)
 
 
@@ -258,6 +271,8 @@ def cifar_nv(in_shape: Sequence[int], n_classes: int, *, width: float = 1.0) -> 
     """
     plan = [p if isinstance(p, str) else _scaled([p], width)[0] for p in _CIFAR_NV_PLAN]
     shape = _check_shape(in_shape, 2, "cifar_nv")
+    from wslib.core.models import ConvNet
+
     return ConvNet(
         shape, n_classes, plan, kernel_size=3, pool="max", bn=False, head="conv"
     )
@@ -266,6 +281,8 @@ def cifar_nv(in_shape: Sequence[int], n_classes: int, *, width: float = 1.0) -> 
 def resnet18(in_shape: Sequence[int], n_classes: int, *, width: float = 1.0) -> ResNet:
     """CIFAR ResNet-18 (3x3 stem, no max pool); ``width`` multiplies all channel counts."""
     shape = _check_shape(in_shape, 2, "resnet18")
+    from wslib.core.models import ResNet
+
     return ResNet(shape, n_classes, _scaled(_RESNET18_WIDTHS, width), 2)
 
 
@@ -274,6 +291,8 @@ def vgg11(
 ) -> ConvNet:
     """VGG-11 convolutions (3x3, ReLU, max pool) with a single Linear head."""
     plan = [p if isinstance(p, str) else _scaled([p], width)[0] for p in _VGG11_PLAN]
+    from wslib.core.models import ConvNet
+
     return ConvNet(
         _check_shape(in_shape, 2, "vgg11"),
         n_classes,
@@ -296,6 +315,8 @@ def vit(
 ) -> Transformer:
     """Small vision transformer on 2-D patches."""
     shape = _check_shape(in_shape, 2, "vit")
+    from wslib.core.models import Transformer
+
     return Transformer(shape, n_classes, patch_size, embed_dim, depth, heads, mlp_dim)
 
 

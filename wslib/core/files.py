@@ -33,10 +33,9 @@ import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from wslib.core.workspace import workspace
 
@@ -44,6 +43,9 @@ try:  # POSIX; elsewhere entries are not locked (a second process computes its o
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:  # torch is imported by the digest of tensors, not before
+    import torch
 
 
 def stable_hash(obj: Any, *, length: int = 20) -> str:
@@ -56,6 +58,8 @@ def tensor_digest(
     *items: torch.Tensor | np.ndarray | Mapping[str, Any], length: int = 16
 ) -> str:
     """SHA-256 of the contents of tensors, arrays or state dicts (names, shapes, values)."""
+    import torch  # here, not above: the book's commands use this module without torch
+
     h = hashlib.sha256()
     for item in items:
         named = sorted(item.items()) if isinstance(item, Mapping) else [("", item)]

@@ -8,23 +8,19 @@ import math
 import random
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Literal, Protocol, get_args
+from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
+# the recipe's names stay importable from here, beside the fit loop that reads them
+from wslib.core.recipes import PrecisionName as PrecisionName
+from wslib.core.recipes import Recipe as Recipe
+from wslib.core.recipes import check_precision as check_precision
 from wslib.core.seeds import check_seed
-
-# The choices of a :class:`Recipe` (the tuples below list them at run time).
-OptimizerName = Literal["sgd", "adam"]
-ScheduleName = Literal["constant", "cosine"]
-PrecisionName = Literal["fp32", "bf16"]
-OPTIMIZERS: tuple[OptimizerName, ...] = get_args(OptimizerName)
-SCHEDULES: tuple[ScheduleName, ...] = get_args(ScheduleName)
-PRECISIONS: tuple[PrecisionName, ...] = get_args(PrecisionName)
 
 
 def seed_everything(seed: int) -> None:
@@ -44,12 +40,6 @@ def seed_everything(seed: int) -> None:
     torch.cuda.manual_seed_all(seed)
     torch.backends.cudnn.deterministic = False
     torch.backends.cudnn.benchmark = True
-
-
-def check_precision(precision: str) -> None:
-    """Refuse a precision other than ``"fp32"`` and ``"bf16"``, naming the valid ones."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; valid: {PRECISIONS}")
 
 
 def precision_autocast(device: torch.device, precision: str) -> torch.autocast:
@@ -73,79 +63,6 @@ def model_device(model: nn.Module) -> torch.device:
     """
     param = next(model.parameters(), None)
     return torch.device("cpu") if param is None else param.device
-
-
-@dataclass(frozen=True)
-class Recipe:
-    """How a model is trained. Part of every cached model's identity."""
-
-    epochs: int = 30
-    batch_size: int = 128
-    lr: float = 0.05
-    optimizer: OptimizerName = "sgd"
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    schedule: ScheduleName = "cosine"
-    augment: bool = False
-    precision: PrecisionName = (
-        "fp32"  # "bf16": forward and loss under bfloat16 autocast
-    )
-
-    def __post_init__(self) -> None:
-        """Refuse a recipe that cannot train what it says, naming the field and its range."""
-        for name, low in (("epochs", 1), ("batch_size", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | np.integer):
-                raise ValueError(f"recipe {name} must be an integer, got {value!r}")
-            if value < low:
-                raise ValueError(
-                    f"recipe {name} = {value} trains nothing; give {name} >= {low}"
-                )
-        for name, lowest, highest, closed in (
-            ("lr", 0.0, math.inf, False),
-            ("momentum", 0.0, 1.0, True),
-            ("weight_decay", 0.0, math.inf, True),
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(
-                value, int | float | np.number
-            ):
-                raise ValueError(f"recipe {name} must be a number, got {value!r}")
-            inside = (lowest <= value if closed else lowest < value) and value < highest
-            if not (math.isfinite(value) and inside):
-                bracket = "[" if closed else "("
-                raise ValueError(
-                    f"recipe {name} = {value!r} is outside {bracket}{lowest:g}, {highest:g}); "
-                    + (
-                        "an lr of 0 trains nothing"
-                        if name == "lr"
-                        else "give a value in that range"
-                    )
-                )
-        if not isinstance(self.augment, bool):
-            raise ValueError(
-                f"recipe augment must be true or false, got {self.augment!r}"
-            )
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(
-                f"unknown optimizer {self.optimizer!r}; valid: {OPTIMIZERS}"
-            )
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"unknown schedule {self.schedule!r}; valid: {SCHEDULES}")
-        check_precision(self.precision)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Recipe:
-        known = {f.name for f in fields(cls)}
-        unknown = set(d) - known
-        if unknown:
-            raise ValueError(
-                f"unknown recipe keys {sorted(unknown)}; valid: {sorted(known)}"
-            )
-        return cls(**d)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def make_optimizer(model: nn.Module, recipe: Recipe) -> torch.optim.Optimizer:

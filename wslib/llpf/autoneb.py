@@ -67,6 +67,7 @@ from wslib.runs.store import Payload
 CODE = (
     "wslib.core.settings",
     "wslib.core.train",
+    "wslib.core.recipes",
     "wslib.llpf.autoneb",
     "wslib.llpf.curves",
     "wslib.llpf.path",

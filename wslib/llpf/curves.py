@@ -70,6 +70,7 @@ NAMES = {"bezier": "Bezier", "polychain": "PolyChain"}
 CODE = (
     "wslib.core.settings",
     "wslib.core.train",
+    "wslib.core.recipes",
     "wslib.llpf.curves",
     "wslib.llpf.path",
     "wslib.runs.resumable",

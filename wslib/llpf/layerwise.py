@@ -74,6 +74,7 @@ CODE = (
     "wslib.core.norms",
     "wslib.core.settings",
     "wslib.core.train",
+    "wslib.core.recipes",
     "wslib.llpf.layerwise",
     "wslib.llpf.path",
     "wslib.llpf.stages",

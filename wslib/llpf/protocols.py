@@ -72,6 +72,7 @@ CODE = (
     "wslib.core.seeds",
     "wslib.core.settings",
     "wslib.core.train",
+    "wslib.core.recipes",
     "wslib.llpf.autoneb",
     "wslib.llpf.curves",
     "wslib.llpf.evaluation",

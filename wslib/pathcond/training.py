@@ -47,6 +47,7 @@ CODE = (
     "wslib.core.seeds",
     "wslib.core.stacked",
     "wslib.core.train",
+    "wslib.core.recipes",
     "wslib.pathcond.enorm",
     "wslib.pathcond.rescaling",
     "wslib.pathcond.solver",

@@ -53,6 +53,7 @@ TRAINING_CODE = (
     "wslib.core.neurons",
     "wslib.core.seeds",
     "wslib.core.train",
+    "wslib.core.recipes",
     "wslib.runs.zoo",
 )
 
