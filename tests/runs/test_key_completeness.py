@@ -282,7 +282,7 @@ def path_keys(fn: Callable[..., Any], args: dict[str, Any]) -> list[str]:
 
 # --- shared tables ------------------------------------------------------------------------
 
-RECIPE = {  # wslib.core.train.Recipe
+RECIPE = {  # wslib.core.recipes.Recipe
     "epochs": In(),
     "batch_size": In(),
     "lr": In(),

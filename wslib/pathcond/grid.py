@@ -71,7 +71,7 @@ class RunGrid:
     ``base`` holds the model's name, input shape and classes (and
     ``output_bias``); ``configs`` maps a configuration's name to its
     ``widths``, ``init_scale`` and ``methods`` (and optionally ``output_bias``);
-    ``recipe`` is the default recipe (a dict of :class:`~wslib.core.train.Recipe` fields). Runs
+    ``recipe`` is the default recipe (a dict of :class:`~wslib.core.recipes.Recipe` fields). Runs
     are stored in ``runs`` by :class:`Job` and in ``cache_dir`` on disk. A
     grid without a data set (``ds=None``) lists jobs but cannot train them.
     A :class:`~wslib.core.data.DataKey` as ``ds`` is what the jobs carry to

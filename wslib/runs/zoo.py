@@ -5,7 +5,7 @@ A model is identified by the hash of its full config::
     {"data": {"name": "mnist1d", ...},        # wslib.core.data.load_dataset arguments
      "split": {"kind": "full"}                 # or iid / dirichlet / shards + n_parts, part, ...
      "model": {"name": "mlp", ...},            # wslib.core.configs.build_model config
-     "recipe": {"epochs": 30, ...},            # wslib.core.train.Recipe fields
+     "recipe": {"epochs": 30, ...},            # wslib.core.recipes.Recipe fields
      "seed": 0}
 
 A trained model is an entry of the store (:mod:`wslib.runs.store`) whose key
