@@ -41,12 +41,13 @@ Job = Callable[[Path], Any]
 """A background job: given a fresh folder of its own, it returns its result."""
 
 
-def use_half_the_cores() -> None:
-    """Bind the calling thread, and the processes it starts, to the upper half
-    of the cores this process may use (at least one; Linux only)."""
+def use_half_the_cores(upper: bool = True) -> None:
+    """Bind the calling thread, and the processes it starts, to the upper (or
+    lower) half of the cores this process may use (at least one; Linux only)."""
     if hasattr(os, "sched_setaffinity"):  # pid 0: the calling thread
         cores = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, set(cores[len(cores) // 2 :]))
+        half = len(cores) // 2
+        os.sched_setaffinity(0, set(cores[half:] if upper else cores[:half] or cores))
 
 
 class Background:
@@ -56,6 +57,7 @@ class Background:
         self.jobs = jobs
         self.root: Path | None = None  # a temporary folder, made by start()
         self._chosen: list[str] = []
+        self._started: set[str] = set()  # taken by the thread or by a caller
         self._results: dict[str, Any] = {}
         self._errors: dict[str, str] = {}
         self._done = {name: threading.Event() for name in jobs}
@@ -77,9 +79,15 @@ class Background:
     def result(self, name: str) -> Any:
         """Job ``name``'s result, once it ended (queued now if it was not).
 
-        Raises RuntimeError with the job's error if it failed.
+        A job still waiting in the queue runs at once on the caller's half of
+        the cores instead of after the jobs before it: the caller would only
+        wait. Raises RuntimeError with the job's error if it failed.
         """
         self.start([name])
+        if self._take(name):
+            runner = threading.Thread(target=self._run, args=(name, False))
+            runner.start()
+            runner.join()
         self._done[name].wait()
         if name in self._errors:
             raise RuntimeError(f"background job {name} failed: {self._errors[name]}")
@@ -106,24 +114,39 @@ class Background:
                 pass
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def _next(self) -> str | None:
-        """The next queued job; None, and the thread ends, when none is left
-        (a job queued later starts a new thread)."""
+    def _take(self, name: str) -> bool:
+        """Mark job ``name`` as started if it is still waiting; whether it was."""
         with self._lock:
-            waiting = [n for n in self._chosen if not self._done[n].is_set()]
+            if name in self._started:
+                return False
+            self._started.add(name)
+            return True
+
+    def _next(self) -> str | None:
+        """Take the next waiting job; None, and the thread ends, when none is
+        left (a job queued later starts a new thread)."""
+        with self._lock:
+            waiting = [n for n in self._chosen if n not in self._started]
             if not waiting:
                 self._thread = None
-            return waiting[0] if waiting else None
+                return None
+            self._started.add(waiting[0])
+            return waiting[0]
 
     def _run_all(self) -> None:
-        use_half_the_cores()
         while (name := self._next()) is not None:
-            assert self.root is not None
-            folder = self.root / name
-            try:
-                folder.mkdir()
-                self._results[name] = self.jobs[name](folder)
-            except Exception as error:  # the fixture that waits reports it
-                self._errors[name] = str(error) or repr(error)
-            finally:
-                self._done[name].set()
+            self._run(name, upper=True)
+
+    def _run(self, name: str, upper: bool) -> None:
+        """Run job ``name`` (already taken) in this thread, bound to the upper
+        or lower half of the cores."""
+        use_half_the_cores(upper)
+        assert self.root is not None
+        folder = self.root / name
+        try:
+            folder.mkdir()
+            self._results[name] = self.jobs[name](folder)
+        except Exception as error:  # the fixture that waits reports it
+            self._errors[name] = str(error) or repr(error)
+        finally:
+            self._done[name].set()

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -75,3 +77,68 @@ def test_every_job_has_its_place_and_the_smoke_book_comes_first():
     assert set(BACKGROUND_FIXTURES.values()) <= set(JOB_ORDER)
     assert JOB_ORDER[0] == "smoke-book"
     assert JOB_ORDER.index("student-book") > JOB_ORDER.index("smoke-book")
+
+
+def test_the_readers_ask_for_the_student_edition_before_the_background_reaches_it():
+    """The readers run in :data:`READ_ORDER`, which holds every job once: the
+    student edition's reader comes before the jobs the background runs ahead
+    of it, so the foreground builds it instead of waiting."""
+    from tests.conftest import JOB_ORDER, READ_ORDER
+
+    assert sorted(READ_ORDER) == sorted(JOB_ORDER)
+    assert READ_ORDER[0] == "smoke-book"
+    student = READ_ORDER.index("student-book")
+    before_it = JOB_ORDER[: JOB_ORDER.index("student-book")]
+    assert any(READ_ORDER.index(job) > student for job in before_it)
+
+
+def test_a_job_still_waiting_runs_in_the_caller_on_the_other_half_of_the_cores():
+    """While the background runs one job, asking for a job behind it runs that
+    one at once, in the caller's thread, bound to the lower half of the cores."""
+    release = threading.Event()
+    ran: dict[str, list] = {"b": []}
+
+    def first(folder: Path) -> str:
+        release.wait(timeout=30)
+        return "a"
+
+    def second(folder: Path) -> str:
+        cores = (
+            sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        )
+        ran["b"].append((threading.current_thread(), cores))
+        return "b"
+
+    jobs = Background({"a": first, "b": second})
+    jobs.start(["a", "b"])
+    try:
+        assert jobs.result("b") == "b"  # "a" is still running
+        assert not jobs._done["a"].is_set()
+        [(thread, cores)] = ran["b"]
+        assert thread is not jobs._thread
+        everything = sorted(os.sched_getaffinity(0)) if cores else []
+        assert cores == (everything[: len(everything) // 2] or everything)
+    finally:
+        release.set()
+    assert jobs.result("a") == "a"
+    assert len(ran["b"]) == 1  # the background did not run it again
+    jobs.stop()
+
+
+def test_a_job_the_background_started_is_waited_for_not_run_again():
+    started, release = threading.Event(), threading.Event()
+    runs = []
+
+    def slow(folder: Path) -> int:
+        runs.append(threading.current_thread())
+        started.set()
+        release.wait(timeout=30)
+        return 1
+
+    jobs = Background({"a": slow})
+    jobs.start(["a"])
+    assert started.wait(timeout=30)
+    threading.Timer(0.2, release.set).start()
+    assert jobs.result("a") == 1
+    assert len(runs) == 1 and runs[0] is not threading.current_thread()
+    jobs.stop()
