@@ -21,6 +21,12 @@ core). A timeline of a later run (each test's start, each job's end; 765 s,
 1,414 CPU-s) showed the two sides balanced: the jobs ended at 738 s, when
 the foreground had just run the smoke book's readers (``test_split``'s
 units among them), so only less CPU, not another split, makes it faster.
+With less CPU (the commands started without torch: 650 s, 1,155 CPU-s) the
+foreground waited 70 s at the end for the gpu-smoke run. Now a job still
+waiting in the queue when a test asks for it runs in the asking thread, on
+the other half of the cores, and the student edition's readers ask for it
+while the background runs the gpu-smoke chapters: both ended at 573 s of a
+574 s run (1,061 CPU-s).
 Under pytest-xdist a job starts when a fixture first asks for it: a
 worker cannot know beforehand which tests it will be given.
 """
