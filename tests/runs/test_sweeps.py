@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 from scipy import stats
 
-from wslib.runs.sweeps import scalar_metrics, summarise_seeds, summary, write_summary
+from wslib.runs.sweeps import (
+    scalar_metrics,
+    seed_results,
+    setting,
+    summarise_seeds,
+    summary,
+    write_summary,
+)
 
 
 def write(path: Path, seed: int, metrics: dict) -> None:
@@ -52,3 +59,59 @@ def test_summary_file_lands_under_seeds(tmp_path: Path) -> None:
     path = write_summary(tmp_path, "nb")
     assert path == tmp_path / "seeds/nb.json"
     assert json.loads(path.read_text())["metrics"]["x"]["n"] == 1
+
+
+def run_file(path: Path, seed: int, finished: float, **fields: object) -> None:
+    """A results file of ``seed`` that finished at ``finished``, with ``fields``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    record = {"params": {"seed": seed}, "metrics": {"x": 1.0}, "finished": finished}
+    path.write_text(json.dumps(record | fields))
+
+
+def test_of_two_runs_of_one_seed_that_finished_together_the_default_run_counts(
+    tmp_path: Path,
+) -> None:
+    run_file(tmp_path / "nb.json", 0, 10.0, metrics={"x": 1.0})
+    run_file(tmp_path / "seed-0/nb.json", 0, 10.0, metrics={"x": 2.0})
+    assert seed_results(tmp_path, "nb")[0]["metrics"] == {"x": 1.0}
+
+
+def test_the_setting_ignores_key_order_and_a_missing_params_entry() -> None:
+    first = {"params": {"seed": 1, "b": 1, "a": 2}, "code": "c"}
+    second = {"params": {"a": 2, "seed": 2, "b": 1}, "code": "c"}
+    assert setting(first) == setting(second) == ('{"a": 2, "b": 1}', "c")
+    assert setting({"code": "c"}) == ("{}", "c")
+
+
+def test_runs_of_another_setting_are_named_in_a_warning_at_the_caller(
+    tmp_path: Path,
+) -> None:
+    run_file(
+        tmp_path / "seed-0/nb.json", 0, 30.0, params={"seed": 0, "lr": 0.1}, code="new"
+    )
+    run_file(
+        tmp_path / "seed-1/nb.json", 1, 10.0, params={"seed": 1, "lr": 0.2}, code="new"
+    )
+    run_file(
+        tmp_path / "seed-2/nb.json", 2, 20.0, params={"seed": 2, "lr": 0.1}, code="old"
+    )
+    with pytest.warns(UserWarning) as record:
+        summarised = summarise_seeds(tmp_path, "nb")
+    [warning] = record
+    assert str(warning.message) == (
+        "nb: seeds [1, 2] are left out of the summary: they ran with other code, "
+        "other parameters than the newest run; run them again (make sweep NB=... "
+        "SEEDS=...) to count them"
+    )
+    assert "wslib" not in Path(warning.filename).parts  # at the caller, not here
+    assert summarised["seeds"] == [0]
+    assert summarised["left_out"] == {"1": "other parameters", "2": "other code"}
+
+
+def test_the_devices_of_every_counted_run_are_listed_once(tmp_path: Path) -> None:
+    run_file(tmp_path / "seed-0/nb.json", 0, 1.0, env={"devices_used": ["cuda:0"]})
+    run_file(
+        tmp_path / "seed-1/nb.json", 1, 2.0, env={"devices_used": ["cpu", "cuda:0"]}
+    )
+    run_file(tmp_path / "seed-2/nb.json", 2, 3.0)  # no environment recorded
+    assert summarise_seeds(tmp_path, "nb")["devices"] == ["cpu", "cuda:0"]

@@ -64,7 +64,8 @@ def seed_results(results_dir: Path, notebook: str) -> dict[int, dict[str, Any]]:
     """The results file of each seed of ``notebook`` under ``results_dir``.
 
     A seed with two files (the default run's and a sweep's ``seed-<S>``)
-    counts once: the newer run (``finished``) is the current one.
+    counts once: the newer run (``finished``) is the current one, the default
+    run's on a tie.
     """
     files = [results_dir / f"{notebook}.json"]
     files += sorted(results_dir.glob(f"seed-*/{notebook}.json"))
