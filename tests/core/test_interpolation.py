@@ -250,3 +250,23 @@ def test_the_names_only_in_b_are_listed_three_at_most() -> None:
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         lerp_state(a, b, 0.5)
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_the_path_evaluation_shows_a_named_bar_that_it_clears(
+    monkeypatch, progress
+) -> None:
+    """A bar labelled "evaluate path", hidden without ``progress``, not left behind."""
+    import wslib.core.interpolation as interpolation
+
+    bars = []
+
+    def bar(iterable, **kwargs):
+        bars.append(kwargs)
+        return iterable
+
+    monkeypatch.setattr(interpolation, "tqdm", bar)
+    model = build_model(mlp([4], **SIGNAL))
+    x, y = toy_tensors(8, [1, 40], 10)
+    evaluate_states(model, [model.state_dict()], x, y, progress=progress)
+    assert bars == [{"desc": "evaluate path", "disable": not progress, "leave": False}]

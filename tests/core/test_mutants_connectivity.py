@@ -138,3 +138,21 @@ def test_barrier_sweep_never_evaluates_the_test_set() -> None:
     )
     rows = barrier_sweep(FakeZoo(), DATA, MLP, [4], {}, [0, 1], [0, 1], broken)
     assert np.isfinite(rows[0]["barrier"])
+
+
+def test_barrier_sweep_matches_with_its_seed_default_0(monkeypatch) -> None:
+    """The seed reaches weight matching (``lines_between``); it is 0 when not given."""
+    import wslib.core.connectivity as connectivity
+
+    seen = []
+    real = connectivity.lines_between
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("seed"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(connectivity, "lines_between", recording)
+    ds = toy_dataset()
+    barrier_sweep(FakeZoo(), DATA, MLP, [4], {}, [0, 1], [0, 1], ds, seed=3)
+    barrier_sweep(FakeZoo(), DATA, MLP, [4], {}, [0, 1], [0, 1], ds)
+    assert seen == [3, 0]
